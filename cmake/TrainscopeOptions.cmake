@@ -1,0 +1,24 @@
+# Compiler warnings and sanitizer flags shared by every target.
+
+add_library(trainscope_warnings INTERFACE)
+target_compile_options(trainscope_warnings INTERFACE
+  -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused -Wnull-dereference -Wdouble-promotion
+  -Wformat=2 -Wimplicit-fallthrough)
+if(TRAINSCOPE_WERROR)
+  target_compile_options(trainscope_warnings INTERFACE -Werror)
+endif()
+
+# Code that runs inside the preloaded library: no libstdc++ runtime, no exceptions, no RTTI, no guarded statics.
+add_library(trainscope_freestanding INTERFACE)
+target_compile_options(trainscope_freestanding INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-fno-exceptions -fno-rtti -fno-threadsafe-statics> -fvisibility=hidden)
+
+if(TRAINSCOPE_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(TRAINSCOPE_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT TRAINSCOPE_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "TRAINSCOPE_SANITIZE='${TRAINSCOPE_SANITIZE}': accepted '', 'address', 'thread'")
+endif()

@@ -1,0 +1,200 @@
+// On-disk layout of one process's flight recorder file, shared by the writer (in the shim) and the reader.
+//
+// The file is memory-mapped MAP_SHARED by the process that records, so every store is in the page cache
+// the moment it is made and survives SIGKILL. Layout:
+//   [FileHeader, kHeaderBytes] [CommEntry x header.max_comms] [Record x header.capacity]
+// A record is complete only when its `commit` equals its index + 1 and its checksum matches; anything else
+// (a slot being written when the process died, a slot of an older lap of the ring) is treated as absent.
+//
+// This header must stay freestanding (no libstdc++ symbols): the preloaded shim includes it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trainscope::recorder {
+
+inline constexpr char kMagic[8] = {'T', 'S', 'F', 'R', 'E', 'C', '0', '1'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kHeaderBytes = 4096;
+inline constexpr uint32_t kDefaultMaxComms = 1024;
+inline constexpr int32_t kResultPending = -1;  // the call has not returned (yet, or ever: it hung or crashed)
+inline constexpr int32_t kUnknown = -1;        // rank, world, peer, root, dtype, redop not known or not used
+
+// Every intercepted NCCL entry point. Values are stable: they are stored in files.
+enum class Op : uint16_t {
+  kNone = 0,
+  kGetUniqueId = 1,
+  kCommInitRank = 2,
+  kCommInitRankConfig = 3,
+  kCommInitAll = 4,
+  kCommInitRankScalable = 5,
+  kCommSplit = 6,
+  kCommShrink = 7,
+  kCommFinalize = 8,
+  kCommDestroy = 9,
+  kCommAbort = 10,
+  kCommRevoke = 11,
+  kAllReduce = 12,
+  kReduce = 13,
+  kBroadcast = 14,
+  kBcast = 15,
+  kReduceScatter = 16,
+  kAllGather = 17,
+  kAlltoAll = 18,
+  kGather = 19,
+  kScatter = 20,
+  kSend = 21,
+  kRecv = 22,
+  kGroupStart = 23,
+  kGroupEnd = 24,
+  kGroupSimulateEnd = 25,
+  kCount = 26,
+};
+
+// The NCCL function name of an op ("ncclAllReduce"), or "unknown".
+constexpr const char* op_name(Op op) {
+  switch (op) {
+    case Op::kNone: return "none";
+    case Op::kGetUniqueId: return "ncclGetUniqueId";
+    case Op::kCommInitRank: return "ncclCommInitRank";
+    case Op::kCommInitRankConfig: return "ncclCommInitRankConfig";
+    case Op::kCommInitAll: return "ncclCommInitAll";
+    case Op::kCommInitRankScalable: return "ncclCommInitRankScalable";
+    case Op::kCommSplit: return "ncclCommSplit";
+    case Op::kCommShrink: return "ncclCommShrink";
+    case Op::kCommFinalize: return "ncclCommFinalize";
+    case Op::kCommDestroy: return "ncclCommDestroy";
+    case Op::kCommAbort: return "ncclCommAbort";
+    case Op::kCommRevoke: return "ncclCommRevoke";
+    case Op::kAllReduce: return "ncclAllReduce";
+    case Op::kReduce: return "ncclReduce";
+    case Op::kBroadcast: return "ncclBroadcast";
+    case Op::kBcast: return "ncclBcast";
+    case Op::kReduceScatter: return "ncclReduceScatter";
+    case Op::kAllGather: return "ncclAllGather";
+    case Op::kAlltoAll: return "ncclAlltoAll";
+    case Op::kGather: return "ncclGather";
+    case Op::kScatter: return "ncclScatter";
+    case Op::kSend: return "ncclSend";
+    case Op::kRecv: return "ncclRecv";
+    case Op::kGroupStart: return "ncclGroupStart";
+    case Op::kGroupEnd: return "ncclGroupEnd";
+    case Op::kGroupSimulateEnd: return "ncclGroupSimulateEnd";
+    case Op::kCount: break;
+  }
+  return "unknown";
+}
+
+// Collectives share one sequence per communicator; sends and receives are numbered per peer and direction.
+constexpr bool is_collective(Op op) { return op >= Op::kAllReduce && op <= Op::kScatter; }
+constexpr bool is_point_to_point(Op op) { return op == Op::kSend || op == Op::kRecv; }
+
+enum RecordFlags : uint8_t {
+  kFlagInPlace = 1u << 0,       // sendbuff == recvbuff (or the op's in-place layout)
+  kFlagInGroup = 1u << 1,       // issued between ncclGroupStart and ncclGroupEnd
+  kFlagUnavailable = 1u << 2,   // the loaded NCCL lacks this function; ncclInvalidUsage was returned
+  kFlagNonBlocking = 1u << 3,   // communicator created with config.blocking = 0
+};
+
+// One intercepted call. 128 bytes, two cache lines.
+struct Record {
+  uint64_t commit;     // index + 1 once the fields up to `checksum` are final; 0 while being written
+  // --- covered by checksum: bytes [8, kChecksummedEnd) ---
+  uint64_t start_ns;   // CLOCK_REALTIME at entry
+  uint64_t comm_id;    // communicator id (see DESIGN "Identity"); 0 for calls without one
+  uint64_t seq;        // collective: per-communicator sequence; send/recv: per (peer, direction); else 0
+  uint64_t count;      // element count as passed (InitAll: ndev; Shrink: excludeRanksCount)
+  uint64_t sendbuff;
+  uint64_t recvbuff;
+  uint64_t stream;
+  uint64_t caller;     // return address into the caller of the NCCL function
+  uint64_t group;      // number of the outermost ncclGroupStart this call is inside; 0 outside groups
+  uint64_t aux;        // op-specific: split (color << 32 | key), revoke flags, child comm id of split/shrink
+  int32_t rank;        // rank in this communicator
+  int32_t nranks;      // ranks in this communicator
+  int32_t peer;        // root (rooted collectives) or peer (send/recv); kUnknown otherwise
+  int32_t redop;       // ncclRedOp_t or kUnknown
+  uint32_t tid;        // kernel thread id of the caller
+  uint16_t op;         // Op
+  int8_t dtype;        // ncclDataType_t or kUnknown
+  uint8_t flags;       // RecordFlags
+  // --- end of checksummed bytes ---
+  uint32_t checksum;   // record_checksum() of bytes [8, kChecksummedEnd)
+  int32_t result;      // ncclResult_t once the call returned, kResultPending before
+  uint64_t end_ns;     // CLOCK_REALTIME at return; meaningful only when result != kResultPending
+};
+static_assert(sizeof(Record) == 128);
+inline constexpr size_t kChecksummedBegin = offsetof(Record, start_ns);
+inline constexpr size_t kChecksummedEnd = offsetof(Record, checksum);
+static_assert((kChecksummedEnd - kChecksummedBegin) % 8 == 0);
+
+// Communicator lifecycle states, stored in CommEntry::state.
+enum class CommState : uint16_t { kLive = 1, kFinalized = 2, kDestroyed = 3, kAborted = 4, kRevoked = 5 };
+
+// One communicator this process was a member of. Written when it is created; `state` and `ended_ns` change later.
+struct CommEntry {
+  uint64_t commit;      // slot index + 1 once the entry is final
+  uint64_t id;          // communicator id
+  uint64_t parent_id;   // for split/shrink children; 0 otherwise
+  uint64_t handle;      // ncclComm_t value in the recording process
+  uint64_t created_ns;
+  uint64_t ended_ns;    // 0 while live
+  int32_t rank;
+  int32_t nranks;
+  int32_t color;        // split color, kUnknown otherwise
+  uint16_t state;       // CommState
+  uint16_t origin;      // Op that created it
+};
+static_assert(sizeof(CommEntry) == 64);
+
+enum class ProcessState : uint32_t { kRunning = 1, kExited = 2 };
+
+// First page of the file.
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t record_bytes;
+  uint32_t comm_bytes;
+  uint64_t capacity;        // record slots in the ring
+  uint32_t max_comms;       // comm slots
+  int32_t pid;
+  int32_t launcher_rank;    // from the launcher's environment, kUnknown if none
+  int32_t launcher_world;
+  int32_t local_rank;
+  int32_t global_rank;      // best known global rank: launcher_rank, else rank in the first communicator
+  int32_t nccl_version;     // ncclGetVersion of the loaded NCCL, 0 until known
+  uint32_t state;           // ProcessState
+  uint64_t start_ns;
+  uint64_t next;            // records claimed so far (atomic); the ring holds the last `capacity` of them
+  uint32_t comms_used;      // comm slots claimed (atomic)
+  uint32_t reserved0;
+  uint64_t exit_ns;
+  char host[64];
+  char run_id[128];
+  char exe[256];
+};
+static_assert(sizeof(FileHeader) <= kHeaderBytes);
+
+inline constexpr size_t comm_table_offset() { return kHeaderBytes; }
+inline constexpr size_t ring_offset(uint32_t max_comms) { return kHeaderBytes + size_t{max_comms} * sizeof(CommEntry); }
+inline constexpr size_t file_bytes(uint32_t max_comms, uint64_t capacity) {
+  return ring_offset(max_comms) + capacity * sizeof(Record);
+}
+
+// A cheap 32-bit checksum of a record's immutable fields (a 64-bit multiply-xorshift mix per word).
+inline uint32_t record_checksum(const Record& r) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&r) + kChecksummedBegin;
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < kChecksummedEnd - kChecksummedBegin; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, p + i, 8);
+    h ^= w + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+}  // namespace trainscope::recorder

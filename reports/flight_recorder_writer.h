@@ -1,0 +1,75 @@
+// Writes one process's flight recorder file (format in flight_record_format.h).
+//
+// Freestanding (libc only, no allocation after open, no locks, no exceptions): it runs inside the preloaded shim
+// on the job's threads. append() is lock-free and safe from any number of threads.
+#pragma once
+
+#include <cstdint>
+
+#include "reports/flight_record_format.h"
+
+namespace trainscope::recorder {
+
+struct WriterOptions {
+  const char* path;        // file to create; must not exist (O_EXCL)
+  uint64_t capacity;       // record slots
+  uint32_t max_comms;      // comm slots
+  int32_t pid;
+  int32_t launcher_rank;
+  int32_t launcher_world;
+  int32_t local_rank;
+  const char* host;
+  const char* run_id;
+  const char* exe;
+  uint64_t start_ns;
+};
+
+// What append() hands back so the caller can later store the call's result into the same slot.
+struct Pending {
+  Record* slot;    // nullptr when the writer is not open
+  uint64_t commit; // index + 1 the slot was committed with; complete() checks it so a lapped slot is left alone
+};
+
+class Writer {
+ public:
+  // Creates the file (mode 0600, O_EXCL, O_CLOEXEC), sizes it, maps it MAP_SHARED and writes the header.
+  // Returns 0 on success or an errno value; on failure the writer stays closed.
+  int open(const WriterOptions& options);
+
+  // Marks the process as exited in the header and unmaps the file.
+  void close(uint64_t exit_ns);
+
+  // For a forked child: drops the mapping without writing to it (the parent still owns the file).
+  void abandon();
+
+  bool is_open() const { return header_ != nullptr; }
+  FileHeader* header() const { return header_; }
+
+  // Claims the next slot, copies `r` into it (commit, checksum, result and end_ns are set here, result to
+  // kResultPending) and commits it. Returns {nullptr, 0} when closed.
+  Pending append(const Record& r);
+
+  // Stores the call's result and end time into the slot, if it still holds the same record.
+  static void complete(const Pending& pending, int32_t result, uint64_t end_ns);
+
+  // Claims a comm slot and commits `entry` into it. Returns nullptr when closed or when the table is full
+  // (then dropped_comms() grows).
+  CommEntry* add_comm(const CommEntry& entry);
+  static void set_comm_state(CommEntry* entry, CommState state, uint64_t ended_ns);
+  uint64_t dropped_comms() const { return dropped_comms_; }
+
+  // Best known global rank / NCCL version, stored into the header (relaxed atomic stores).
+  void set_global_rank(int32_t rank);
+  void set_nccl_version(int32_t version);
+
+ private:
+  FileHeader* header_ = nullptr;
+  CommEntry* comms_ = nullptr;
+  Record* ring_ = nullptr;
+  uint64_t capacity_ = 0;
+  uint32_t max_comms_ = 0;
+  uint64_t mapped_bytes_ = 0;
+  uint64_t dropped_comms_ = 0;
+};
+
+}  // namespace trainscope::recorder

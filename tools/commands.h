@@ -1,0 +1,10 @@
+// The subcommands of the `trainscope` command; each returns the process exit status.
+#pragma once
+
+namespace trainscope::tools {
+
+// argv[0] is the subcommand name; the rest are its arguments.
+int cmd_env(int argc, char** argv);
+int cmd_report(int argc, char** argv);
+
+}  // namespace trainscope::tools

@@ -1,0 +1,40 @@
+// Entry point of the `trainscope` command: dispatches to the subcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trainscope <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  env                  print the effective TRAINSCOPE_* configuration and where each value came from\n"
+    "  report RUN_DIR       summarise a run directory: ranks, communicators, last calls (--json for JSON)\n"
+    "  version              print the version\n"
+    "  help                 print this help\n"
+    "\n"
+    "To record a job, preload the library: LD_PRELOAD=<prefix>/lib/libtrainscope.so <your launcher> ...\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const char* command = argv[1];
+  if (std::strcmp(command, "env") == 0) return trainscope::tools::cmd_env(argc - 1, argv + 1);
+  if (std::strcmp(command, "report") == 0) return trainscope::tools::cmd_report(argc - 1, argv + 1);
+  if (std::strcmp(command, "version") == 0 || std::strcmp(command, "--version") == 0) {
+    std::printf("trainscope %s\n", TRAINSCOPE_VERSION);
+    return 0;
+  }
+  if (std::strcmp(command, "help") == 0 || std::strcmp(command, "--help") == 0 || std::strcmp(command, "-h") == 0) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: env, report, version, help\n", command);
+  return 2;
+}
