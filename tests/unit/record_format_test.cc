@@ -1,0 +1,39 @@
+// Checks the invariants of the on-disk record format that the writer and reader both rely on.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "reports/flight_record_format.h"
+
+namespace trainscope::recorder {
+namespace {
+
+TEST(RecordFormat, ChecksumCoversEveryImmutableField) {
+  Record r{};
+  r.op = static_cast<uint16_t>(Op::kAllReduce);
+  const uint32_t base = record_checksum(r);
+  for (size_t byte = kChecksummedBegin; byte < kChecksummedEnd; ++byte) {
+    Record changed = r;
+    reinterpret_cast<unsigned char*>(&changed)[byte] ^= 0x10;
+    EXPECT_NE(record_checksum(changed), base) << "byte " << byte;
+  }
+}
+
+TEST(RecordFormat, ChecksumIgnoresMutableFields) {
+  Record r{};
+  const uint32_t base = record_checksum(r);
+  r.commit = 7;
+  r.result = 3;
+  r.end_ns = 99;
+  EXPECT_EQ(record_checksum(r), base);
+}
+
+TEST(RecordFormat, EveryOpHasAName) {
+  for (uint16_t i = 1; i < static_cast<uint16_t>(Op::kCount); ++i) {
+    EXPECT_EQ(std::strncmp(op_name(static_cast<Op>(i)), "nccl", 4), 0) << i;
+  }
+  EXPECT_STREQ(op_name(static_cast<Op>(999)), "unknown");
+}
+
+}  // namespace
+}  // namespace trainscope::recorder
