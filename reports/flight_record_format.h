@@ -103,17 +103,18 @@ struct Record {
   // --- covered by checksum: bytes [8, kChecksummedEnd) ---
   uint64_t start_ns;   // CLOCK_REALTIME at entry
   uint64_t comm_id;    // communicator id (see DESIGN "Identity"); 0 for calls without one
-  uint64_t seq;        // collective: per-communicator sequence; send/recv: per (peer, direction); else 0
-  uint64_t count;      // element count as passed (InitAll: ndev; Shrink: excludeRanksCount)
+  uint64_t seq;        // 1-based. Collective: per-communicator sequence; send/recv: per (peer, direction);
+                       // Split/Shrink: the parent's split number; else 0
+  uint64_t count;      // element count as passed; InitAll: ndev; Split: key; Shrink: excludeRanksCount
   uint64_t sendbuff;
   uint64_t recvbuff;
   uint64_t stream;
   uint64_t caller;     // return address into the caller of the NCCL function
   uint64_t group;      // number of the outermost ncclGroupStart this call is inside; 0 outside groups
-  uint64_t aux;        // op-specific: split (color << 32 | key), revoke flags, child comm id of split/shrink
+  uint64_t aux;        // Split/Shrink: the child's communicator id; Revoke: revokeFlags; else 0
   int32_t rank;        // rank in this communicator
   int32_t nranks;      // ranks in this communicator
-  int32_t peer;        // root (rooted collectives) or peer (send/recv); kUnknown otherwise
+  int32_t peer;        // root (rooted collectives), peer (send/recv), color (Split), shrinkFlags (Shrink)
   int32_t redop;       // ncclRedOp_t or kUnknown
   uint32_t tid;        // kernel thread id of the caller
   uint16_t op;         // Op

@@ -1,0 +1,59 @@
+// The engine library's C entry points (engine_api.h): started by the shim on first NCCL use.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "shim/engine_api.h"
+#include "shim/engine_logging.h"
+
+#define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+bool g_started = false;
+
+}  // namespace
+
+TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* args) {
+  using trainscope::LogLevel;
+  if (args == nullptr || args->abi_version != trainscope::kEngineAbiVersion ||
+      args->size < sizeof(trainscope::EngineStartArgs) || args->config == nullptr)
+    return 1;
+  try {
+    const std::string log_path = args->log_path != nullptr ? args->log_path : "";
+    const std::string error = trainscope::engine::start_logging(*args->config, args->global_rank, log_path);
+    g_started = true;
+    if (!error.empty()) {
+      trainscope::engine::log(LogLevel::kWarn, ("cannot open the log file " + log_path + ": " + error).c_str());
+    }
+    if (args->run_dir != nullptr && args->run_dir[0] != '\0' && args->run_dir_error == 0) {
+      const std::string message = std::string("recording to ") + args->run_dir + " (pid " +
+                                  std::to_string(args->pid) + ", host " + args->host + ")";
+      trainscope::engine::log(LogLevel::kInfo, message.c_str());
+    }
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_log(int level, const char* message) {
+  if (!g_started || message == nullptr) return;
+  trainscope::engine::log(static_cast<trainscope::LogLevel>(level), message);
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_set_rank(int32_t global_rank) {
+  if (g_started) trainscope::engine::set_logging_rank(global_rank);
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
+  if (g_started) trainscope::engine::flush_logs();
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
+TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
+
+TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
+  trainscope::engine::abandon_logging();
+  g_started = false;
+}

@@ -1,0 +1,46 @@
+// The C ABI between the preloaded shim and the engine library it dlopen()s on first NCCL use.
+//
+// The shim stays libc-only; everything heavier (spdlog logging now; the exchange, kernels and reports later)
+// lives in libtrainscope-engine.so. The ABI is versioned: the shim refuses an engine of another version.
+#pragma once
+
+#include <cstdint>
+
+#include "shim/config.h"
+
+namespace trainscope {
+
+inline constexpr uint32_t kEngineAbiVersion = 1;
+
+struct EngineStartArgs {
+  uint32_t abi_version;        // kEngineAbiVersion
+  uint32_t size;               // sizeof(EngineStartArgs)
+  const Config* config;        // parsed once by the shim at load; lives as long as the process
+  const char* run_dir;         // "" when it could not be created (run_dir_error says why)
+  int32_t run_dir_error;       // errno of the failed mkdir / recorder creation, 0 if fine
+  const char* recorder_path;   // "" when the flight recorder could not be created
+  const char* log_path;        // this process's log file in the run directory, "" if none
+  const char* host;
+  int32_t pid;
+  int32_t global_rank;         // -1 until known
+  int32_t launcher_rank;       // -1 when the launcher gave none
+  int32_t world;
+  int32_t nccl_version;        // of the loaded NCCL, 0 if unknown
+};
+
+}  // namespace trainscope
+
+extern "C" {
+// Returns 0 on success. Called once per process (again in a forked child that uses NCCL itself).
+int trainscope_engine_start(const trainscope::EngineStartArgs* args);
+// One complete, already formatted message at `level` (trainscope::LogLevel).
+void trainscope_engine_log(int level, const char* message);
+// The global rank became known (from the first communicator) after start.
+void trainscope_engine_set_rank(int32_t global_rank);
+// Normal process exit: flush and stop background work.
+void trainscope_engine_stop(void);
+// Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
+void trainscope_engine_fork_prepare(void);
+void trainscope_engine_fork_parent(void);
+void trainscope_engine_fork_child(void);
+}

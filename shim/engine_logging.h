@@ -1,0 +1,24 @@
+// The engine's logger: `[trainscope][rank N]` lines to stderr (main rank by default) and to the rank's own file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shim/config.h"
+
+namespace trainscope::engine {
+
+// (Re)creates the logger. Never throws: a log file that cannot be opened leaves stderr logging and returns its
+// error text (empty on success).
+std::string start_logging(const Config& config, int32_t global_rank, const std::string& log_path);
+
+// Changes the rank shown in every line and whether this process logs to stderr.
+void set_logging_rank(int32_t global_rank);
+
+void log(LogLevel level, const char* message);
+void flush_logs();
+
+// A forked child must never write through its parent's sinks: drop them without closing anything.
+void abandon_logging();
+
+}  // namespace trainscope::engine

@@ -1,0 +1,334 @@
+// Load-time configuration, lazy start on first NCCL use, exit and fork handling of the preloaded shim.
+#include "shim/runtime.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim/comm_registry.h"
+#include "shim/identity.h"
+#include "shim/interception.h"
+
+extern char** environ;
+
+namespace trainscope::shim {
+
+Runtime g_runtime;
+__thread ThreadState t_thread __attribute__((tls_model("initial-exec")));
+
+namespace {
+
+pthread_mutex_t g_start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+constexpr const char* kEngineFileName = "libtrainscope-engine.so";
+
+void write_stderr(const char* text, size_t len) {
+  while (len > 0) {
+    const ssize_t n = write(STDERR_FILENO, text, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+// The directory this library was loaded from: the engine is installed beside it.
+bool own_directory(char* out, size_t out_len) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = strrchr(info.dli_fname, '/');
+  if (slash == nullptr) return snprintf(out, out_len, ".") < static_cast<int>(out_len);
+  const size_t len = static_cast<size_t>(slash - info.dli_fname);
+  if (len + 1 > out_len) return false;
+  memcpy(out, info.dli_fname, len);
+  out[len] = '\0';
+  return true;
+}
+
+template <typename Fn>
+void load_symbol(void* handle, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(handle, name));
+}
+
+void start_engine(int run_dir_error) {
+  Runtime& rt = g_runtime;
+  char dir[kMaxPath];
+  char path[kMaxPath + 64];
+  if (!own_directory(dir, sizeof(dir)) ||
+      snprintf(path, sizeof(path), "%s/%s", dir, kEngineFileName) >= static_cast<int>(sizeof(path))) {
+    log_message(LogLevel::kWarn, "cannot locate %s beside the preloaded library; logging to stderr only",
+                kEngineFileName);
+    return;
+  }
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    log_message(LogLevel::kWarn, "cannot load the engine %s (%s); recording goes on, logging to stderr only", path,
+                why != nullptr ? why : "unknown error");
+    return;
+  }
+  decltype(&trainscope_engine_start) engine_start = nullptr;
+  load_symbol(handle, "trainscope_engine_start", &engine_start);
+  decltype(&trainscope_engine_log) engine_log = nullptr;
+  load_symbol(handle, "trainscope_engine_log", &engine_log);
+  if (engine_start == nullptr || engine_log == nullptr) {
+    log_message(LogLevel::kWarn, "the engine %s lacks its entry points; recording goes on without it", path);
+    return;
+  }
+  EngineStartArgs args{};
+  args.abi_version = kEngineAbiVersion;
+  args.size = sizeof(args);
+  args.config = &rt.config;
+  args.run_dir = rt.run_dir;
+  args.run_dir_error = run_dir_error;
+  args.recorder_path = rt.recorder_path;
+  args.log_path = rt.log_path;
+  args.host = rt.host;
+  args.pid = rt.owner_pid;
+  args.global_rank = rt.global_rank.load(std::memory_order_relaxed);
+  args.launcher_rank = rt.launcher_rank;
+  args.world = rt.launcher_world;
+  args.nccl_version = rt.nccl_version;
+  if (engine_start(&args) != 0) {
+    log_message(LogLevel::kWarn, "the engine %s failed to start; recording goes on without it", path);
+    return;
+  }
+  load_symbol(handle, "trainscope_engine_set_rank", &rt.engine_set_rank);
+  load_symbol(handle, "trainscope_engine_stop", &rt.engine_stop);
+  load_symbol(handle, "trainscope_engine_fork_prepare", &rt.engine_fork_prepare);
+  load_symbol(handle, "trainscope_engine_fork_parent", &rt.engine_fork_parent);
+  load_symbol(handle, "trainscope_engine_fork_child", &rt.engine_fork_child);
+  rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
+}
+
+// Creates the run directory and this process's flight recorder. Returns 0 or the errno that stopped it.
+int open_recorder(uint64_t start_ns) {
+  Runtime& rt = g_runtime;
+  char base[kMaxPath];
+  const char* dir = rt.config.dir;
+  if (dir[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) return errno;
+    if (snprintf(base, sizeof(base), "%s/%s", cwd, dir) >= static_cast<int>(sizeof(base))) return ENAMETOOLONG;
+  } else if (snprintf(base, sizeof(base), "%s", dir) >= static_cast<int>(sizeof(base))) {
+    return ENAMETOOLONG;
+  }
+  if (snprintf(rt.run_dir, sizeof(rt.run_dir), "%s/%s", base, rt.run_id) >= static_cast<int>(sizeof(rt.run_dir)))
+    return ENAMETOOLONG;
+  if (const int error = make_directories(rt.run_dir); error != 0) return error;
+
+  char stem[96];
+  if (rt.launcher_rank >= 0) {
+    snprintf(stem, sizeof(stem), "rank-%d.pid-%d", static_cast<int>(rt.launcher_rank), static_cast<int>(rt.owner_pid));
+  } else {
+    snprintf(stem, sizeof(stem), "pid-%d", static_cast<int>(rt.owner_pid));
+  }
+  char exe[256] = "";
+  const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  exe[exe_len > 0 ? exe_len : 0] = '\0';
+
+  recorder::WriterOptions options{};
+  options.capacity = rt.config.recorder_records;
+  options.max_comms = recorder::kDefaultMaxComms;
+  options.pid = rt.owner_pid;
+  options.launcher_rank = rt.launcher_rank;
+  options.launcher_world = rt.launcher_world;
+  options.local_rank = rt.local_rank;
+  options.host = rt.host;
+  options.run_id = rt.run_id;
+  options.exe = exe;
+  options.start_ns = start_ns;
+  int error = EEXIST;
+  // A recycled pid can meet an older run's file of the same name: never overwrite it, take another name.
+  for (int attempt = 0; attempt < 8 && error == EEXIST; ++attempt) {
+    const int n = attempt == 0 ? snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.tsrec", rt.run_dir, stem)
+                               : snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.%d.tsrec", rt.run_dir,
+                                          stem, attempt);
+    if (n >= static_cast<int>(sizeof(rt.recorder_path))) return ENAMETOOLONG;
+    options.path = rt.recorder_path;
+    error = rt.writer.open(options);
+    if (error == 0) {
+      const size_t path_len = strlen(rt.recorder_path);
+      snprintf(rt.log_path, sizeof(rt.log_path), "%.*s.log", static_cast<int>(path_len - 6), rt.recorder_path);
+    }
+  }
+  if (error != 0) rt.recorder_path[0] = '\0';
+  return error;
+}
+
+void warn_unknown_variable(const char* name, size_t name_len, const char* suggestion, void*) {
+  const int shown = static_cast<int>(name_len > 200 ? 200 : name_len);
+  if (suggestion != nullptr) {
+    log_message(LogLevel::kWarn, "unknown variable %.*s; did you mean %s?", shown, name, suggestion);
+  } else {
+    log_message(LogLevel::kWarn, "unknown variable %.*s (trainscope env lists the known ones)", shown, name);
+  }
+}
+
+void start_locked() {
+  Runtime& rt = g_runtime;
+  const uint64_t start_ns = now_ns();
+  rt.owner_pid = static_cast<int32_t>(getpid());
+  rt.engine_log = nullptr;
+  rt.engine_set_rank = nullptr;
+  rt.engine_stop = nullptr;
+  rt.engine_fork_prepare = nullptr;
+  rt.engine_fork_parent = nullptr;
+  rt.engine_fork_child = nullptr;
+  rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
+  if (gethostname(rt.host, sizeof(rt.host)) != 0) snprintf(rt.host, sizeof(rt.host), "unknown");
+  rt.host[sizeof(rt.host) - 1] = '\0';
+
+  const LauncherIdentity identity = launcher_identity(environ);
+  rt.launcher_rank = identity.rank;
+  rt.launcher_world = identity.world;
+  rt.local_rank = identity.local_rank;
+  rt.global_rank.store(identity.rank, std::memory_order_relaxed);
+
+  int version = 0;
+  if (auto get_version = REAL_HELPER(ncclGetVersion); get_version != nullptr && get_version(&version) == ncclSuccess)
+    rt.nccl_version = version;
+
+  int run_dir_error = 0;
+  if (!run_id_from_environment(environ, rt.config.run_id, rt.host, static_cast<int32_t>(getpgrp()), rt.run_id,
+                               sizeof(rt.run_id))) {
+    run_dir_error = ENAMETOOLONG;
+  } else {
+    run_dir_error = open_recorder(start_ns);
+  }
+  if (rt.writer.is_open() && rt.nccl_version != 0) rt.writer.set_nccl_version(rt.nccl_version);
+  start_engine(run_dir_error);
+  // Typos are warned about here, in processes that use NCCL, not in every shell or compiler that inherits
+  // LD_PRELOAD.
+  for_each_unknown_variable(environ, warn_unknown_variable, nullptr);
+  if (run_dir_error != 0) {
+    log_message(LogLevel::kWarn,
+                "cannot create the run directory or flight recorder under '%s' (%s): the job runs on, but nothing "
+                "is recorded to disk; set TRAINSCOPE_DIR to a writable folder",
+                rt.run_dir[0] != '\0' ? rt.run_dir : rt.config.dir, strerror(run_dir_error));
+  }
+}
+
+}  // namespace
+
+void start_slow_path() {
+  if (!g_runtime.enabled) return;
+  pthread_mutex_lock(&g_start_lock);
+  if (g_runtime.start_state.load(std::memory_order_relaxed) == static_cast<int>(StartState::kNotStarted)) {
+    g_runtime.start_state.store(static_cast<int>(StartState::kStarting), std::memory_order_relaxed);
+    ++t_thread.depth;  // whatever the start touches (dlopen, the engine) is ours, not the job's
+    start_locked();
+    --t_thread.depth;
+    g_runtime.start_state.store(static_cast<int>(StartState::kReady), std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_start_lock);
+}
+
+uint64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint32_t current_tid() {
+  if (__builtin_expect(t_thread.tid == 0, 0)) t_thread.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_thread.tid;
+}
+
+void learn_global_rank(int32_t rank) {
+  int32_t expected = -1;
+  if (rank < 0 || !g_runtime.global_rank.compare_exchange_strong(expected, rank, std::memory_order_relaxed)) return;
+  g_runtime.writer.set_global_rank(rank);
+  if (g_runtime.engine_set_rank != nullptr) g_runtime.engine_set_rank(rank);
+}
+
+void log_message(LogLevel level, const char* format, ...) {
+  const Runtime& rt = g_runtime;
+  if (level < rt.config.log_level || rt.config.log_level == LogLevel::kOff) return;
+  char message[1024];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(message, sizeof(message), format, args);
+  va_end(args);
+  if (rt.engine_log != nullptr) {
+    rt.engine_log(static_cast<int>(level), message);
+    return;
+  }
+  const int32_t rank = rt.global_rank.load(std::memory_order_relaxed);
+  if (!config_logs_to_stderr(rt.config, rank)) return;
+  char line[1200];
+  int n = rank >= 0 ? snprintf(line, sizeof(line), "[trainscope][rank %d] %s: %s\n", static_cast<int>(rank),
+                               log_level_name(level), message)
+                    : snprintf(line, sizeof(line), "[trainscope][rank ?] %s: %s\n", log_level_name(level), message);
+  if (n < 0) return;
+  if (n >= static_cast<int>(sizeof(line))) n = sizeof(line) - 1;
+  write_stderr(line, static_cast<size_t>(n));
+}
+
+namespace {
+
+void fork_prepare() {
+  pthread_mutex_lock(&g_start_lock);
+  if (g_runtime.engine_fork_prepare != nullptr) g_runtime.engine_fork_prepare();
+}
+
+void fork_parent() {
+  if (g_runtime.engine_fork_parent != nullptr) g_runtime.engine_fork_parent();
+  pthread_mutex_unlock(&g_start_lock);
+}
+
+// The child shares nothing with its parent's recording: it drops the parent's mapping (so it can never write
+// the parent's file), forgets the parent's communicators and engine state, and starts anew on its own first
+// NCCL call.
+void fork_child() {
+  Runtime& rt = g_runtime;
+  if (rt.engine_fork_child != nullptr) rt.engine_fork_child();
+  rt.writer.abandon();
+  reset_comm_registry();
+  rt.engine_log = nullptr;
+  rt.engine_set_rank = nullptr;
+  rt.engine_stop = nullptr;
+  rt.engine_fork_prepare = nullptr;
+  rt.engine_fork_parent = nullptr;
+  rt.engine_fork_child = nullptr;
+  t_thread = ThreadState{};
+  rt.start_state.store(static_cast<int>(StartState::kNotStarted), std::memory_order_relaxed);
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&g_start_lock, &fresh, sizeof(fresh));
+}
+
+// Parses the configuration once, when the library is loaded: an invalid value stops the process with status 2
+// before the job runs, because a debugging run with the wrong settings wastes the job.
+__attribute__((constructor)) void load_configuration() {
+  Runtime& rt = g_runtime;
+  char error[512];
+  if (!parse_config(environ, &rt.config, error, sizeof(error))) {
+    write_stderr(error, strlen(error));
+    write_stderr("\n", 1);
+    _exit(2);
+  }
+  rt.enabled = rt.config.enable;
+  if (!rt.enabled) return;
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((destructor)) void stop_at_exit() {
+  Runtime& rt = g_runtime;
+  if (rt.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady)) return;
+  if (rt.owner_pid != static_cast<int32_t>(getpid())) return;
+  if (rt.engine_stop != nullptr) rt.engine_stop();
+  rt.writer.close(now_ns());
+}
+
+}  // namespace
+
+}  // namespace trainscope::shim

@@ -1,0 +1,74 @@
+// Process-wide state of the preloaded shim: configuration, lazy start, the flight recorder, per-thread guards.
+//
+// Everything here lives in leaked static storage (no destructors race the job's exit), and the hot-path
+// pieces (enabled flag, start state, thread-local guard) are single loads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "reports/flight_recorder_writer.h"
+#include "shim/config.h"
+#include "shim/engine_api.h"
+
+namespace trainscope::shim {
+
+enum class StartState : int { kNotStarted = 0, kStarting = 1, kReady = 2 };
+
+struct Runtime {
+  Config config;
+  bool enabled;                       // TRAINSCOPE_ENABLE, fixed at load
+  std::atomic<int> start_state;       // StartState
+  int32_t owner_pid;                  // the process that started (a forked child starts anew)
+  recorder::Writer writer;
+  std::atomic<int32_t> global_rank;   // launcher rank, else rank in the first communicator, else -1
+  int32_t launcher_rank;
+  int32_t launcher_world;
+  int32_t local_rank;
+  int32_t nccl_version;
+  std::atomic<uint64_t> group_counter;
+  std::atomic<uint64_t> initall_counter;
+  char host[64];
+  char run_id[kMaxRunId + 1];
+  char run_dir[kMaxPath];
+  char recorder_path[kMaxPath];
+  char log_path[kMaxPath];
+  // Engine entry points, null until it is loaded.
+  decltype(&trainscope_engine_log) engine_log;
+  decltype(&trainscope_engine_set_rank) engine_set_rank;
+  decltype(&trainscope_engine_stop) engine_stop;
+  decltype(&trainscope_engine_fork_prepare) engine_fork_prepare;
+  decltype(&trainscope_engine_fork_parent) engine_fork_parent;
+  decltype(&trainscope_engine_fork_child) engine_fork_child;
+};
+
+extern Runtime g_runtime;
+
+// Per-thread state. `depth` > 0 while this thread is inside one of our hooks (or our own code): nested NCCL
+// calls (NCCL calling its own exported functions, the engine calling NCCL) are passed through unrecorded.
+struct ThreadState {
+  int depth;
+  int group_depth;
+  uint64_t group;  // number of the outermost open group, 0 outside groups
+  uint32_t tid;
+};
+extern __thread ThreadState t_thread __attribute__((tls_model("initial-exec")));
+
+// Starts the runtime if needed (first NCCL call of the process). Never fails: what cannot be set up is warned
+// about once and left out.
+void start_slow_path();
+inline void ensure_started() {
+  if (__builtin_expect(g_runtime.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady), 0))
+    start_slow_path();
+}
+
+uint64_t now_ns();
+uint32_t current_tid();
+
+// The global rank is learnt from the first communicator when the launcher did not give one.
+void learn_global_rank(int32_t rank);
+
+// Logs through the engine when it is loaded, else as one line on stderr (main rank, at or above the level).
+void log_message(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace trainscope::shim
