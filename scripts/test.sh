@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the format check, the main build (warnings as errors) with all tests
+# and the benchmarks' figures, then the unit, integration and stand-in NCCL tests under ASan+UBSan and TSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs="$(nproc)"
+
+echo "== format check (clang-format)"
+mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.cc' -o -name '*.h')
+clang-format --dry-run --Werror "${sources[@]}"
+
+echo "== build (RelWithDebInfo, -Werror)"
+mkdir -p build-ci
+bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON
+echo "== tests"
+ctest --test-dir build-ci --output-on-failure -j "$jobs"
+
+echo "== benchmarks (figures only)"
+bench_dir="$(mktemp -d)"
+(cd "$bench_dir" && TRAINSCOPE_DIR="$bench_dir/runs" "$OLDPWD/build-ci/tests/bench/shim_bench" \
+  --benchmark_min_time=0.2 --benchmark_format=console) || echo "benchmarks failed (figures only; not a test)"
+rm -rf "$bench_dir"
+
+for sanitizer in address thread; do
+  echo "== $sanitizer sanitizer build"
+  mkdir -p "build-ci-$sanitizer"
+  bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
+    -DTRAINSCOPE_BUILD_BENCH=OFF
+  echo "== tests under the $sanitizer sanitizer"
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+    ctest --test-dir "build-ci-$sanitizer" --output-on-failure -j "$jobs" -L 'unit|integration|fake'
+done
+echo "== all tests passed"

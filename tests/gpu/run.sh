@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every GPU check on a machine with a GPU and writes the results to a folder:
+#   tests/gpu/run.sh [RESULTS_DIR]   (default: ./gpu-results, or $OUT when set)
+# Without a GPU it says so and exits 0: these checks skip, they do not fail.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+results="${1:-${OUT:-gpu-results}}"
+mkdir -p "$results"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu: no GPU on this machine: skipping the GPU checks" | tee "$results/summary.txt"
+  exit 0
+fi
+nvidia-smi >"$results/nvidia-smi.txt" 2>&1
+bash scripts/build.sh build-gpu >"$results/build.log" 2>&1 || { echo "build failed" | tee "$results/summary.txt"; exit 1; }
+
+# The real NCCL on a real GPU, with and without the shim: a one-rank communicator must initialise, and every
+# return code must be the same.
+export LD_LIBRARY_PATH="${NCCL_LIB_DIR:-/usr/local/cuda/lib}"
+build-gpu/tests/programs/nccl_probe_program >"$results/probe-plain.txt" 2>&1
+TRAINSCOPE_DIR="$PWD/$results/runs" TRAINSCOPE_RUN_ID=gpu LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" \
+  build-gpu/tests/programs/nccl_probe_program >"$results/probe-shim.txt" 2>"$results/probe-shim.err"
+status=0
+if ! diff -u "$results/probe-plain.txt" "$results/probe-shim.txt" >"$results/probe.diff"; then status=1; fi
+grep -q "ncclCommInitRank 0" "$results/probe-shim.txt" || status=1
+build-gpu/tools/trainscope report "$PWD/$results/runs/gpu" >"$results/report.txt" 2>&1 || status=1
+{ echo "probe (real NCCL, 1 rank, with and without the shim): $([ $status -eq 0 ] && echo OK || echo FAILED)"
+  cat "$results/probe-shim.txt"; } | tee "$results/summary.txt"
+exit $status

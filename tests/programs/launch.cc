@@ -1,0 +1,205 @@
+// ts-launch: a minimal torchrun-like launcher for the multi-process tests and the demo.
+//
+//   ts-launch -n N [--timeout SECONDS] -- PROGRAM [ARGS...]
+// Starts N ranks with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, relays
+// rank 0's ncclUniqueId to the others through pipes, and waits for all of them. Every wait is bounded: past the
+// deadline all ranks are killed and ts-launch exits 124. Otherwise its status is the first failing rank's
+// (128 + signal for a rank killed by a signal), or 0.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr size_t kUniqueIdBytes = 128;
+
+long long now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "ts-launch: %s\nusage: ts-launch -n RANKS [--timeout SECONDS] -- PROGRAM [ARGS...]\n"
+               "  RANKS: 1..64; SECONDS: 1..86400 (default 120)\n",
+               why);
+  return 2;
+}
+
+bool parse_int(const char* text, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<pid_t> g_children;
+std::vector<int> g_exit_codes;  // -1 while the rank runs
+
+void kill_all(int sig) {
+  for (size_t r = 0; r < g_children.size(); ++r)
+    if (g_children[r] > 0 && (r >= g_exit_codes.size() || g_exit_codes[r] < 0)) kill(g_children[r], sig);
+}
+
+void forward_signal(int sig) { kill_all(sig); }
+
+int status_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long ranks = 0;
+  long timeout_s = 120;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if ((arg == "-n" || arg == "--nproc") && i + 1 < argc) {
+      if (!parse_int(argv[++i], 1, 64, &ranks)) return usage("bad rank count");
+    } else if (arg == "--timeout" && i + 1 < argc) {
+      if (!parse_int(argv[++i], 1, 86400, &timeout_s)) return usage("bad timeout");
+    } else {
+      return usage(("unknown argument '" + arg + "'").c_str());
+    }
+  }
+  if (ranks == 0) return usage("-n RANKS is required");
+  if (i >= argc) return usage("no program given after --");
+
+  // Rank 0 -> launcher, and launcher -> every other rank.
+  int from_rank0[2];
+  if (pipe2(from_rank0, O_CLOEXEC) != 0) return usage("pipe failed");
+  std::vector<std::array<int, 2>> to_rank(static_cast<size_t>(ranks));
+  for (auto& p : to_rank)
+    if (pipe2(p.data(), O_CLOEXEC) != 0) return usage("pipe failed");
+
+  const std::string port = std::to_string(20000 + (getpid() % 20000));
+  signal(SIGINT, forward_signal);
+  signal(SIGTERM, forward_signal);
+  signal(SIGPIPE, SIG_IGN);
+  g_children.assign(static_cast<size_t>(ranks), -1);
+  for (long r = 0; r < ranks; ++r) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      for (const char* own : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "TS_UID_"})
+        if (entry.rfind(own, 0) == 0) goto skip;
+      env_strings.push_back(entry);
+    skip:;
+    }
+    env_strings.push_back("RANK=" + std::to_string(r));
+    env_strings.push_back("WORLD_SIZE=" + std::to_string(ranks));
+    env_strings.push_back("LOCAL_RANK=" + std::to_string(r));
+    env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(ranks));
+    if (std::getenv("MASTER_ADDR") == nullptr) env_strings.push_back("MASTER_ADDR=127.0.0.1");
+    if (std::getenv("MASTER_PORT") == nullptr) env_strings.push_back("MASTER_PORT=" + port);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    // The rank's end of its pipe is dup2()ed to a fixed descriptor, which clears close-on-exec.
+    const int fixed_fd = 100;
+    if (r == 0) {
+      posix_spawn_file_actions_adddup2(&actions, from_rank0[1], fixed_fd);
+      env_strings.push_back("TS_UID_WRITE_FD=" + std::to_string(fixed_fd));
+    } else {
+      posix_spawn_file_actions_adddup2(&actions, to_rank[static_cast<size_t>(r)][0], fixed_fd);
+      env_strings.push_back("TS_UID_READ_FD=" + std::to_string(fixed_fd));
+    }
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = posix_spawnp(&pid, argv[i], &actions, nullptr, argv + i, envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      std::fprintf(stderr, "ts-launch: cannot start '%s': %s\n", argv[i], std::strerror(rc));
+      kill_all(SIGKILL);
+      return 127;
+    }
+    g_children[static_cast<size_t>(r)] = pid;
+  }
+  close(from_rank0[1]);
+  for (auto& p : to_rank) close(p[0]);
+
+  const long long deadline = now_ms() + timeout_s * 1000;
+  g_exit_codes.assign(static_cast<size_t>(ranks), -1);
+  std::vector<int>& exit_codes = g_exit_codes;
+  int first_failure = 0;
+  // Reaps whatever has exited; returns how many ranks are still running.
+  auto reap = [&]() {
+    int running = 0;
+    for (size_t r = 0; r < g_children.size(); ++r) {
+      if (exit_codes[r] >= 0) continue;
+      int status = 0;
+      if (waitpid(g_children[r], &status, WNOHANG) == g_children[r]) {
+        exit_codes[r] = status_code(status);
+        if (exit_codes[r] != 0 && first_failure == 0) first_failure = exit_codes[r];
+      } else {
+        ++running;
+      }
+    }
+    return running;
+  };
+
+  // Relay the unique id. Stop early if rank 0 closes its pipe without one, or a rank fails before it came.
+  char id[kUniqueIdBytes];
+  size_t got = 0;
+  while (got < sizeof(id) && now_ms() < deadline) {
+    pollfd pfd{from_rank0[0], POLLIN, 0};
+    const int ready = poll(&pfd, 1, 100);
+    if (ready > 0) {
+      const ssize_t n = read(from_rank0[0], id + got, sizeof(id) - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    } else {
+      reap();
+      if (first_failure != 0) break;
+    }
+  }
+  if (got == sizeof(id)) {
+    for (long r = 1; r < ranks; ++r) {
+      const ssize_t n = write(to_rank[static_cast<size_t>(r)][1], id, sizeof(id));
+      (void)n;  // a rank that already exited does not need it
+    }
+  }
+  for (auto& p : to_rank) close(p[1]);
+  close(from_rank0[0]);
+
+  // Wait for every rank, polling at 10 Hz so the deadline is honoured without signal plumbing.
+  while (reap() > 0) {
+    if (now_ms() >= deadline) {
+      std::fprintf(stderr, "ts-launch: ranks still running after %ld s: killing them\n", timeout_s);
+      kill_all(SIGKILL);
+      for (size_t r = 0; r < g_children.size(); ++r)
+        if (exit_codes[r] < 0) waitpid(g_children[r], nullptr, 0);
+      return 124;
+    }
+    pollfd none{-1, 0, 0};
+    poll(&none, 0, 100);
+  }
+  const int result = first_failure;
+  return result;
+}
