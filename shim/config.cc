@@ -1,1 +1,491 @@
-// placeholder: being written
+// TRAINSCOPE_* configuration parser (see config.h): freestanding, shared by the preloaded shim and `trainscope env`.
+#include "shim/config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+namespace trainscope {
+
+namespace {
+
+constexpr char kPrefix[] = "TRAINSCOPE_";
+constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
+constexpr int32_t kMaxLogRank = (int32_t{1} << 24) - 1;
+
+// Constant-initialised at compile time, so reading it needs no guard and works before any constructor runs.
+constexpr ConfigVarInfo kVars[kConfigVarCount] = {
+    {"TRAINSCOPE_ENABLE", "1", "1|0|true|false|yes|no|on|off",
+     "0 makes the shim a pure pass-through that records and changes nothing."},
+    {"TRAINSCOPE_DIR", "./trainscope-runs", "a path (non-empty, shorter than 4096 bytes)",
+     "Directory below which one sub-directory per run is created."},
+    {"TRAINSCOPE_RUN_ID", "", "1-96 characters of [A-Za-z0-9._-], not . or ..",
+     "Name of the run's sub-directory; empty derives it from the launcher's job identity (TORCHELASTIC_RUN_ID, "
+     "SLURM_JOB_ID/SLURM_STEP_ID, MPI job id, MASTER_ADDR/MASTER_PORT)."},
+    {"TRAINSCOPE_RECORDER_RECORDS", "65536",
+     "an integer from 16 to 16777216, optionally suffixed K (x1024) or M (x1048576)",
+     "Capacity, in records, of each process's flight recorder ring."},
+    {"TRAINSCOPE_LOG_LEVEL", "info", "trace|debug|info|warn|warning|error|critical|off",
+     "Least severe level of the messages that are logged."},
+    {"TRAINSCOPE_LOG_RANKS", "main", "main|all|a list of ranks and inclusive ranges such as 0,3,5-7",
+     "Ranks that log to stderr (main is global rank 0); every rank always logs to its own file."},
+};
+
+// Must match launcher_identity() in identity.cc: the config library cannot depend on the shim's objects.
+constexpr const char* kLauncherRankVars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+
+char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Locale-independent: strcasecmp follows LC_CTYPE, and the job may have set a locale before we parse.
+bool equals_ignore_case(const char* a, const char* b) {
+  for (; *a != '\0' && *b != '\0'; ++a, ++b) {
+    if (ascii_lower(*a) != ascii_lower(*b)) return false;
+  }
+  return *a == *b;
+}
+
+const char* find_value(char* const* env, const char* name) {
+  if (env == nullptr) return nullptr;
+  const size_t len = strlen(name);
+  for (char* const* entry = env; *entry != nullptr; ++entry) {
+    if (strncmp(*entry, name, len) == 0 && (*entry)[len] == '=') return *entry + len + 1;
+  }
+  return nullptr;
+}
+
+// A launcher that exports its rank variable with garbage in it did not give us a rank (as in identity.cc).
+bool is_rank_value(const char* value) {
+  if (value == nullptr || *value == '\0') return false;
+  uint64_t v = 0;
+  for (; *value != '\0'; ++value) {
+    if (!is_digit(*value)) return false;
+    v = v * 10 + static_cast<uint64_t>(*value - '0');
+    if (v > INT32_MAX) return false;
+  }
+  return true;
+}
+
+bool parse_enable(const char* value, Config* out, const char** /*reason*/) {
+  static constexpr const char* kOn[] = {"1", "true", "yes", "on"};
+  static constexpr const char* kOff[] = {"0", "false", "no", "off"};
+  for (const char* word : kOn) {
+    if (equals_ignore_case(value, word)) {
+      out->enable = true;
+      return true;
+    }
+  }
+  for (const char* word : kOff) {
+    if (equals_ignore_case(value, word)) {
+      out->enable = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_dir(const char* value, Config* out, const char** reason) {
+  const size_t len = strlen(value);
+  if (len >= kMaxPath) {
+    *reason = "(too long)";
+    return false;
+  }
+  memcpy(out->dir, value, len + 1);
+  return true;
+}
+
+bool parse_run_id(const char* value, Config* out, const char** reason) {
+  const size_t len = strlen(value);
+  if (len > kMaxRunId) {
+    *reason = "(too long)";
+    return false;
+  }
+  if (strcmp(value, ".") == 0 || strcmp(value, "..") == 0) {
+    *reason = "(. and .. name no directory of their own)";
+    return false;
+  }
+  for (const char* c = value; *c != '\0'; ++c) {
+    const bool ok =
+        (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || is_digit(*c) || *c == '.' || *c == '_' || *c == '-';
+    if (!ok) {
+      *reason = "(character outside [A-Za-z0-9._-])";
+      return false;
+    }
+  }
+  memcpy(out->run_id, value, len + 1);
+  return true;
+}
+
+bool parse_recorder_records(const char* value, Config* out, const char** reason) {
+  // Saturates instead of wrapping so that a huge number reads as out of range, never as a small one.
+  constexpr uint64_t kSaturated = uint64_t{1} << 62;
+  const char* p = value;
+  if (!is_digit(*p)) return false;
+  uint64_t v = 0;
+  for (; is_digit(*p); ++p) {
+    v = v * 10 + static_cast<uint64_t>(*p - '0');
+    if (v > kSaturated) v = kSaturated;
+  }
+  uint64_t multiplier = 1;
+  if (*p == 'K' || *p == 'k') {
+    multiplier = uint64_t{1} << 10;
+    ++p;
+  } else if (*p == 'M' || *p == 'm') {
+    multiplier = uint64_t{1} << 20;
+    ++p;
+  }
+  if (*p != '\0') return false;
+  // Checked before multiplying so that the product cannot wrap into range.
+  if (v > kMaxRecorderRecords || v * multiplier < kMinRecorderRecords || v * multiplier > kMaxRecorderRecords) {
+    *reason = "(out of range)";
+    return false;
+  }
+  out->recorder_records = v * multiplier;
+  return true;
+}
+
+bool parse_log_level(const char* value, Config* out, const char** /*reason*/) {
+  struct Name {
+    const char* text;
+    LogLevel level;
+  };
+  static constexpr Name kNames[] = {
+      {"trace", LogLevel::kTrace},       {"debug", LogLevel::kDebug},  {"info", LogLevel::kInfo},
+      {"warn", LogLevel::kWarn},         {"warning", LogLevel::kWarn}, {"error", LogLevel::kError},
+      {"critical", LogLevel::kCritical}, {"off", LogLevel::kOff},
+  };
+  for (const Name& name : kNames) {
+    if (equals_ignore_case(value, name.text)) {
+      out->log_level = name.level;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Reads one rank at *p; false if there is no digit there.
+bool parse_rank(const char** p, int32_t* rank, bool* too_big) {
+  if (!is_digit(**p)) return false;
+  int64_t v = 0;
+  for (; is_digit(**p); ++*p) {
+    v = v * 10 + (**p - '0');
+    if (v > kMaxLogRank) {
+      *too_big = true;
+      v = int64_t{kMaxLogRank} + 1;
+    }
+  }
+  *rank = static_cast<int32_t>(v);
+  return true;
+}
+
+bool parse_log_ranks(const char* value, Config* out, const char** reason) {
+  if (equals_ignore_case(value, "main")) {
+    out->log_ranks_mode = LogRanksMode::kMain;
+    out->log_rank_range_count = 0;
+    return true;
+  }
+  if (equals_ignore_case(value, "all")) {
+    out->log_ranks_mode = LogRanksMode::kAll;
+    out->log_rank_range_count = 0;
+    return true;
+  }
+  RankRange ranges[kMaxLogRankRanges];
+  int count = 0;
+  const char* p = value;
+  for (;;) {
+    RankRange range{};
+    bool too_big = false;
+    if (!parse_rank(&p, &range.first, &too_big)) return false;
+    range.last = range.first;
+    if (*p == '-') {
+      ++p;
+      if (!parse_rank(&p, &range.last, &too_big)) return false;
+    }
+    if (too_big) {
+      *reason = "(rank above 16777215)";
+      return false;
+    }
+    if (range.first > range.last) {
+      *reason = "(range ends before it starts)";
+      return false;
+    }
+    if (count == kMaxLogRankRanges) {
+      *reason = "(more than 64 items)";
+      return false;
+    }
+    ranges[count++] = range;
+    if (*p == '\0') break;
+    if (*p != ',') return false;
+    ++p;
+  }
+  out->log_ranks_mode = LogRanksMode::kList;
+  out->log_rank_range_count = count;
+  memcpy(out->log_rank_ranges, ranges, sizeof(RankRange) * static_cast<size_t>(count));
+  return true;
+}
+
+using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
+constexpr ParseFn kParsers[kConfigVarCount] = {
+    parse_enable, parse_dir, parse_run_id, parse_recorder_records, parse_log_level, parse_log_ranks,
+};
+
+void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {
+  if (error == nullptr || error_len == 0) return;
+  char shown[kMaxShownValue * 4 + 4];
+  escape_value(value, strlen(value), shown, sizeof(shown));
+  snprintf(error, error_len, "trainscope: invalid %s='%s': accepted %s%s%s", var.name, shown, var.accepted,
+           reason != nullptr ? " " : "", reason != nullptr ? reason : "");
+}
+
+// Optimal string alignment distance (edits plus adjacent swaps, the usual typos), ignoring case, over at most
+// kMaxCompared characters each: longer names are too far from every known one to be worth a suggestion.
+constexpr size_t kMaxCompared = 64;
+
+size_t typo_distance(const char* a, size_t la, const char* b, size_t lb) {
+  size_t rows[3][kMaxCompared + 1];
+  size_t* before = rows[0];
+  size_t* prev = rows[1];
+  size_t* cur = rows[2];
+  for (size_t j = 0; j <= lb; ++j) prev[j] = j;
+  for (size_t i = 1; i <= la; ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= lb; ++j) {
+      const size_t cost = ascii_lower(a[i - 1]) == ascii_lower(b[j - 1]) ? 0 : 1;
+      size_t best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+      if (prev[j - 1] + cost < best) best = prev[j - 1] + cost;
+      if (i > 1 && j > 1 && ascii_lower(a[i - 1]) == ascii_lower(b[j - 2]) &&
+          ascii_lower(a[i - 2]) == ascii_lower(b[j - 1]) && before[j - 2] + 1 < best) {
+        best = before[j - 2] + 1;
+      }
+      cur[j] = best;
+    }
+    size_t* recycled = before;
+    before = prev;
+    prev = cur;
+    cur = recycled;
+  }
+  return prev[lb];
+}
+
+const char* closest_known_name(const char* name, size_t name_len) {
+  // Compares what follows the prefix, so the shared "TRAINSCOPE_" does not make every short name look close.
+  const char* suffix = name + kPrefixLen;
+  const size_t suffix_len = name_len - kPrefixLen;
+  if (suffix_len == 0 || suffix_len > kMaxCompared) return nullptr;
+  const char* best = nullptr;
+  size_t best_distance = 0;
+  for (const ConfigVarInfo& var : kVars) {
+    const char* known = var.name + kPrefixLen;
+    const size_t known_len = strlen(known);
+    const size_t d = typo_distance(suffix, suffix_len, known, known_len);
+    const size_t longer = suffix_len > known_len ? suffix_len : known_len;
+    // At most 3 edits, and no more than half the name: "X" is 3 edits from "DIR" but is no typo of it.
+    if (d > 3 || 2 * d > longer) continue;
+    if (best == nullptr || d < best_distance) {
+      best = var.name;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+// Printable ASCII stays as is; quote and backslash get a backslash; everything else becomes \xNN.
+size_t escaped_width(unsigned char c) {
+  if (c == '\'' || c == '\\') return 2;
+  return (c >= 0x20 && c < 0x7f) ? 1 : 4;
+}
+
+bool append(char* out, size_t out_len, size_t* used, const char* text) {
+  const int n = snprintf(out + *used, out_len - *used, "%s", text);
+  if (n < 0 || static_cast<size_t>(n) >= out_len - *used) {
+    *used = out_len - 1;
+    return false;
+  }
+  *used += static_cast<size_t>(n);
+  return true;
+}
+
+}  // namespace
+
+const ConfigVarInfo* config_vars() { return kVars; }
+
+void config_defaults(Config* out) {
+  memset(out, 0, sizeof(*out));
+  out->enable = true;
+  memcpy(out->dir, kVars[kVarDir].default_text, strlen(kVars[kVarDir].default_text) + 1);
+  out->run_id[0] = '\0';
+  out->recorder_records = 65536;
+  out->log_level = LogLevel::kInfo;
+  out->log_ranks_mode = LogRanksMode::kMain;
+  out->log_rank_range_count = 0;
+  for (ValueSource& source : out->source) source = ValueSource::kDefault;
+  out->launcher_has_rank = false;
+}
+
+bool parse_config(char* const* env, Config* out, char* error, size_t error_len) {
+  config_defaults(out);
+  if (error != nullptr && error_len > 0) error[0] = '\0';
+  for (const char* name : kLauncherRankVars) {
+    if (is_rank_value(find_value(env, name))) out->launcher_has_rank = true;
+  }
+  for (int i = 0; i < kConfigVarCount; ++i) {
+    const char* value = find_value(env, kVars[i].name);
+    if (value == nullptr) continue;
+    const char* reason = nullptr;
+    // An empty value is a mistake (a shell variable that expanded to nothing), never a quiet default.
+    if (*value == '\0') {
+      write_error(error, error_len, kVars[i], value, "(empty)");
+      return false;
+    }
+    if (!kParsers[i](value, out, &reason)) {
+      write_error(error, error_len, kVars[i], value, reason);
+      return false;
+    }
+    out->source[i] = ValueSource::kEnvironment;
+  }
+  return true;
+}
+
+void for_each_unknown_variable(char* const* env, UnknownVariableFn fn, void* ctx) {
+  if (env == nullptr || fn == nullptr) return;
+  for (char* const* entry = env; *entry != nullptr; ++entry) {
+    const char* name = *entry;
+    // The prefix is matched ignoring case so that trainscope_dir=... earns a warning rather than silence.
+    bool prefixed = true;
+    for (size_t i = 0; i < kPrefixLen; ++i) {
+      if (name[i] == '\0' || ascii_lower(name[i]) != ascii_lower(kPrefix[i])) {
+        prefixed = false;
+        break;
+      }
+    }
+    if (!prefixed) continue;
+    const char* equals = strchr(name, '=');
+    const size_t name_len = equals != nullptr ? static_cast<size_t>(equals - name) : strlen(name);
+    bool known = false;
+    for (const ConfigVarInfo& var : kVars) {
+      if (strlen(var.name) == name_len && strncmp(var.name, name, name_len) == 0) {
+        known = true;
+        break;
+      }
+    }
+    if (!known) fn(name, name_len, closest_known_name(name, name_len), ctx);
+  }
+}
+
+bool config_logs_to_stderr(const Config& config, int32_t rank) {
+  if (rank < 0) {
+    // One of many processes that has not learned its rank yet: only "all" can say it logs.
+    if (config.launcher_has_rank) return config.log_ranks_mode == LogRanksMode::kAll;
+    rank = 0;  // a lone process is the main one
+  }
+  switch (config.log_ranks_mode) {
+    case LogRanksMode::kMain:
+      return rank == 0;
+    case LogRanksMode::kAll:
+      return true;
+    case LogRanksMode::kList:
+      for (int i = 0; i < config.log_rank_range_count && i < kMaxLogRankRanges; ++i) {
+        if (rank >= config.log_rank_ranges[i].first && rank <= config.log_rank_ranges[i].last) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+const char* log_level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kCritical:
+      return "critical";
+    case LogLevel::kOff:
+      return "off";
+  }
+  return "unknown";
+}
+
+bool config_value_text(const Config& config, ConfigVar var, char* out, size_t out_len) {
+  if (out == nullptr || out_len == 0) return false;
+  out[0] = '\0';
+  size_t used = 0;
+  switch (var) {
+    case kVarEnable:
+      return append(out, out_len, &used, config.enable ? "1" : "0");
+    case kVarDir:
+      return append(out, out_len, &used, config.dir);
+    case kVarRunId:
+      return append(out, out_len, &used, config.run_id);
+    case kVarRecorderRecords: {
+      char number[24];
+      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(config.recorder_records));
+      return append(out, out_len, &used, number);
+    }
+    case kVarLogLevel:
+      return append(out, out_len, &used, log_level_name(config.log_level));
+    case kVarLogRanks:
+      if (config.log_ranks_mode == LogRanksMode::kMain) return append(out, out_len, &used, "main");
+      if (config.log_ranks_mode == LogRanksMode::kAll) return append(out, out_len, &used, "all");
+      for (int i = 0; i < config.log_rank_range_count && i < kMaxLogRankRanges; ++i) {
+        const RankRange& range = config.log_rank_ranges[i];
+        char item[32];
+        if (range.first == range.last) {
+          snprintf(item, sizeof(item), "%s%d", i > 0 ? "," : "", static_cast<int>(range.first));
+        } else {
+          snprintf(item, sizeof(item), "%s%d-%d", i > 0 ? "," : "", static_cast<int>(range.first),
+                   static_cast<int>(range.last));
+        }
+        if (!append(out, out_len, &used, item)) return false;
+      }
+      return true;
+    case kConfigVarCount:
+      break;
+  }
+  return false;
+}
+
+void escape_value(const char* value, size_t len, char* out, size_t out_len) {
+  if (out == nullptr || out_len == 0) return;
+  out[0] = '\0';
+  if (value == nullptr) return;
+  static constexpr char kHex[] = "0123456789abcdef";
+  const size_t shown = len > kMaxShownValue ? kMaxShownValue : len;
+  size_t escaped_len = 0;
+  for (size_t i = 0; i < shown; ++i) escaped_len += escaped_width(static_cast<unsigned char>(value[i]));
+  // Whatever is cut, by the byte limit or by a small buffer, ends in "..." so a reader knows it is not all.
+  const bool cut = len > shown || escaped_len > out_len - 1;
+  const size_t limit = cut ? (out_len - 1 >= 3 ? out_len - 1 - 3 : 0) : out_len - 1;
+  size_t used = 0;
+  for (size_t i = 0; i < shown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    const size_t n = escaped_width(c);
+    if (used + n > limit) break;
+    if (n == 1) {
+      out[used] = static_cast<char>(c);
+    } else if (n == 2) {
+      out[used] = '\\';
+      out[used + 1] = static_cast<char>(c);
+    } else {
+      out[used] = '\\';
+      out[used + 1] = 'x';
+      out[used + 2] = kHex[c >> 4];
+      out[used + 3] = kHex[c & 0xf];
+    }
+    used += n;
+  }
+  if (cut && used + 3 <= out_len - 1) {
+    memcpy(out + used, "...", 3);
+    used += 3;
+  }
+  out[used] = '\0';
+}
+
+}  // namespace trainscope

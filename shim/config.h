@@ -37,14 +37,17 @@ struct RankRange {
 
 struct Config {
   bool enable;
-  char dir[kMaxPath];         // run directories are created below it
-  char run_id[kMaxRunId + 1]; // empty: derived from the launcher's job identity
-  uint64_t recorder_records;  // capacity of each process's flight recorder ring
+  char dir[kMaxPath];          // run directories are created below it
+  char run_id[kMaxRunId + 1];  // empty: derived from the launcher's job identity
+  uint64_t recorder_records;   // capacity of each process's flight recorder ring
   LogLevel log_level;
   LogRanksMode log_ranks_mode;
   int log_rank_range_count;
   RankRange log_rank_ranges[kMaxLogRankRanges];
   ValueSource source[kConfigVarCount];
+  // A launcher rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) holds a rank, so the
+  // process is one of many and an unknown rank must not be taken for the main one (see config_logs_to_stderr).
+  bool launcher_has_rank;
 };
 
 struct ConfigVarInfo {
@@ -77,5 +80,15 @@ bool config_logs_to_stderr(const Config& config, int32_t rank);
 
 // Name of a level as accepted by TRAINSCOPE_LOG_LEVEL.
 const char* log_level_name(LogLevel level);
+
+// Writes the effective value of `var` in its canonical accepted form ("1", "warn", "0,3,5-7"), NUL-terminated, so
+// that `trainscope env` and the shim's own logs show the same text. Returns false if it was truncated to fit.
+bool config_value_text(const Config& config, ConfigVar var, char* out, size_t out_len);
+
+// Copies `len` bytes of an untrusted value into `out` (NUL-terminated) so that printing it cannot mangle a
+// terminal: control and non-ASCII bytes become \xNN, ' and \ are escaped, and more than kMaxShownValue bytes end
+// in "...". Never splits an escape; an `out` of kMaxShownValue * 4 + 4 bytes always holds the whole result.
+inline constexpr size_t kMaxShownValue = 64;
+void escape_value(const char* value, size_t len, char* out, size_t out_len);
 
 }  // namespace trainscope

@@ -1,5 +1,136 @@
-// placeholder: being written
+// `trainscope env`: the effective TRAINSCOPE_* configuration of this environment, parsed by the shim's own code.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shim/config.h"
 #include "tools/commands.h"
+
 namespace trainscope::tools {
-int cmd_env(int, char**) { return 1; }
+
+namespace {
+
+constexpr const char* kEnvUsage =
+    "usage: trainscope env [--json]\n"
+    "\n"
+    "Prints the effective value of every TRAINSCOPE_* variable and where it came from (default or environment),\n"
+    "and warns about unknown TRAINSCOPE_* names. Exits 2 if a value is invalid, as the preloaded library would.\n"
+    "\n"
+    "  --json   print one JSON object instead of text\n";
+
+struct UnknownVariable {
+  std::string name;
+  std::string suggestion;  // empty: no known name is close
+};
+
+void collect_unknown(const char* name, size_t name_len, const char* suggestion, void* ctx) {
+  auto* unknown = static_cast<std::vector<UnknownVariable>*>(ctx);
+  unknown->push_back({std::string(name, name_len), suggestion != nullptr ? suggestion : ""});
+}
+
+std::string escaped(const std::string& value) {
+  char out[kMaxShownValue * 4 + 4];
+  escape_value(value.data(), value.size(), out, sizeof(out));
+  return out;
+}
+
+// Like escape_value but whole: the text output must show the full effective path, not its first bytes.
+std::string escaped_whole(const std::string& value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char ch : value) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+std::string value_text(const Config& config, ConfigVar var) {
+  std::vector<char> text(kMaxPath + 16);
+  config_value_text(config, var, text.data(), text.size());
+  return text.data();
+}
+
+const char* source_name(ValueSource source) { return source == ValueSource::kEnvironment ? "environment" : "default"; }
+
+}  // namespace
+
+int cmd_env(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kEnvUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "trainscope env: unknown argument '%s'\n%s", escaped(argv[i]).c_str(), kEnvUsage);
+      return 2;
+    }
+  }
+
+  // Warned about before the values are checked: a misspelt name is often why a value seems to be ignored.
+  std::vector<UnknownVariable> unknown;
+  for_each_unknown_variable(environ, collect_unknown, &unknown);
+  for (const UnknownVariable& u : unknown) {
+    if (u.suggestion.empty()) {
+      std::fprintf(stderr, "trainscope: unknown variable %s\n", escaped(u.name).c_str());
+    } else {
+      std::fprintf(stderr, "trainscope: unknown variable %s; did you mean %s?\n", escaped(u.name).c_str(),
+                   u.suggestion.c_str());
+    }
+  }
+
+  // Config holds kMaxPath bytes and more: too big to be worth putting on the stack.
+  auto config = std::make_unique<Config>();
+  char error[1024];
+  if (!parse_config(environ, config.get(), error, sizeof(error))) {
+    std::fprintf(stderr, "%s\n", error);
+    return 2;
+  }
+
+  const ConfigVarInfo* vars = config_vars();
+  if (json) {
+    nlohmann::ordered_json out;
+    out["variables"] = nlohmann::ordered_json::object();
+    for (int i = 0; i < kConfigVarCount; ++i) {
+      const auto var = static_cast<ConfigVar>(i);
+      out["variables"][vars[i].name] = {
+          {"value", value_text(*config, var)},  {"source", source_name(config->source[i])},
+          {"default", vars[i].default_text},    {"accepted", vars[i].accepted},
+          {"description", vars[i].description},
+      };
+    }
+    out["unknown"] = nlohmann::ordered_json::array();
+    for (const UnknownVariable& u : unknown) {
+      nlohmann::ordered_json item = {{"name", u.name}, {"suggestion", nullptr}};
+      if (!u.suggestion.empty()) item["suggestion"] = u.suggestion;
+      out["unknown"].push_back(std::move(item));
+    }
+    // A path is bytes, not necessarily UTF-8: replace what JSON cannot carry instead of throwing.
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    return 0;
+  }
+
+  for (int i = 0; i < kConfigVarCount; ++i) {
+    std::printf("%s=%s  (%s)\n", vars[i].name, escaped_whole(value_text(*config, static_cast<ConfigVar>(i))).c_str(),
+                source_name(config->source[i]));
+  }
+  return 0;
+}
+
 }  // namespace trainscope::tools
