@@ -1,0 +1,271 @@
+// Host implementation of the tensor statistics: the per-element rules of stats_elements.h over a host buffer.
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "kernels/stats.h"
+
+namespace trainscope::stats {
+namespace {
+
+struct Spelling {
+  const char* name;
+  DType type;
+};
+
+// Lower-case; "torch." is stripped before lookup.
+constexpr Spelling kSpellings[] = {
+    {"fp64", DType::kFloat64},
+    {"float64", DType::kFloat64},
+    {"double", DType::kFloat64},
+    {"f64", DType::kFloat64},
+    {"nccldouble", DType::kFloat64},
+    {"ncclfloat64", DType::kFloat64},
+    {"fp32", DType::kFloat32},
+    {"float32", DType::kFloat32},
+    {"float", DType::kFloat32},
+    {"f32", DType::kFloat32},
+    {"ncclfloat", DType::kFloat32},
+    {"ncclfloat32", DType::kFloat32},
+    {"fp16", DType::kFloat16},
+    {"float16", DType::kFloat16},
+    {"half", DType::kFloat16},
+    {"f16", DType::kFloat16},
+    {"ncclhalf", DType::kFloat16},
+    {"ncclfloat16", DType::kFloat16},
+    {"bf16", DType::kBfloat16},
+    {"bfloat16", DType::kBfloat16},
+    {"ncclbfloat16", DType::kBfloat16},
+    {"e4m3", DType::kFloat8E4M3},
+    {"e4m3fn", DType::kFloat8E4M3},
+    {"fp8_e4m3", DType::kFloat8E4M3},
+    {"float8_e4m3fn", DType::kFloat8E4M3},
+    {"float8_e4m3", DType::kFloat8E4M3},
+    {"ncclfloat8e4m3", DType::kFloat8E4M3},
+    {"e5m2", DType::kFloat8E5M2},
+    {"fp8_e5m2", DType::kFloat8E5M2},
+    {"float8_e5m2", DType::kFloat8E5M2},
+    {"ncclfloat8e5m2", DType::kFloat8E5M2},
+    {"int8", DType::kInt8},
+    {"char", DType::kInt8},
+    {"ncclint8", DType::kInt8},
+    {"ncclchar", DType::kInt8},
+    {"uint8", DType::kUint8},
+    {"byte", DType::kUint8},
+    {"nccluint8", DType::kUint8},
+    {"int32", DType::kInt32},
+    {"int", DType::kInt32},
+    {"ncclint32", DType::kInt32},
+    {"ncclint", DType::kInt32},
+    {"uint32", DType::kUint32},
+    {"nccluint32", DType::kUint32},
+    {"int64", DType::kInt64},
+    {"long", DType::kInt64},
+    {"ncclint64", DType::kInt64},
+    {"uint64", DType::kUint64},
+    {"nccluint64", DType::kUint64},
+};
+
+template <typename Bits>
+Bits load_bits(const unsigned char* p) {
+  Bits bits;
+  std::memcpy(&bits, p, sizeof bits);  // any alignment
+  return bits;
+}
+
+// The loop for one type. Finite elements take the short path (one compare); the rest go through add_element,
+// which is the definition; both produce exactly what add_element alone would.
+template <DType kType, typename Bits>
+void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first) {
+  constexpr DTypeRules kRules = dtype_rules(kType);
+  static_assert(sizeof(Bits) == kRules.size);
+  std::uint64_t min_key = partial.min_finite_key;
+  std::uint64_t max_key = partial.max_finite_key;
+  std::uint64_t checksum = 0;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t bits = load_bits<Bits>(data + i * sizeof(Bits));
+    const std::uint64_t index = first + i;
+    if (!kRules.is_float || (bits & ~kRules.sign_mask) < kRules.non_finite_key) {
+      const std::uint64_t key = magnitude_key(kRules, bits);
+      min_key = key < min_key ? key : min_key;
+      max_key = key > max_key ? key : max_key;
+      checksum += element_hash(index_salt(index), bits, kRules.size == 8);
+    } else {
+      add_element(partial, kRules, index, bits);
+    }
+  }
+  partial.min_finite_key = min_key < partial.min_finite_key ? min_key : partial.min_finite_key;
+  partial.max_finite_key = max_key > partial.max_finite_key ? max_key : partial.max_finite_key;
+  partial.checksum += checksum;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+const char* dtype_name(DType type) {
+  switch (type) {
+    case DType::kFloat64:
+      return "fp64";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBfloat16:
+      return "bf16";
+    case DType::kFloat8E4M3:
+      return "e4m3";
+    case DType::kFloat8E5M2:
+      return "e5m2";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUint32:
+      return "uint32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUint64:
+      return "uint64";
+  }
+  return "unknown";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  std::string lower;
+  for (char c : name) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (lower.starts_with("torch.")) lower.erase(0, 6);
+  for (const Spelling& spelling : kSpellings) {
+    if (lower == spelling.name) return spelling.type;
+  }
+  return std::nullopt;
+}
+
+const char* dtype_spellings() {
+  return "fp64 fp32 fp16 bf16 e4m3 e5m2 int8 uint8 int32 uint32 int64 uint64 (also float64 double float32 float "
+         "float16 half bfloat16 float8_e4m3fn float8_e5m2 int long, a torch. prefix, and the NCCL names such as "
+         "ncclFloat16)";
+}
+
+std::optional<DType> dtype_from_nccl(int nccl_datatype) {
+  switch (nccl_datatype) {
+    case 0:
+      return DType::kInt8;
+    case 1:
+      return DType::kUint8;
+    case 2:
+      return DType::kInt32;
+    case 3:
+      return DType::kUint32;
+    case 4:
+      return DType::kInt64;
+    case 5:
+      return DType::kUint64;
+    case 6:
+      return DType::kFloat16;
+    case 7:
+      return DType::kFloat32;
+    case 8:
+      return DType::kFloat64;
+    case 9:
+      return DType::kBfloat16;
+    case 10:
+      return DType::kFloat8E4M3;
+    case 11:
+      return DType::kFloat8E5M2;
+    default:
+      return std::nullopt;
+  }
+}
+
+void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_t count, DType type,
+                           std::uint64_t first_index) {
+  if (count == 0) return;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  switch (type) {
+    case DType::kFloat64:
+      return accumulate_typed<DType::kFloat64, std::uint64_t>(partial, bytes, count, first_index);
+    case DType::kFloat32:
+      return accumulate_typed<DType::kFloat32, std::uint32_t>(partial, bytes, count, first_index);
+    case DType::kFloat16:
+      return accumulate_typed<DType::kFloat16, std::uint16_t>(partial, bytes, count, first_index);
+    case DType::kBfloat16:
+      return accumulate_typed<DType::kBfloat16, std::uint16_t>(partial, bytes, count, first_index);
+    case DType::kFloat8E4M3:
+      return accumulate_typed<DType::kFloat8E4M3, std::uint8_t>(partial, bytes, count, first_index);
+    case DType::kFloat8E5M2:
+      return accumulate_typed<DType::kFloat8E5M2, std::uint8_t>(partial, bytes, count, first_index);
+    case DType::kInt8:
+      return accumulate_typed<DType::kInt8, std::uint8_t>(partial, bytes, count, first_index);
+    case DType::kUint8:
+      return accumulate_typed<DType::kUint8, std::uint8_t>(partial, bytes, count, first_index);
+    case DType::kInt32:
+      return accumulate_typed<DType::kInt32, std::uint32_t>(partial, bytes, count, first_index);
+    case DType::kUint32:
+      return accumulate_typed<DType::kUint32, std::uint32_t>(partial, bytes, count, first_index);
+    case DType::kInt64:
+      return accumulate_typed<DType::kInt64, std::uint64_t>(partial, bytes, count, first_index);
+    case DType::kUint64:
+      return accumulate_typed<DType::kUint64, std::uint64_t>(partial, bytes, count, first_index);
+  }
+}
+
+TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type) {
+  StatsPartial partial = empty_partial();
+  accumulate_stats_host(partial, data, count, type, 0);
+  return finalize_stats(type, count, partial);
+}
+
+TensorStats finalize_stats(DType type, std::uint64_t count, const StatsPartial& partial) {
+  TensorStats stats;
+  stats.dtype = type;
+  stats.count = count;
+  stats.nan_count = partial.nan_count;
+  stats.pos_inf_count = partial.pos_inf_count;
+  stats.neg_inf_count = partial.neg_inf_count;
+  stats.first_nonfinite = partial.first_nonfinite == kNoIndex ? -1 : static_cast<std::int64_t>(partial.first_nonfinite);
+  stats.checksum = partial.checksum;
+
+  // Not partial.min_finite_key != kNoKey: that is also the key of the uint64 value 2^64-1.
+  const bool has_finite = stats.finite_count() != 0;
+  stats.finite_abs_min = has_finite ? key_to_double(type, partial.min_finite_key) : kInf;
+  stats.finite_abs_max = has_finite ? key_to_double(type, partial.max_finite_key) : -kInf;
+
+  if (stats.nan_count != 0) {
+    stats.abs_min = std::numeric_limits<double>::quiet_NaN();
+    stats.abs_max = std::numeric_limits<double>::quiet_NaN();
+  } else if (count == 0) {
+    stats.abs_min = kInf;
+    stats.abs_max = -kInf;
+  } else {
+    const bool has_inf = stats.pos_inf_count + stats.neg_inf_count != 0;
+    stats.abs_min = has_finite ? stats.finite_abs_min : kInf;
+    stats.abs_max = has_inf ? kInf : stats.finite_abs_max;
+  }
+  return stats;
+}
+
+std::string format_abs_value(double value) {
+  // glibc prints "inf"/"nan" right-aligned in the width for %e, which is exactly the report's "     inf"; spell
+  // it out anyway so the format does not depend on the C library.
+  char buffer[64];
+  if (std::isnan(value)) return std::signbit(value) ? "    -nan" : "     nan";
+  if (std::isinf(value)) return value > 0 ? "     inf" : "    -inf";
+  std::snprintf(buffer, sizeof buffer, "%8.2e", value);
+  return buffer;
+}
+
+std::string format_stats_row(const TensorStats& stats, std::string_view label) {
+  std::string row = format_abs_value(stats.abs_min);
+  row += ' ';
+  row += format_abs_value(stats.abs_max);
+  row += ' ';
+  row += label;
+  return row;
+}
+
+}  // namespace trainscope::stats
