@@ -195,8 +195,10 @@ TSFAKE_API(ncclResult_t, ncclGetVersion, int* version) {
   return ncclSuccess;
 }
 
-TSFAKE_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
-  if (uniqueId == nullptr) return report(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+namespace tsfake {
+namespace {
+// Internal callers use this rather than ncclGetUniqueId so that a preloaded shim does not see a call the user never made.
+ncclResult_t make_unique_id(ncclUniqueId* uniqueId) {
   std::memset(uniqueId, 0, sizeof(*uniqueId));
   std::uint64_t random_bits[2] = {0, 0};
   if (getrandom(random_bits, sizeof(random_bits), 0) != static_cast<ssize_t>(sizeof(random_bits))) {
@@ -207,6 +209,13 @@ TSFAKE_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
                 "/tsfake-%d-%016llx%016llx", static_cast<int>(getpid()),
                 static_cast<unsigned long long>(random_bits[0]), static_cast<unsigned long long>(random_bits[1]));
   return ncclSuccess;
+}
+}  // namespace
+}  // namespace tsfake
+
+TSFAKE_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return report(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  return make_unique_id(uniqueId);
 }
 
 TSFAKE_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
@@ -232,7 +241,7 @@ TSFAKE_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int
   if (comms == nullptr) return report(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
   if (ndev < 1 || ndev > kMaxRanks) return report(ncclInvalidArgument, "ncclCommInitAll: ndev %d", ndev);
   ncclUniqueId id;
-  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
+  if (ncclResult_t r = make_unique_id(&id); r != ncclSuccess) return r;
   std::vector<std::unique_ptr<Operation>> waits;
   for (int i = 0; i < ndev; ++i) {
     std::string error;
