@@ -15,6 +15,7 @@ find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
+find_package(cppzmq REQUIRED)  # the out-of-band exchange (libzmq underneath)
 
 if(TRAINSCOPE_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -1,0 +1,765 @@
+// The coordinator's comparison, progress tracking and verdict logic (see coordinator_core.h).
+#include "collectors/coordinator_core.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+#include <set>
+
+namespace trainscope::exchange {
+
+using recorder::Op;
+using reports::LaggardState;
+
+namespace {
+
+constexpr size_t kRecentCalls = 8;        // per member: enough to show the earlier ranks' own call in a mismatch report
+constexpr int32_t kNumBuiltinRedOps = 5;  // ncclNumOps: ids from ncclRedOpCreatePreMulSum start here
+
+// ncclBcast is ncclBroadcast in place: a rank may use either and still meet the others.
+Op canonical(Op op) { return op == Op::kBcast ? Op::kBroadcast : op; }
+
+bool reduces(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
+bool rooted(Op op) {
+  return op == Op::kReduce || op == Op::kBroadcast || op == Op::kBcast || op == Op::kGather || op == Op::kScatter;
+}
+
+// What two members' fingerprints of the same collective call disagree on. The count is compared as passed, which is
+// each operation's own rule: all-reduce/broadcast/reduce the buffer count, all-gather and gather the send count,
+// reduce-scatter and scatter the receive count, all-to-all the per-peer count — NCCL needs each equal everywhere.
+// A reduction op created with ncclRedOpCreatePreMulSum has a per-communicator handle whose value may differ by
+// rank; only that both are such ops is compared.
+std::vector<std::string> collective_differences(const Fingerprint& a, const Fingerprint& b) {
+  std::vector<std::string> differences;
+  const Op op_a = canonical(static_cast<Op>(a.op));
+  const Op op_b = canonical(static_cast<Op>(b.op));
+  if (op_a != op_b) {
+    differences.push_back("operation");
+    return differences;  // the rest means nothing across different operations
+  }
+  if (a.count != b.count) differences.push_back("count");
+  if (a.dtype != b.dtype) differences.push_back("data type");
+  if (reduces(op_a)) {
+    const bool dynamic_a = a.redop >= kNumBuiltinRedOps;
+    const bool dynamic_b = b.redop >= kNumBuiltinRedOps;
+    if (dynamic_a != dynamic_b || (!dynamic_a && a.redop != b.redop)) differences.push_back("reduction op");
+  }
+  if (rooted(op_a) && a.peer != b.peer) differences.push_back("root");
+  return differences;
+}
+
+LaggardState state_of_end(Op op) {
+  switch (op) {
+    case Op::kCommFinalize:
+      return LaggardState::kFinalized;
+    case Op::kCommDestroy:
+      return LaggardState::kDestroyed;
+    case Op::kCommAbort:
+      return LaggardState::kAborted;
+    case Op::kCommRevoke:
+      return LaggardState::kRevoked;
+    default:
+      return LaggardState::kDestroyed;
+  }
+}
+
+// Groups ranks by a string property: value -> ranks, in rank order.
+std::string describe_groups(const std::map<std::string, std::vector<int32_t>>& groups) {
+  std::string text;
+  for (const auto& [value, ranks] : groups) {
+    if (!text.empty()) text += "; ";
+    text += "'" + value + "' on rank" + (ranks.size() > 1 ? "s " : " ") + rank_ranges(ranks);
+  }
+  return text;
+}
+
+std::string gib(uint64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buffer;
+}
+
+}  // namespace
+
+struct CoordinatorCore::Member {
+  int32_t global_rank = -1;
+  uint64_t last_seq = 0;  // last collective call number this member reached
+  uint16_t last_op = 0;
+  uint64_t last_start_ns = 0;
+  LaggardState ended = LaggardState::kAlive;  // set when the member ended the communicator or its process went
+  std::array<Fingerprint, kRecentCalls> recent{};
+  size_t recent_next = 0;
+};
+
+struct CoordinatorCore::Entry {
+  Fingerprint reference{};
+  bool has_reference = false;
+  bool mismatch_done = false;  // reported (or suppressed): later arrivals are not compared again
+  uint32_t arrived = 0;
+  uint64_t first_arrival_ns = 0;
+  std::unique_ptr<reports::MismatchReport> mismatch;  // only for mismatched calls: every member's line
+};
+
+struct CoordinatorCore::Comm {
+  uint64_t id = 0;
+  int32_t nranks = 0;
+  std::vector<Member> members;
+  std::deque<Entry> outstanding;  // calls base_seq, base_seq + 1, ...
+  uint64_t base_seq = 1;
+  // The smallest last call of a member that can never call again (ended the communicator, exited, vanished):
+  // any call above it that others reached is a certain desync.
+  uint64_t final_floor = UINT64_MAX;
+  bool certain_reported = false;
+  uint32_t mismatch_reports = 0;
+  bool diverged = false;    // the operation sequence itself split: later calls compare nothing useful
+  uint64_t warned_seq = 0;  // the stuck call the timeout warnings are about
+  uint32_t warnings = 0;
+  uint64_t next_warning_ns = 0;
+  struct PairQueue {
+    std::deque<Fingerprint> pending;  // all sends or all receives: whichever side is ahead
+    bool holds_sends = false;
+  };
+  std::unordered_map<uint64_t, PairQueue> pairs;  // (sender << 32 | receiver) by communicator rank
+};
+
+struct CoordinatorCore::RankInfo {
+  bool has_hello = false;
+  Hello hello;  // token cleared
+  bool said_goodbye = false;
+  bool vanished = false;
+  uint64_t dropped_total = 0;
+  bool has_last_call = false;
+  Fingerprint last_call{};
+  std::vector<HeartbeatCall> inside;
+  uint64_t last_heard_ns = 0;
+  std::unordered_map<uint32_t, std::vector<std::string>> stacks;
+  std::vector<uint64_t> comms;  // communicators this rank is a member of
+};
+
+CoordinatorCore::CoordinatorCore(CoordinatorOptions options) : options_(options) {
+  if (options_.max_outstanding_calls == 0) options_.max_outstanding_calls = 1;
+}
+CoordinatorCore::~CoordinatorCore() = default;
+
+CoordinatorCore::RankInfo& CoordinatorCore::rank_info(int32_t rank) {
+  auto& slot = ranks_[rank];
+  if (!slot) slot = std::make_unique<RankInfo>();
+  return *slot;
+}
+
+void CoordinatorCore::on_hello(const Hello& hello, uint64_t now_ns) {
+  RankInfo& info = rank_info(hello.global_rank);
+  info.has_hello = true;
+  info.hello = hello;
+  info.hello.token.clear();
+  info.vanished = false;  // a rank that comes back is followed again
+  info.said_goodbye = false;
+  info.last_heard_ns = now_ns;
+}
+
+CoordinatorCore::Comm* CoordinatorCore::comm_for(const Fingerprint& f, int32_t global_rank) {
+  if (f.comm_id == 0 || f.nranks < 1 || f.nranks > options_.max_comm_ranks || f.comm_rank < 0 ||
+      f.comm_rank >= f.nranks) {
+    ++stats_.invalid_fingerprints;
+    return nullptr;
+  }
+  auto it = comms_.find(f.comm_id);
+  if (it == comms_.end()) {
+    if (comms_.size() >= options_.max_comms) {
+      ++stats_.untracked_comms;
+      return nullptr;
+    }
+    auto comm = std::make_unique<Comm>();
+    comm->id = f.comm_id;
+    comm->nranks = f.nranks;
+    comm->members.resize(static_cast<size_t>(f.nranks));
+    it = comms_.emplace(f.comm_id, std::move(comm)).first;
+  }
+  Comm& comm = *it->second;
+  if (comm.nranks != f.nranks) {
+    ++stats_.invalid_fingerprints;
+    return nullptr;
+  }
+  Member& member = comm.members[static_cast<size_t>(f.comm_rank)];
+  if (member.global_rank < 0) {
+    member.global_rank = global_rank;
+    rank_info(global_rank).comms.push_back(comm.id);
+  } else if (member.global_rank != global_rank) {
+    ++stats_.invalid_fingerprints;  // two processes claim the same seat
+    return nullptr;
+  }
+  return &comm;
+}
+
+void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint> fingerprints, uint64_t dropped_total,
+                                      uint64_t now_ns) {
+  RankInfo& info = rank_info(rank);
+  info.last_heard_ns = now_ns;
+  info.dropped_total = std::max(info.dropped_total, dropped_total);
+  Comm* cached = nullptr;  // consecutive fingerprints are mostly on one communicator
+  for (const Fingerprint& f : fingerprints) {
+    Comm* comm = nullptr;
+    if (cached != nullptr && cached->id == f.comm_id && f.comm_rank >= 0 && f.comm_rank < cached->nranks &&
+        f.nranks == cached->nranks && cached->members[static_cast<size_t>(f.comm_rank)].global_rank == rank) {
+      comm = cached;
+    } else {
+      comm = comm_for(f, rank);
+      if (comm == nullptr) continue;
+      cached = comm;
+    }
+    ++stats_.fingerprints;
+    const auto op = static_cast<Op>(f.op);
+    switch (static_cast<EventKind>(f.kind)) {
+      case EventKind::kCall:
+        info.has_last_call = true;
+        info.last_call = f;
+        if (recorder::is_collective(op)) {
+          on_collective(*comm, f, now_ns);
+        } else if (recorder::is_point_to_point(op)) {
+          on_point_to_point(*comm, f, now_ns);
+        }
+        break;
+      case EventKind::kCommEnded:
+        on_comm_ended(*comm, f, now_ns);
+        break;
+      case EventKind::kReturned:
+      case EventKind::kCommCreated:
+        break;  // membership was recorded by comm_for
+    }
+  }
+}
+
+void CoordinatorCore::on_collective(Comm& comm, const Fingerprint& f, uint64_t now_ns) {
+  Member& member = comm.members[static_cast<size_t>(f.comm_rank)];
+  if (f.seq == 0 || f.seq <= member.last_seq) {
+    ++stats_.out_of_order;
+    return;
+  }
+  // Make room: a window that would grow past its bound loses its oldest calls (counted).
+  while (f.seq - comm.base_seq + 1 > options_.max_outstanding_calls) {
+    if (comm.outstanding.empty()) {
+      stats_.untracked_calls += f.seq - options_.max_outstanding_calls + 1 - comm.base_seq;
+      comm.base_seq = f.seq - options_.max_outstanding_calls + 1;
+      break;
+    }
+    drop_front(comm, now_ns);
+  }
+  while (comm.base_seq + comm.outstanding.size() <= f.seq) {
+    comm.outstanding.emplace_back();
+    comm.outstanding.back().first_arrival_ns = now_ns;
+  }
+  // This member passed every call between its last one and this one: their fingerprints were lost on the way
+  // (its queue was full, or the coordinator was not reachable). Count them as arrived, without comparing.
+  for (uint64_t s = std::max(member.last_seq + 1, comm.base_seq); s < f.seq; ++s) {
+    ++comm.outstanding[s - comm.base_seq].arrived;
+  }
+  Entry& entry = comm.outstanding[f.seq - comm.base_seq];
+  if (!entry.has_reference) {
+    entry.reference = f;
+    entry.has_reference = true;
+  } else if (entry.mismatch) {
+    reports::CallLine& line = entry.mismatch->calls[static_cast<size_t>(f.comm_rank)];
+    line.present = true;
+    line.call = f;
+  } else if (!entry.mismatch_done) {
+    std::vector<std::string> differences = collective_differences(entry.reference, f);
+    if (!differences.empty()) start_mismatch(comm, entry, f.seq, std::move(differences), now_ns);
+    if (entry.mismatch) {
+      reports::CallLine& line = entry.mismatch->calls[static_cast<size_t>(f.comm_rank)];
+      line.present = true;
+      line.call = f;
+    }
+  }
+  ++entry.arrived;
+  member.last_seq = f.seq;
+  member.last_op = f.op;
+  member.last_start_ns = f.start_ns;
+  member.recent[member.recent_next] = f;
+  member.recent_next = (member.recent_next + 1) % kRecentCalls;
+  if (f.seq > comm.final_floor && !comm.certain_reported) check_certain_desync(comm, now_ns);
+  complete_front(comm, now_ns);
+}
+
+void CoordinatorCore::start_mismatch(Comm& comm, Entry& entry, uint64_t seq, std::vector<std::string> differences,
+                                     uint64_t now_ns) {
+  entry.mismatch_done = true;
+  if (comm.diverged || comm.mismatch_reports >= options_.max_mismatch_reports_per_comm) {
+    ++stats_.suppressed_mismatches;
+    return;
+  }
+  ++comm.mismatch_reports;
+  // Once the operations themselves differ, every later call on this communicator is off by the same step.
+  if (std::find(differences.begin(), differences.end(), "operation") != differences.end()) comm.diverged = true;
+  auto report = std::make_unique<reports::MismatchReport>();
+  report->comm_id = comm.id;
+  report->seq = seq;
+  report->op = entry.reference.op;
+  report->differences = std::move(differences);
+  report->detected_ns = now_ns;
+  report->calls.resize(comm.members.size());
+  for (size_t r = 0; r < comm.members.size(); ++r) {
+    const Member& member = comm.members[r];
+    reports::CallLine& line = report->calls[r];
+    line.comm_rank = static_cast<int32_t>(r);
+    line.global_rank = member.global_rank;
+    if (member.last_seq < seq) continue;
+    // Members already past this call agreed with the reference; their own fingerprint (for the stack) is in
+    // their recent history unless they have run far ahead.
+    line.present = true;
+    line.call = entry.reference;
+    line.call.comm_rank = static_cast<int32_t>(r);
+    line.call.stack_id = 0;
+    line.call.caller = 0;
+    for (const Fingerprint& recent : member.recent) {
+      if (recent.seq == seq && recent.kind == static_cast<uint8_t>(EventKind::kCall)) line.call = recent;
+    }
+  }
+  entry.mismatch = std::move(report);
+  mismatches_waiting_.emplace_back(comm.id, seq);
+}
+
+void CoordinatorCore::emit_mismatch(Comm& comm, Entry& entry) {
+  if (!entry.mismatch) return;
+  reports::MismatchReport report = std::move(*entry.mismatch);
+  entry.mismatch.reset();
+  for (reports::CallLine& line : report.calls) {
+    if (line.present) line.stack = stack_of(line.global_rank, line.call.stack_id);
+  }
+  CoreVerdict verdict;
+  verdict.kind = VerdictKind::kMismatch;
+  verdict.action = options_.on_mismatch;
+  verdict.comm_id = comm.id;
+  verdict.seq = report.seq;
+  verdict.report = std::move(report);
+  ready_.push_back(std::move(verdict));
+  ++stats_.verdicts;
+}
+
+void CoordinatorCore::complete_front(Comm& comm, uint64_t now_ns) {
+  (void)now_ns;
+  while (!comm.outstanding.empty() && comm.outstanding.front().arrived >= static_cast<uint32_t>(comm.nranks)) {
+    emit_mismatch(comm, comm.outstanding.front());
+    comm.outstanding.pop_front();
+    ++comm.base_seq;
+  }
+}
+
+void CoordinatorCore::drop_front(Comm& comm, uint64_t now_ns) {
+  (void)now_ns;
+  emit_mismatch(comm, comm.outstanding.front());
+  comm.outstanding.pop_front();
+  ++comm.base_seq;
+  ++stats_.untracked_calls;
+}
+
+void CoordinatorCore::on_point_to_point(Comm& comm, const Fingerprint& f, uint64_t now_ns) {
+  if (f.peer < 0 || f.peer >= comm.nranks || f.seq == 0) {
+    ++stats_.invalid_fingerprints;
+    return;
+  }
+  const bool is_send = static_cast<Op>(f.op) == Op::kSend;
+  const auto sender = static_cast<uint32_t>(is_send ? f.comm_rank : f.peer);
+  const auto receiver = static_cast<uint32_t>(is_send ? f.peer : f.comm_rank);
+  const uint64_t key = (uint64_t{sender} << 32) | receiver;
+  Comm::PairQueue& queue = comm.pairs[key];
+  if (!queue.pending.empty() && queue.holds_sends != is_send) {
+    // The other side is ahead: the n-th send from a to b meets the n-th receive on b from a.
+    while (!queue.pending.empty() && queue.pending.front().seq < f.seq) {
+      queue.pending.pop_front();
+      ++stats_.lost_counterparts;
+    }
+    if (!queue.pending.empty()) {
+      if (queue.pending.front().seq > f.seq) {
+        ++stats_.lost_counterparts;
+        return;
+      }
+      const Fingerprint other = queue.pending.front();
+      queue.pending.pop_front();
+      if (queue.pending.empty()) comm.pairs.erase(key);
+      const Fingerprint& send = is_send ? f : other;
+      const Fingerprint& recv = is_send ? other : f;
+      std::vector<std::string> differences;
+      if (send.count != recv.count) differences.push_back("count");
+      if (send.dtype != recv.dtype) differences.push_back("data type");
+      if (differences.empty()) return;
+      if (comm.mismatch_reports >= options_.max_mismatch_reports_per_comm) {
+        ++stats_.suppressed_mismatches;
+        return;
+      }
+      ++comm.mismatch_reports;
+      reports::MismatchReport report;
+      report.comm_id = comm.id;
+      report.seq = f.seq;
+      report.op = send.op;
+      report.point_to_point = true;
+      report.differences = std::move(differences);
+      report.detected_ns = now_ns;
+      for (const Fingerprint* side : {&send, &recv}) {
+        reports::CallLine line;
+        line.comm_rank = side->comm_rank;
+        line.global_rank = comm.members[static_cast<size_t>(side->comm_rank)].global_rank;
+        line.present = true;
+        line.call = *side;
+        line.stack = stack_of(line.global_rank, side->stack_id);
+        report.calls.push_back(std::move(line));
+      }
+      CoreVerdict verdict;
+      verdict.kind = VerdictKind::kMismatch;
+      verdict.action = options_.on_mismatch;
+      verdict.comm_id = comm.id;
+      verdict.seq = f.seq;
+      verdict.report = std::move(report);
+      ready_.push_back(std::move(verdict));
+      ++stats_.verdicts;
+      return;
+    }
+  }
+  if (queue.pending.size() >= options_.max_pending_point_to_point) {
+    ++stats_.untracked_point_to_point;
+    return;
+  }
+  queue.holds_sends = is_send;
+  queue.pending.push_back(f);
+}
+
+void CoordinatorCore::on_comm_ended(Comm& comm, const Fingerprint& f, uint64_t now_ns) {
+  Member& member = comm.members[static_cast<size_t>(f.comm_rank)];
+  member.ended = state_of_end(static_cast<Op>(f.op));
+  comm.final_floor = std::min(comm.final_floor, member.last_seq);
+  check_certain_desync(comm, now_ns);
+}
+
+void CoordinatorCore::member_gone(int32_t rank, uint64_t now_ns) {
+  RankInfo& info = rank_info(rank);
+  const LaggardState state = info.vanished ? LaggardState::kVanished : LaggardState::kExited;
+  for (uint64_t id : info.comms) {
+    auto it = comms_.find(id);
+    if (it == comms_.end()) continue;
+    Comm& comm = *it->second;
+    for (Member& member : comm.members) {
+      if (member.global_rank != rank) continue;
+      // A communicator it ended stays "destroyed" in reports: that is the more precise reason.
+      if (member.ended == LaggardState::kAlive) member.ended = state;
+      comm.final_floor = std::min(comm.final_floor, member.last_seq);
+    }
+    check_certain_desync(comm, now_ns);
+  }
+}
+
+void CoordinatorCore::check_certain_desync(Comm& comm, uint64_t now_ns) {
+  if (comm.certain_reported || comm.final_floor == UINT64_MAX) return;
+  const uint64_t furthest = comm.base_seq + comm.outstanding.size() - 1;  // highest call some member reached
+  if (comm.outstanding.empty() || furthest <= comm.final_floor) return;
+  const uint64_t seq = std::max(comm.final_floor + 1, comm.base_seq);
+  comm.certain_reported = true;
+  reports::DesyncReport report = desync_report(comm, seq, true, now_ns);
+  // A rank that dropped fingerprints may have made calls we never saw: then "certain" is a guess.
+  bool lossy = false;
+  for (const reports::MissingRank& missing : report.missing) {
+    auto it = ranks_.find(missing.global_rank);
+    if (it != ranks_.end() && it->second->dropped_total > 0) lossy = true;
+  }
+  CoreVerdict verdict;
+  verdict.kind = VerdictKind::kDesync;
+  verdict.action = options_.on_desync;
+  if (lossy) {
+    verdict.action = VerdictAction::kWarn;
+    report.note =
+        "a missing rank dropped fingerprints before the coordinator saw them; it may have made calls "
+        "not shown here, so this is reported as a warning only";
+  }
+  verdict.comm_id = comm.id;
+  verdict.seq = seq;
+  verdict.report = std::move(report);
+  ready_.push_back(std::move(verdict));
+  ++stats_.verdicts;
+}
+
+reports::DesyncReport CoordinatorCore::desync_report(const Comm& comm, uint64_t seq, bool certain,
+                                                     uint64_t now_ns) const {
+  reports::DesyncReport report;
+  report.comm_id = comm.id;
+  report.seq = seq;
+  report.certain = certain;
+  report.detected_ns = now_ns;
+  if (seq >= comm.base_seq && seq - comm.base_seq < comm.outstanding.size()) {
+    const Entry& entry = comm.outstanding[seq - comm.base_seq];
+    report.op = entry.reference.op;
+    report.stuck_since_ns = entry.first_arrival_ns;
+  }
+  for (size_t r = 0; r < comm.members.size(); ++r) {
+    const Member& member = comm.members[r];
+    const RankInfo* info = nullptr;
+    if (auto it = ranks_.find(member.global_rank); it != ranks_.end()) info = it->second.get();
+    if (member.last_seq >= seq) {
+      reports::WaitingRank waiting;
+      waiting.global_rank = member.global_rank;
+      waiting.comm_rank = static_cast<int32_t>(r);
+      waiting.seq = member.last_seq;
+      waiting.op = member.last_op;
+      waiting.since_ns = member.last_start_ns;
+      // The heartbeat knows whether the rank is still inside a call on this communicator, and since when.
+      if (info != nullptr) {
+        for (const HeartbeatCall& call : info->inside) {
+          if (call.comm_id == comm.id) {
+            waiting.seq = call.seq;
+            waiting.op = call.op;
+            waiting.since_ns = call.since_ns;
+          }
+        }
+      }
+      report.waiting.push_back(waiting);
+      continue;
+    }
+    reports::MissingRank missing;
+    missing.global_rank = member.global_rank;
+    missing.comm_rank = static_cast<int32_t>(r);
+    missing.has_last_call = member.last_seq > 0;
+    missing.last_seq = member.last_seq;
+    missing.last_op = member.last_op;
+    missing.last_call_ns = member.last_start_ns;
+    missing.state = member.global_rank < 0 ? LaggardState::kUnknown : member.ended;
+    if (info != nullptr) {
+      missing.host = info->hello.host;
+      missing.pid = info->hello.pid;
+      missing.process_gone = info->vanished || info->said_goodbye;
+      if (missing.state == LaggardState::kAlive && info->vanished) missing.state = LaggardState::kVanished;
+      if (missing.state == LaggardState::kAlive && info->said_goodbye) missing.state = LaggardState::kExited;
+    }
+    report.missing.push_back(std::move(missing));
+  }
+  return report;
+}
+
+void CoordinatorCore::on_stack(const StackDefinition& stack) {
+  RankInfo& info = rank_info(stack.rank);
+  if (info.stacks.size() >= options_.max_stacks_per_rank && !info.stacks.contains(stack.stack_id)) return;
+  info.stacks[stack.stack_id] = stack.frames;
+}
+
+std::vector<std::string> CoordinatorCore::stack_of(int32_t global_rank, uint32_t stack_id) const {
+  if (stack_id == 0) return {};
+  auto it = ranks_.find(global_rank);
+  if (it == ranks_.end()) return {};
+  auto stack = it->second->stacks.find(stack_id);
+  return stack == it->second->stacks.end() ? std::vector<std::string>{} : stack->second;
+}
+
+void CoordinatorCore::on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns) {
+  RankInfo& info = rank_info(heartbeat.rank);
+  info.inside = heartbeat.inside;
+  info.last_heard_ns = now_ns;
+}
+
+void CoordinatorCore::on_goodbye(int32_t rank, uint64_t now_ns) {
+  RankInfo& info = rank_info(rank);
+  if (info.said_goodbye) return;
+  info.said_goodbye = true;
+  member_gone(rank, now_ns);
+}
+
+bool CoordinatorCore::has_live_comm(int32_t rank) const {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return false;
+  for (uint64_t id : it->second->comms) {
+    auto comm = comms_.find(id);
+    if (comm == comms_.end()) continue;
+    for (const Member& member : comm->second->members) {
+      if (member.global_rank == rank && member.ended == LaggardState::kAlive) return true;
+    }
+  }
+  return false;
+}
+
+void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
+  if (clean) {
+    on_goodbye(rank, now_ns);
+    return;
+  }
+  RankInfo& info = rank_info(rank);
+  if (info.said_goodbye || info.vanished) return;
+  reports::VanishedReport report;
+  report.global_rank = rank;
+  report.host = info.hello.host;
+  report.pid = info.hello.pid;
+  report.time_ns = now_ns;
+  report.has_last_call = info.has_last_call;
+  report.last_call = info.last_call;
+  report.flight_recorder_path = info.hello.flight_recorder_path;
+  CoreVerdict verdict;
+  verdict.kind = VerdictKind::kVanished;
+  // A rank that had ended all its communicators leaves nobody waiting: worth a report, not a stop.
+  verdict.action = has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn;
+  verdict.report = std::move(report);
+  ready_.push_back(std::move(verdict));
+  ++stats_.verdicts;
+  info.vanished = true;
+  member_gone(rank, now_ns);
+}
+
+void CoordinatorCore::scan_timeouts(uint64_t now_ns) {
+  for (auto& [id, comm_ptr] : comms_) {
+    Comm& comm = *comm_ptr;
+    if (comm.outstanding.empty() || comm.certain_reported) continue;
+    const Entry& front = comm.outstanding.front();
+    if (comm.warned_seq != comm.base_seq) {
+      comm.warned_seq = comm.base_seq;
+      comm.warnings = 0;
+      comm.next_warning_ns = front.first_arrival_ns + options_.desync_timeout_ns;
+    }
+    if (now_ns < comm.next_warning_ns) continue;
+    reports::DesyncReport report = desync_report(comm, comm.base_seq, false, now_ns);
+    report.repeat = ++comm.warnings;
+    comm.next_warning_ns = now_ns + options_.desync_timeout_ns;
+    CoreVerdict verdict;
+    verdict.kind = VerdictKind::kDesync;
+    verdict.action = VerdictAction::kWarn;  // alive but silent: a checkpoint save on one rank looks the same
+    verdict.comm_id = comm.id;
+    verdict.seq = comm.base_seq;
+    verdict.report = std::move(report);
+    ready_.push_back(std::move(verdict));
+    ++stats_.verdicts;
+  }
+}
+
+std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
+  // Mismatches whose missing members did not come within the grace period are reported as they are.
+  for (size_t i = 0; i < mismatches_waiting_.size();) {
+    const auto [id, seq] = mismatches_waiting_[i];
+    auto it = comms_.find(id);
+    Entry* entry = nullptr;
+    if (it != comms_.end() && seq >= it->second->base_seq &&
+        seq - it->second->base_seq < it->second->outstanding.size())
+      entry = &it->second->outstanding[seq - it->second->base_seq];
+    if (entry == nullptr || !entry->mismatch) {  // already reported when the call completed
+      mismatches_waiting_[i] = mismatches_waiting_.back();
+      mismatches_waiting_.pop_back();
+      continue;
+    }
+    if (now_ns - entry->mismatch->detected_ns >= options_.mismatch_grace_ns) {
+      emit_mismatch(*it->second, *entry);
+      mismatches_waiting_[i] = mismatches_waiting_.back();
+      mismatches_waiting_.pop_back();
+      continue;
+    }
+    ++i;
+  }
+  if (now_ns >= next_scan_ns_) {
+    next_scan_ns_ = now_ns + options_.scan_interval_ns;
+    scan_timeouts(now_ns);
+  }
+  std::vector<CoreVerdict> verdicts;
+  verdicts.swap(ready_);
+  return verdicts;
+}
+
+size_t CoordinatorCore::hellos() const {
+  size_t count = 0;
+  for (const auto& [rank, info] : ranks_) count += info->has_hello ? 1 : 0;
+  return count;
+}
+
+int32_t CoordinatorCore::world_size() const {
+  int32_t world = -1;
+  for (const auto& [rank, info] : ranks_) {
+    if (info->has_hello) world = std::max(world, info->hello.world_size);
+  }
+  return world;
+}
+
+std::vector<std::string> CoordinatorCore::manifest_warnings() const {
+  std::map<int32_t, const Hello*> hellos_by_rank;
+  for (const auto& [rank, info] : ranks_) {
+    if (info->has_hello) hellos_by_rank[rank] = &info->hello;
+  }
+  std::map<std::string, std::vector<int32_t>> models, memories, nccl, cuda, drivers;
+  std::map<uint64_t, std::vector<int32_t>> memory_bytes;
+  std::vector<std::string> warnings;
+  for (const auto& [rank, hello] : hellos_by_rank) {
+    if (!hello->gpu_name.empty()) models[hello->gpu_name].push_back(rank);
+    if (hello->gpu_memory_bytes != 0) {
+      memories[gib(hello->gpu_memory_bytes)].push_back(rank);
+      memory_bytes[hello->gpu_memory_bytes].push_back(rank);
+    }
+    if (!hello->nccl_version.empty()) nccl[hello->nccl_version].push_back(rank);
+    if (!hello->cuda_runtime_version.empty()) cuda[hello->cuda_runtime_version].push_back(rank);
+    if (!hello->driver_version.empty()) drivers[hello->driver_version].push_back(rank);
+    if (!hello->kernel_release.empty() && kernel_older_than(hello->kernel_release, 5, 5)) {
+      warnings.push_back("rank " + std::to_string(rank) + " (host " + hello->host + ") runs Linux kernel " +
+                         hello->kernel_release +
+                         ", older than the recommended minimum 5.5.0: processes can hang on such kernels");
+    }
+  }
+  if (models.size() > 1) {
+    warnings.push_back("GPUs of different models: " + describe_groups(models) +
+                       ". The slowest GPU bounds the step of every rank.");
+  }
+  if (memory_bytes.size() > 1) {
+    warnings.push_back("GPUs with different memory sizes: " + describe_groups(memories) + ". The smallest (" +
+                       gib(memory_bytes.begin()->first) + ") bounds the batch size of every rank.");
+  }
+  if (nccl.size() > 1) warnings.push_back("different NCCL versions across ranks: " + describe_groups(nccl));
+  if (cuda.size() > 1) warnings.push_back("different CUDA runtime versions across ranks: " + describe_groups(cuda));
+  if (drivers.size() > 1) warnings.push_back("different GPU driver versions across ranks: " + describe_groups(drivers));
+  return warnings;
+}
+
+nlohmann::json CoordinatorCore::manifest() const {
+  std::map<int32_t, const Hello*> hellos_by_rank;
+  for (const auto& [rank, info] : ranks_) {
+    if (info->has_hello) hellos_by_rank[rank] = &info->hello;
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& [rank, h] : hellos_by_rank) {
+    nlohmann::json gpu = nullptr;
+    if (!h->gpu_name.empty()) {
+      gpu = {{"name", h->gpu_name},
+             {"memory_bytes", h->gpu_memory_bytes},
+             {"compute_capability",
+              std::to_string(h->compute_capability_major) + "." + std::to_string(h->compute_capability_minor)},
+             {"bus_id", h->gpu_bus_id}};
+    }
+    ranks.push_back({{"rank", rank},
+                     {"launcher_rank", h->launcher_rank},
+                     {"host", h->host},
+                     {"pid", h->pid},
+                     {"gpu", gpu},
+                     {"driver_version", h->driver_version},
+                     {"cuda_runtime_version", h->cuda_runtime_version},
+                     {"nccl_version", h->nccl_version},
+                     {"kernel_release", h->kernel_release},
+                     {"flight_recorder", h->flight_recorder_path}});
+  }
+  return {{"world_size", world_size()}, {"ranks", std::move(ranks)}, {"warnings", manifest_warnings()}};
+}
+
+CoreStats CoordinatorCore::stats() const {
+  CoreStats stats = stats_;
+  stats.comms = comms_.size();
+  stats.outstanding_calls = 0;
+  for (const auto& [id, comm] : comms_) stats.outstanding_calls += comm->outstanding.size();
+  return stats;
+}
+
+std::string rank_ranges(const std::vector<int32_t>& sorted_ranks) {
+  std::string text;
+  for (size_t i = 0; i < sorted_ranks.size();) {
+    size_t j = i;
+    while (j + 1 < sorted_ranks.size() && sorted_ranks[j + 1] == sorted_ranks[j] + 1) ++j;
+    if (!text.empty()) text += ",";
+    text += std::to_string(sorted_ranks[i]);
+    if (j > i) text += "-" + std::to_string(sorted_ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+bool kernel_older_than(const std::string& release, int major, int minor) {
+  int release_major = 0;
+  int release_minor = 0;
+  if (std::sscanf(release.c_str(), "%d.%d", &release_major, &release_minor) != 2) return false;
+  return release_major < major || (release_major == major && release_minor < minor);
+}
+
+}  // namespace trainscope::exchange

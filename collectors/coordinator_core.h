@@ -1,0 +1,134 @@
+// The coordinator's logic: compares every member's fingerprint of every call, tracks progress, and turns
+// mismatches, desyncs and vanished ranks into verdicts. No sockets, no threads, no clock: the caller passes the
+// time, so every rule is tested deterministically.
+//
+// Memory: per communicator one reference fingerprint and an arrival count per call that some members reached and
+// others have not (a bounded window; what falls out of it is counted, not kept), plus a small fixed history per
+// member. Completed calls are forgotten at once. Calls complete in order because each rank's fingerprints arrive
+// in its own call order.
+//
+// Thread safety: none; one thread (the server's) owns the core.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collectors/fingerprint.h"
+#include "collectors/wire_protocol.h"
+#include "reports/exchange_reports.h"
+
+namespace trainscope::exchange {
+
+struct CoordinatorOptions {
+  VerdictAction on_mismatch = VerdictAction::kAbort;  // TRAINSCOPE_ON_MISMATCH
+  VerdictAction on_desync = VerdictAction::kAbort;    // TRAINSCOPE_ON_DESYNC, for certain desyncs and vanished ranks
+  uint64_t desync_timeout_ns = 300'000'000'000ull;    // TRAINSCOPE_DESYNC_TIMEOUT: alive-but-silent becomes a warning
+  uint64_t mismatch_grace_ns = 2'000'000'000ull;      // a mismatch report waits this long for members not yet there
+  uint64_t scan_interval_ns = 100'000'000ull;         // timeouts are looked for at most this often
+  size_t max_outstanding_calls = 1u << 16;            // per communicator: calls some members reached, others not
+  size_t max_pending_point_to_point = 4096;           // per (sender, receiver) pair: unmatched sends or receives
+  size_t max_comms = 1u << 16;
+  int32_t max_comm_ranks = kMaxRanks;
+  size_t max_stacks_per_rank = 4096;
+  uint32_t max_mismatch_reports_per_comm = 4;  // later ones on the same communicator are counted, not reported
+};
+
+struct CoreVerdict {
+  VerdictKind kind = VerdictKind::kMismatch;
+  VerdictAction action = VerdictAction::kAbort;
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;
+  std::variant<reports::MismatchReport, reports::DesyncReport, reports::VanishedReport> report;
+};
+
+struct CoreStats {
+  uint64_t fingerprints = 0;          // accepted
+  uint64_t invalid_fingerprints = 0;  // out-of-range ranks, zero communicator, inconsistent sizes
+  uint64_t out_of_order = 0;          // a sequence number not above the member's previous one
+  uint64_t untracked_calls = 0;       // calls dropped from a full window (not compared, not desync-checked)
+  uint64_t untracked_comms = 0;       // fingerprints of communicators over max_comms
+  uint64_t untracked_point_to_point = 0;
+  uint64_t lost_counterparts = 0;  // send/recv whose other side was never seen (a rank dropped fingerprints)
+  uint64_t suppressed_mismatches = 0;
+  uint64_t verdicts = 0;
+  size_t outstanding_calls = 0;  // summed over communicators, now
+  size_t comms = 0;
+};
+
+class CoordinatorCore {
+ public:
+  explicit CoordinatorCore(CoordinatorOptions options = {});
+  ~CoordinatorCore();
+  CoordinatorCore(const CoordinatorCore&) = delete;
+  CoordinatorCore& operator=(const CoordinatorCore&) = delete;
+
+  // The token has been checked by the caller; it is not kept.
+  void on_hello(const Hello& hello, uint64_t now_ns);
+  // `rank` is the authenticated sender; fingerprints of one rank must come in the order the rank sent them.
+  void on_fingerprints(int32_t rank, std::span<const Fingerprint> fingerprints, uint64_t dropped_total,
+                       uint64_t now_ns);
+  void on_stack(const StackDefinition& stack);
+  void on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns);
+  void on_goodbye(int32_t rank, uint64_t now_ns);
+  // clean: the connection closed after a goodbye (same as on_goodbye); otherwise the rank vanished.
+  void on_disconnect(int32_t rank, bool clean, uint64_t now_ns);
+
+  // Looks for timeouts (at most every scan_interval_ns) and returns every verdict reached since the last call.
+  std::vector<CoreVerdict> tick(uint64_t now_ns);
+
+  // The job manifest from the hellos: ranks, their GPUs and software, and the warnings below.
+  nlohmann::json manifest() const;
+  // Heterogeneous GPUs (models, memory sizes), differing NCCL / CUDA runtime / driver versions, kernels < 5.5.
+  std::vector<std::string> manifest_warnings() const;
+  size_t hellos() const;
+  int32_t world_size() const;  // largest world size a hello announced, -1 if none
+
+  CoreStats stats() const;
+
+ private:
+  struct Member;
+  struct Entry;
+  struct Comm;
+  struct RankInfo;
+
+  RankInfo& rank_info(int32_t rank);
+  Comm* comm_for(const Fingerprint& f, int32_t global_rank);
+  void on_collective(Comm& comm, const Fingerprint& f, uint64_t now_ns);
+  void on_point_to_point(Comm& comm, const Fingerprint& f, uint64_t now_ns);
+  void on_comm_ended(Comm& comm, const Fingerprint& f, uint64_t now_ns);
+  void member_gone(int32_t rank, uint64_t now_ns);
+  void check_certain_desync(Comm& comm, uint64_t now_ns);
+  void complete_front(Comm& comm, uint64_t now_ns);
+  void drop_front(Comm& comm, uint64_t now_ns);
+  void start_mismatch(Comm& comm, Entry& entry, uint64_t seq, std::vector<std::string> differences, uint64_t now_ns);
+  void emit_mismatch(Comm& comm, Entry& entry);
+  void scan_timeouts(uint64_t now_ns);
+  reports::DesyncReport desync_report(const Comm& comm, uint64_t seq, bool certain, uint64_t now_ns) const;
+  std::vector<std::string> stack_of(int32_t global_rank, uint32_t stack_id) const;
+  bool has_live_comm(int32_t rank) const;
+
+  CoordinatorOptions options_;
+  std::unordered_map<int32_t, std::unique_ptr<RankInfo>> ranks_;
+  std::unordered_map<uint64_t, std::unique_ptr<Comm>> comms_;
+  std::vector<CoreVerdict> ready_;
+  std::vector<std::pair<uint64_t, uint64_t>> mismatches_waiting_;  // (comm id, seq) in their grace period
+  uint64_t next_scan_ns_ = 0;
+  CoreStats stats_;
+};
+
+// "0-3,5,7-8" from a sorted list of ranks.
+std::string rank_ranges(const std::vector<int32_t>& sorted_ranks);
+
+// True when `release` ("5.4.0-150-generic") names a Linux kernel older than major.minor.
+bool kernel_older_than(const std::string& release, int major, int minor);
+
+}  // namespace trainscope::exchange

@@ -1,0 +1,376 @@
+// The coordinator's ZeroMQ transport: ROUTER socket, authentication, disconnect tracking, reports, broadcast.
+#include "collectors/coordinator_server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+#include <zmq.hpp>
+
+namespace trainscope::exchange {
+namespace {
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Replaces `path` atomically with `content` (mode 0600): readers never see half a manifest.
+bool replace_file(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  const bool ok = ::close(fd) == 0 && written == content.size();
+  return ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+RenderedReport render_report(const CoreVerdict& verdict) {
+  RenderedReport rendered;
+  if (const auto* mismatch = std::get_if<reports::MismatchReport>(&verdict.report)) {
+    rendered.text = reports::format_mismatch_text(*mismatch);
+    rendered.json = reports::mismatch_json(*mismatch);
+    rendered.base_name = reports::mismatch_base_name(*mismatch);
+  } else if (const auto* desync = std::get_if<reports::DesyncReport>(&verdict.report)) {
+    rendered.text = reports::format_desync_text(*desync);
+    rendered.json = reports::desync_json(*desync);
+    rendered.base_name = reports::desync_base_name(*desync);
+  } else if (const auto* vanished = std::get_if<reports::VanishedReport>(&verdict.report)) {
+    rendered.text = reports::format_vanished_text(*vanished);
+    rendered.json = reports::vanished_json(*vanished);
+    rendered.base_name = reports::vanished_base_name(*vanished);
+  }
+  rendered.json["action"] = verdict_action_name(verdict.action);
+  return rendered;
+}
+
+struct CoordinatorServer::State {
+  zmq::context_t context{1};
+  zmq::socket_t router{context, zmq::socket_type::router};
+  zmq::socket_t monitor{context, zmq::socket_type::pair};
+  CoordinatorCore core;
+  struct Peer {
+    int32_t rank = -1;
+    bool said_goodbye = false;
+  };
+  std::unordered_map<std::string, Peer> peers;  // by routing id
+  std::unordered_map<int, int32_t> rank_by_fd;  // connection -> rank, for disconnect events
+  std::unordered_map<int32_t, uint64_t> last_message_ns;
+  std::unordered_map<int32_t, std::pair<uint64_t, uint64_t>> dropped_connections;  // rank -> (at, report after)
+  std::set<std::string> logged_warnings;
+  size_t manifest_hellos = 0;
+  uint64_t manifest_written_ns = 0;
+  uint64_t malformed_logged = 0;
+
+  explicit State(const CoordinatorOptions& options) : core(options) {}
+};
+
+CoordinatorServer::CoordinatorServer(CoordinatorServerOptions options) : options_(std::move(options)) {}
+
+CoordinatorServer::~CoordinatorServer() { stop(); }
+
+bool CoordinatorServer::start(std::string* error) {
+  if (state_) {
+    if (error) *error = "already started";
+    return false;
+  }
+  if (options_.token.empty()) {
+    if (error) *error = "the job token is empty";
+    return false;
+  }
+  if (const std::string made = reports::make_report_directory(options_.run_dir); !made.empty()) {
+    if (error) *error = made;
+    return false;
+  }
+  auto state = std::make_unique<State>(options_.core);
+  try {
+    state->router.set(zmq::sockopt::linger, 500);  // verdicts in flight at stop get half a second
+    state->router.set(zmq::sockopt::router_mandatory, 1);
+    state->router.set(zmq::sockopt::router_handover, 1);  // a reconnecting rank takes its routing id back
+    state->router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxMessageBytes));
+    state->router.set(zmq::sockopt::sndhwm, 10000);
+    state->router.set(zmq::sockopt::rcvhwm, 100000);
+    state->router.set(zmq::sockopt::heartbeat_ivl, 1000);
+    state->router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
+    state->router.set(zmq::sockopt::heartbeat_ttl, options_.heartbeat_timeout_ms);
+    char monitor_address[64];
+    std::snprintf(monitor_address, sizeof(monitor_address), "inproc://trainscope-coordinator-%p",
+                  static_cast<void*>(state.get()));
+    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    state->monitor.set(zmq::sockopt::linger, 0);
+    state->monitor.connect(monitor_address);
+    state->router.bind(options_.bind_address);
+    endpoint_ = state->router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    if (error) *error = "cannot bind the coordinator to '" + options_.bind_address + "': " + e.what();
+    return false;
+  }
+  state_ = std::move(state);
+  thread_ = std::thread([this] { run(); });
+  return true;
+}
+
+void CoordinatorServer::stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true);
+  thread_.join();
+}
+
+std::string CoordinatorServer::endpoint() const { return endpoint_; }
+
+CoordinatorServerStats CoordinatorServer::stats() const {
+  std::lock_guard<std::mutex> lock(stats_lock_);
+  return stats_;
+}
+
+void CoordinatorServer::run() {
+  State& s = *state_;
+  CoordinatorServerStats local;
+  auto log = [&](LogLevel level, const std::string& message) {
+    if (options_.log) options_.log(level, message);
+  };
+  auto send_to = [&](const std::string& id, const std::vector<uint8_t>& bytes) {
+    try {
+      if (!s.router.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      return s.router.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t&) {
+      return false;  // EHOSTUNREACH: the peer is gone
+    }
+  };
+  auto log_malformed = [&](const std::string& why) {
+    ++local.malformed;
+    // The first few in full, then a sample: a broken or hostile peer must not flood the log.
+    if (s.malformed_logged < 10 || local.malformed % 1000 == 0) {
+      ++s.malformed_logged;
+      log(LogLevel::kWarning,
+          "coordinator: dropped a malformed message (" + std::to_string(local.malformed) + " so far): " + why);
+    }
+  };
+
+  auto write_manifest = [&](uint64_t now_ns, bool force) {
+    const size_t hellos = s.core.hellos();
+    if (hellos == s.manifest_hellos) return;
+    const int32_t world = s.core.world_size();
+    // All ranks in, or a second since the last write: a thousand hellos do not mean a thousand rewrites.
+    if (!force && !(world > 0 && hellos >= static_cast<size_t>(world)) &&
+        now_ns - s.manifest_written_ns < 1000000000ull)
+      return;
+    s.manifest_hellos = hellos;
+    s.manifest_written_ns = now_ns;
+    const nlohmann::json manifest = s.core.manifest();
+    if (!replace_file(options_.run_dir + "/manifest.json",
+                      manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
+      log(LogLevel::kWarning, "coordinator: cannot write " + options_.run_dir + "/manifest.json");
+    }
+    for (const auto& warning : manifest["warnings"]) {
+      const std::string text = warning.get<std::string>();
+      if (s.logged_warnings.insert(text).second) log(LogLevel::kWarning, "job manifest: " + text);
+    }
+  };
+
+  auto deliver = [&](std::vector<CoreVerdict> verdicts) {
+    for (const CoreVerdict& verdict : verdicts) {
+      const RenderedReport rendered = render_report(verdict);
+      // The report is on disk before any rank hears of the verdict (and may abort).
+      const reports::WrittenReport written =
+          reports::write_report(options_.run_dir, rendered.base_name, rendered.text, rendered.json);
+      if (!written.error.empty()) {
+        ++local.report_errors;
+        log(LogLevel::kError, "coordinator: " + written.error);
+      }
+      Verdict message;
+      message.kind = verdict.kind;
+      message.action = verdict.action;
+      message.comm_id = verdict.comm_id;
+      message.seq = verdict.seq;
+      message.text_path = written.text_path;
+      message.json_path = written.json_path;
+      message.text = rendered.text;
+      log(verdict.action == VerdictAction::kAbort ? LogLevel::kError : LogLevel::kWarning,
+          std::string("coordinator: ") + verdict_kind_name(verdict.kind) + " (" + verdict_action_name(verdict.action) +
+              ")" + (written.text_path.empty() ? "" : ", report " + written.text_path) + "\n" + rendered.text);
+      const std::vector<uint8_t> bytes = encode(message);
+      for (auto it = s.peers.begin(); it != s.peers.end();) {
+        if (!it->second.said_goodbye && !send_to(it->first, bytes)) {
+          it = s.peers.erase(it);  // unroutable: that connection is gone
+          continue;
+        }
+        ++it;
+      }
+      ++local.verdicts;
+      if (options_.on_verdict) options_.on_verdict(message);
+    }
+  };
+
+  auto handle = [&](const std::string& id, zmq::message_t& payload, uint64_t now_ns) {
+    ++local.messages;
+    const DecodeResult decoded =
+        decode(std::span<const uint8_t>(static_cast<const uint8_t*>(payload.data()), payload.size()));
+    if (!decoded.ok) {
+      log_malformed(decoded.error);
+      return;
+    }
+    if (const auto* hello = std::get_if<Hello>(&decoded.message)) {
+      if (!tokens_equal(options_.token, hello->token)) {
+        ++local.rejected_tokens;
+        log(LogLevel::kWarning, "coordinator: rejected rank " + std::to_string(hello->global_rank) + " (host " +
+                                    hello->host + ", pid " + std::to_string(hello->pid) + "): wrong job token");
+        send_to(id, encode(Reject{RejectReason::kBadToken, "wrong job token"}));
+        return;
+      }
+      if (!s.peers.contains(id) && s.peers.size() >= options_.max_peers) {
+        send_to(id, encode(Reject{RejectReason::kBadToken, "too many connections"}));
+        return;
+      }
+      s.peers[id] = State::Peer{hello->global_rank, false};
+      const int fd = payload.get(ZMQ_SRCFD);
+      if (fd >= 0) s.rank_by_fd[fd] = hello->global_rank;
+      s.last_message_ns[hello->global_rank] = now_ns;
+      s.core.on_hello(*hello, now_ns);
+      send_to(id, encode(Welcome{now_ns}));
+      log(LogLevel::kDebug, "coordinator: rank " + std::to_string(hello->global_rank) + " (host " + hello->host +
+                                ", pid " + std::to_string(hello->pid) + ") connected");
+      return;
+    }
+    auto peer = s.peers.find(id);
+    if (peer == s.peers.end()) {
+      ++local.unknown_peers;
+      send_to(id, encode(Reject{RejectReason::kNeedHello, "send a hello first"}));
+      return;
+    }
+    const int32_t rank = peer->second.rank;
+    auto claimed_rank = [&](int32_t claimed) {
+      if (claimed == rank) return true;
+      log_malformed("connection of rank " + std::to_string(rank) + " sent a message as rank " +
+                    std::to_string(claimed));
+      return false;
+    };
+    s.last_message_ns[rank] = now_ns;
+    const int fd = payload.get(ZMQ_SRCFD);
+    if (fd >= 0) s.rank_by_fd[fd] = rank;  // after a reconnection the descriptor changes
+    if (const auto* batch = std::get_if<FingerprintBatch>(&decoded.message)) {
+      if (claimed_rank(batch->rank)) s.core.on_fingerprints(rank, batch->fingerprints, batch->dropped_total, now_ns);
+    } else if (const auto* stack = std::get_if<StackDefinition>(&decoded.message)) {
+      if (claimed_rank(stack->rank)) s.core.on_stack(*stack);
+    } else if (const auto* heartbeat = std::get_if<Heartbeat>(&decoded.message)) {
+      if (claimed_rank(heartbeat->rank)) s.core.on_heartbeat(*heartbeat, now_ns);
+    } else if (const auto* goodbye = std::get_if<Goodbye>(&decoded.message)) {
+      if (claimed_rank(goodbye->rank)) {
+        peer->second.said_goodbye = true;
+        s.core.on_goodbye(rank, now_ns);
+      }
+    } else {
+      log_malformed("a rank sent a coordinator-to-rank message");
+    }
+  };
+
+  auto read_disconnects = [&](uint64_t now_ns) {
+    for (int i = 0; i < 1024; ++i) {
+      zmq::message_t event;
+      zmq::message_t address;
+      try {
+        if (!s.monitor.recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void)s.monitor.recv(address, zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (event.size() < 6) continue;
+      uint16_t kind = 0;
+      int32_t fd = -1;
+      std::memcpy(&kind, event.data(), 2);
+      std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, 4);
+      if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+      auto it = s.rank_by_fd.find(fd);
+      if (it == s.rank_by_fd.end()) continue;
+      const int32_t rank = it->second;
+      s.rank_by_fd.erase(it);
+      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
+    }
+  };
+
+  auto settle_disconnects = [&](uint64_t now_ns) {
+    for (auto it = s.dropped_connections.begin(); it != s.dropped_connections.end();) {
+      const auto [dropped_at, report_after] = it->second;
+      const uint64_t last = s.last_message_ns[it->first];
+      if (last > dropped_at) {
+        it = s.dropped_connections.erase(it);  // it came back
+      } else if (now_ns >= report_after) {
+        s.core.on_disconnect(it->first, false, now_ns);  // a rank that said goodbye is ignored by the core
+        it = s.dropped_connections.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+
+  while (!stopping_.load()) {
+    zmq::pollitem_t items[] = {{s.router.handle(), 0, ZMQ_POLLIN, 0}, {s.monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(options_.tick_interval_ms));
+    } catch (const zmq::error_t&) {
+    }
+    uint64_t now_ns = realtime_ns();
+    for (size_t i = 0; i < options_.max_messages_per_wakeup; ++i) {
+      zmq::message_t id;
+      zmq::message_t payload;
+      try {
+        if (!s.router.recv(id, zmq::recv_flags::dontwait)) break;
+        if (!id.more()) {
+          log_malformed("a frame without payload");
+          continue;
+        }
+        (void)s.router.recv(payload, zmq::recv_flags::dontwait);
+        bool extra_frames = false;
+        while (payload.more()) {  // a DEALER of ours sends one frame; drain anything else
+          zmq::message_t extra;
+          (void)s.router.recv(extra, zmq::recv_flags::dontwait);
+          extra_frames = true;
+          if (!extra.more()) break;
+        }
+        if (extra_frames) {
+          log_malformed("a message of several frames");
+          continue;
+        }
+      } catch (const zmq::error_t&) {
+        break;
+      }
+      if ((i & 63) == 0) now_ns = realtime_ns();
+      handle(id.to_string(), payload, now_ns);
+    }
+    now_ns = realtime_ns();
+    read_disconnects(now_ns);
+    settle_disconnects(now_ns);
+    deliver(s.core.tick(now_ns));
+    write_manifest(now_ns, false);
+    local.peers = s.peers.size();
+    local.hellos = s.core.hellos();
+    local.core = s.core.stats();
+    std::lock_guard<std::mutex> lock(stats_lock_);
+    stats_ = local;
+  }
+  write_manifest(realtime_ns(), true);
+  zmq_socket_monitor(s.router.handle(), nullptr, 0);
+  s.monitor.close();
+  s.router.close();
+  s.context.close();
+}
+
+}  // namespace trainscope::exchange

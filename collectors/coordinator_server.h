@@ -1,0 +1,94 @@
+// The coordinator's transport: a ZeroMQ ROUTER that authenticates ranks by the job token, feeds the coordinator
+// core, writes its reports into the run directory and sends every verdict to every connected rank.
+//
+// How it is driven (rank 0's engine, or `trainscope coordinator`):
+//   CoordinatorServer server(options);   // bind address, token, run directory, core options, callbacks
+//   std::string error;
+//   if (!server.start(&error)) ...       // binds on the caller's thread (errors come back here), then runs its own
+//                                        // thread: decode, check, feed the core, tick, report, broadcast
+//   server.endpoint();                   // the bound address, with the real port for "tcp://host:*"
+//   server.stop();                       // within about one tick interval; idempotent; the destructor calls it
+// Nothing blocks forever: every socket operation is non-blocking or polled with a timeout, linger is bounded.
+//
+// A vanished rank: ZeroMQ does not tell a ROUTER which peer went away, so the server watches its socket's
+// disconnect events and maps them to ranks through the connection's file descriptor (ZMQ_SRCFD of that rank's
+// messages). A rank that does not come back within vanish_grace_ms (a reconnection after a network blip) is
+// reported. ZeroMQ heartbeats close connections to peers that died without closing theirs (a host that lost power).
+//
+// Fork: a forked child must never use the server (its thread is not in the child; the context and sockets are
+// the parent's). Leak it in the child; do not stop or destroy it there.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "collectors/coordinator_core.h"
+#include "collectors/wire_protocol.h"
+
+namespace trainscope::exchange {
+
+struct CoordinatorServerOptions {
+  std::string bind_address;  // "tcp://0.0.0.0:29400", "tcp://127.0.0.1:*" (any free port), "ipc:///path"
+  std::string token;         // the job token every hello must present
+  std::string run_dir;       // reports and manifest.json go here (created 0700 when missing)
+  CoordinatorOptions core;
+  int tick_interval_ms = 50;         // how often timeouts are checked when no message arrives
+  int vanish_grace_ms = 2000;        // a dropped connection that does not come back in time is a vanished rank
+  int heartbeat_timeout_ms = 15000;  // ZeroMQ-level: a silent connection is closed (then counted as a drop)
+  size_t max_peers = 1u << 16;
+  size_t max_messages_per_wakeup = 4096;           // then tick and look at disconnects before reading more
+  LogSink log;                                     // may be empty
+  std::function<void(const Verdict&)> on_verdict;  // on the server thread, after the report is written; may be empty
+};
+
+struct CoordinatorServerStats {
+  uint64_t messages = 0;
+  uint64_t malformed = 0;  // failed decoding, or carried another rank's number
+  uint64_t rejected_tokens = 0;
+  uint64_t unknown_peers = 0;  // messages before a hello (told to send one)
+  uint64_t verdicts = 0;
+  uint64_t report_errors = 0;  // reports that could not be written
+  uint64_t peers = 0;          // authenticated connections now
+  uint64_t hellos = 0;         // ranks that said hello
+  CoreStats core;
+};
+
+class CoordinatorServer {
+ public:
+  explicit CoordinatorServer(CoordinatorServerOptions options);
+  ~CoordinatorServer();
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  bool start(std::string* error);
+  void stop();
+  std::string endpoint() const;
+  CoordinatorServerStats stats() const;
+
+ private:
+  struct State;
+  void run();
+
+  CoordinatorServerOptions options_;
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::string endpoint_;
+  mutable std::mutex stats_lock_;
+  CoordinatorServerStats stats_;
+};
+
+// Text, JSON and file base name of a verdict's report.
+struct RenderedReport {
+  std::string text;
+  nlohmann::json json;
+  std::string base_name;
+};
+RenderedReport render_report(const CoreVerdict& verdict);
+
+}  // namespace trainscope::exchange

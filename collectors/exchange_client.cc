@@ -1,0 +1,316 @@
+// The rank side of the exchange: lock-free fingerprint queue and the background thread that talks to the
+// coordinator (see exchange_client.h).
+#include "collectors/exchange_client.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include <zmq.hpp>
+
+namespace trainscope::exchange {
+namespace {
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000ull + static_cast<uint64_t>(ts.tv_nsec) / 1000000ull;
+}
+
+// False when the socket could not take the frame now (no connection: ZMQ_IMMEDIATE; or the high-water mark).
+bool try_send(zmq::socket_t& socket, const std::vector<uint8_t>& bytes) {
+  try {
+    return socket.send(zmq::const_buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+FingerprintQueue::FingerprintQueue(size_t capacity) {
+  const size_t size = std::bit_ceil(std::max<size_t>(capacity, 2));
+  cells_ = std::make_unique<Cell[]>(size);
+  for (size_t i = 0; i < size; ++i) cells_[i].sequence.store(i, std::memory_order_relaxed);
+  mask_ = size - 1;
+}
+
+bool FingerprintQueue::push(const Fingerprint& fingerprint) {
+  uint64_t position = enqueue_position_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& cell = cells_[position & mask_];
+    const uint64_t sequence = cell.sequence.load(std::memory_order_acquire);
+    const auto difference = static_cast<int64_t>(sequence - position);
+    if (difference == 0) {
+      if (enqueue_position_.compare_exchange_weak(position, position + 1, std::memory_order_relaxed)) {
+        cell.value = fingerprint;
+        cell.sequence.store(position + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (difference < 0) {
+      return false;  // full
+    } else {
+      position = enqueue_position_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+bool FingerprintQueue::pop(Fingerprint& fingerprint) {
+  uint64_t position = dequeue_position_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& cell = cells_[position & mask_];
+    const uint64_t sequence = cell.sequence.load(std::memory_order_acquire);
+    const auto difference = static_cast<int64_t>(sequence - (position + 1));
+    if (difference == 0) {
+      if (dequeue_position_.compare_exchange_weak(position, position + 1, std::memory_order_relaxed)) {
+        fingerprint = cell.value;
+        cell.sequence.store(position + mask_ + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (difference < 0) {
+      return false;  // empty
+    } else {
+      position = dequeue_position_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+ExchangeClient::ExchangeClient(ExchangeClientOptions options)
+    : options_(std::move(options)), queue_(options_.queue_capacity) {
+  options_.max_batch = std::clamp<size_t>(options_.max_batch, 1, kMaxFingerprintsPerBatch);
+}
+
+ExchangeClient::~ExchangeClient() { stop(); }
+
+void ExchangeClient::start() {
+  if (started_) return;
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void ExchangeClient::stop() {
+  if (!thread_.joinable()) return;
+  int expected = 0;
+  stop_mode_.compare_exchange_strong(expected, 1);
+  thread_.join();
+}
+
+void ExchangeClient::abandon() {
+  if (!thread_.joinable()) return;
+  stop_mode_.store(2);
+  thread_.join();
+}
+
+bool ExchangeClient::push(const Fingerprint& fingerprint) {
+  if (queue_.push(fingerprint)) {
+    pushed_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  dropped_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void ExchangeClient::define_stack(uint32_t stack_id, std::vector<std::string> frames) {
+  StackDefinition stack;
+  stack.rank = options_.hello.global_rank;
+  stack.stack_id = stack_id;
+  stack.frames = std::move(frames);
+  std::lock_guard<std::mutex> lock(stacks_lock_);
+  pending_stacks_.push_back(std::move(stack));
+}
+
+ExchangeClientStats ExchangeClient::stats() const {
+  ExchangeClientStats stats;
+  stats.pushed = pushed_.load();
+  stats.dropped = dropped_.load();
+  stats.sent_fingerprints = sent_fingerprints_.load();
+  stats.batches = batches_.load();
+  stats.heartbeats = heartbeats_.load();
+  stats.verdicts = verdicts_.load();
+  stats.hellos = hellos_.load();
+  stats.welcomed = welcomed_.load();
+  stats.rejected = rejected_.load();
+  return stats;
+}
+
+void ExchangeClient::log(LogLevel level, const std::string& message) const {
+  if (options_.log) options_.log(level, message);
+}
+
+void ExchangeClient::run() {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  try {
+    // A routing id that survives reconnections, so a coordinator that only lost the TCP connection still knows us.
+    std::random_device random;
+    char routing_id[64];
+    std::snprintf(routing_id, sizeof(routing_id), "rank%d-pid%d-%08x%08x", options_.hello.global_rank,
+                  options_.hello.pid, random(), random());
+    socket.set(zmq::sockopt::routing_id, zmq::const_buffer(routing_id, std::strlen(routing_id)));
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::immediate, 1);  // queue only on a live connection: a failed send means "unreachable"
+    socket.set(zmq::sockopt::sndhwm, 1000);
+    socket.set(zmq::sockopt::rcvhwm, 1000);
+    socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxMessageBytes));
+    socket.set(zmq::sockopt::reconnect_ivl, options_.reconnect_interval_ms);
+    socket.set(zmq::sockopt::reconnect_ivl_max, options_.reconnect_interval_max_ms);
+    socket.set(zmq::sockopt::heartbeat_ivl, 1000);
+    socket.set(zmq::sockopt::heartbeat_timeout, 10000);
+    socket.set(zmq::sockopt::heartbeat_ttl, 10000);
+    socket.connect(options_.endpoint);
+  } catch (const zmq::error_t& e) {
+    log(LogLevel::kError, "exchange: cannot connect to the coordinator at '" + options_.endpoint + "': " + e.what() +
+                              "; cross-rank checks are off, the job runs on and records locally");
+    return;
+  }
+
+  const std::vector<uint8_t> hello = encode(options_.hello);
+  bool hello_sent = false;
+  bool warned_unreachable = false;
+  uint64_t unreachable_since_ms = monotonic_ms();
+  uint64_t next_heartbeat_ms = 0;
+  uint64_t batch_number = 0;
+  std::vector<Fingerprint> batch;
+  batch.reserve(options_.max_batch);
+  std::vector<uint8_t> encoded_batch;  // built, not yet taken by the socket
+  size_t encoded_count = 0;
+  std::vector<StackDefinition> stacks;
+
+  auto note_unreachable = [&](uint64_t now_ms) {
+    if (!warned_unreachable &&
+        now_ms - unreachable_since_ms >= static_cast<uint64_t>(options_.unreachable_warning_ms)) {
+      warned_unreachable = true;
+      log(LogLevel::kWarning, "exchange: the coordinator at " + options_.endpoint +
+                                  " is not reachable; the job runs on and records locally, retrying in the background");
+    }
+  };
+  auto receive_all = [&] {
+    for (int i = 0; i < 64; ++i) {
+      zmq::message_t message;
+      zmq::recv_result_t received;
+      try {
+        received = socket.recv(message, zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (!received) return;
+      const DecodeResult decoded =
+          decode(std::span<const uint8_t>(static_cast<const uint8_t*>(message.data()), message.size()));
+      if (!decoded.ok) {
+        log(LogLevel::kWarning, "exchange: dropped a malformed message from the coordinator: " + decoded.error);
+        continue;
+      }
+      if (std::holds_alternative<Welcome>(decoded.message)) {
+        if (!welcomed_.exchange(true)) {
+          log(warned_unreachable ? LogLevel::kWarning : LogLevel::kDebug,
+              "exchange: connected to the coordinator at " + options_.endpoint);
+        }
+      } else if (const auto* reject = std::get_if<Reject>(&decoded.message)) {
+        if (reject->reason == RejectReason::kNeedHello) {
+          hello_sent = false;  // a restarted coordinator: introduce ourselves again
+          welcomed_.store(false);
+        } else if (!rejected_.exchange(true)) {
+          log(LogLevel::kError, "exchange: the coordinator refused this rank: " + reject->detail +
+                                    "; cross-rank checks are off for this rank");
+        }
+      } else if (const auto* verdict = std::get_if<Verdict>(&decoded.message)) {
+        verdicts_.fetch_add(1);
+        if (options_.on_verdict) options_.on_verdict(*verdict);
+      }
+    }
+  };
+  // Sends what it can without waiting; returns false when the connection is not there.
+  auto send_pending = [&]() -> bool {
+    if (!hello_sent) {
+      if (!try_send(socket, hello)) return false;
+      hello_sent = true;
+      hellos_.fetch_add(1);
+    }
+    {
+      std::lock_guard<std::mutex> lock(stacks_lock_);
+      for (auto& stack : pending_stacks_) stacks.push_back(std::move(stack));
+      pending_stacks_.clear();
+    }
+    while (!stacks.empty()) {
+      if (!try_send(socket, encode(stacks.front()))) return false;
+      stacks.erase(stacks.begin());
+    }
+    for (int round = 0; round < 64; ++round) {
+      if (encoded_batch.empty()) {
+        batch.clear();
+        Fingerprint f;
+        while (batch.size() < options_.max_batch && queue_.pop(f)) batch.push_back(f);
+        if (batch.empty()) return true;
+        encode_fingerprint_batch(options_.hello.global_rank, ++batch_number, dropped_.load(), batch, encoded_batch);
+        encoded_count = batch.size();
+      }
+      if (!try_send(socket, encoded_batch)) return false;
+      encoded_batch.clear();
+      batches_.fetch_add(1);
+      sent_fingerprints_.fetch_add(encoded_count);
+    }
+    return true;
+  };
+
+  while (stop_mode_.load() == 0) {
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(options_.flush_interval_ms));
+    } catch (const zmq::error_t&) {
+    }
+    receive_all();
+    if (rejected_.load()) {
+      Fingerprint discard;
+      while (queue_.pop(discard)) {
+      }
+      continue;
+    }
+    const uint64_t now_ms = monotonic_ms();
+    if (send_pending()) {
+      unreachable_since_ms = now_ms;
+    } else {
+      note_unreachable(now_ms);
+    }
+    if (hello_sent && now_ms >= next_heartbeat_ms) {
+      Heartbeat heartbeat;
+      heartbeat.rank = options_.hello.global_rank;
+      heartbeat.time_ns = realtime_ns();
+      if (options_.inside_calls) heartbeat.inside = options_.inside_calls();
+      if (try_send(socket, encode(heartbeat))) heartbeats_.fetch_add(1);
+      next_heartbeat_ms = now_ms + static_cast<uint64_t>(options_.heartbeat_interval_ms);
+    }
+  }
+
+  if (stop_mode_.load() == 1 && hello_sent && !rejected_.load()) {
+    // Deliver what is queued and say goodbye, for a bounded time: the coordinator may be gone already.
+    const uint64_t deadline = monotonic_ms() + static_cast<uint64_t>(options_.stop_flush_timeout_ms);
+    bool flushed = false;
+    while (!(flushed = send_pending()) && monotonic_ms() < deadline) {
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLOUT, 0}};
+      try {
+        zmq::poll(items, 1, std::chrono::milliseconds(10));
+      } catch (const zmq::error_t&) {
+      }
+    }
+    Goodbye goodbye{options_.hello.global_rank, realtime_ns()};
+    (void)flushed;  // the goodbye goes even after a partial flush: it says the exit was clean
+    try_send(socket, encode(goodbye));
+    socket.set(zmq::sockopt::linger, options_.stop_flush_timeout_ms);
+  }
+  socket.close();
+  context.close();
+}
+
+}  // namespace trainscope::exchange

@@ -1,0 +1,115 @@
+// A rank's side of the out-of-band exchange: a bounded lock-free queue of fingerprints that any thread may push
+// to, and a background thread that batches them to the coordinator over a ZeroMQ DEALER socket.
+//
+// How the engine drives it:
+//   ExchangeClient client(options);   // endpoint, the Hello (token, identity, GPU, versions), callbacks
+//   client.start();                   // starts the client's own thread; never blocks on the network
+//   client.push(fingerprint);         // any thread, lock-free, never blocks; false (and counted) when full
+//   client.define_stack(id, frames);  // before the first fingerprint with that stack_id (any thread, locks)
+//   client.stop();                    // flushes for at most stop_flush_timeout_ms, says goodbye, joins
+// Verdicts and log lines arrive through the callbacks, on the client's thread.
+//
+// No coordinator reachable: nothing blocks and nothing fails. The queue fills and counts what it drops, one warning
+// goes to the log, and the socket reconnects in the background; once a coordinator answers, the hello is sent again
+// and the queue drains. A coordinator that restarted answers "need hello" and the client sends it again.
+//
+// Fork: the child must never touch the parent's client (its thread does not exist in the child; its ZeroMQ context
+// and sockets belong to the parent). In the child, do not call stop() and do not destroy it: leak the pointer and,
+// if the child needs an exchange of its own, construct a new client.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectors/fingerprint.h"
+#include "collectors/wire_protocol.h"
+
+namespace trainscope::exchange {
+
+struct ExchangeClientOptions {
+  std::string endpoint;              // "tcp://host:port" or "ipc://path"
+  Hello hello;                       // sent first on every connection; hello.token is the job token
+  size_t queue_capacity = 1u << 16;  // fingerprints (rounded up to a power of two)
+  size_t max_batch = 1024;           // fingerprints per message (at most kMaxFingerprintsPerBatch)
+  int flush_interval_ms = 20;        // a partial batch waits at most this long
+  int heartbeat_interval_ms = 1000;
+  int reconnect_interval_ms = 100;  // ZMQ_RECONNECT_IVL, backing off to reconnect_interval_max_ms
+  int reconnect_interval_max_ms = 5000;
+  int unreachable_warning_ms = 3000;               // no connection for this long: one warning
+  int stop_flush_timeout_ms = 2000;                // stop(): how long to try to deliver what is queued and the goodbye
+  LogSink log;                                     // may be empty
+  std::function<void(const Verdict&)> on_verdict;  // may be empty
+  std::function<std::vector<HeartbeatCall>()> inside_calls;  // calls in progress, for heartbeats; may be empty
+};
+
+struct ExchangeClientStats {
+  uint64_t pushed = 0;
+  uint64_t dropped = 0;  // the queue was full
+  uint64_t sent_fingerprints = 0;
+  uint64_t batches = 0;
+  uint64_t heartbeats = 0;
+  uint64_t verdicts = 0;
+  uint64_t hellos = 0;    // sent; more than one after reconnections to a restarted coordinator
+  bool welcomed = false;  // the coordinator accepted the hello (and has not asked for it again since)
+  bool rejected = false;  // the coordinator refused the job token: nothing more is sent
+};
+
+// A bounded multi-producer multi-consumer queue (D. Vyukov's): one atomic ticket per push, no locks, no allocation.
+class FingerprintQueue {
+ public:
+  explicit FingerprintQueue(size_t capacity);
+  bool push(const Fingerprint& fingerprint);
+  bool pop(Fingerprint& fingerprint);
+
+ private:
+  struct alignas(64) Cell {
+    std::atomic<uint64_t> sequence;
+    Fingerprint value;
+  };
+  std::unique_ptr<Cell[]> cells_;
+  uint64_t mask_;
+  alignas(64) std::atomic<uint64_t> enqueue_position_{0};
+  alignas(64) std::atomic<uint64_t> dequeue_position_{0};
+};
+
+class ExchangeClient {
+ public:
+  explicit ExchangeClient(ExchangeClientOptions options);
+  ~ExchangeClient();  // stop()
+  ExchangeClient(const ExchangeClient&) = delete;
+  ExchangeClient& operator=(const ExchangeClient&) = delete;
+
+  void start();
+  // Flushes (bounded), sends Goodbye, closes, joins. Idempotent.
+  void stop();
+  // For tests and for a rank that must disappear without a goodbye: closes at once, drops what is queued.
+  void abandon();
+
+  bool push(const Fingerprint& fingerprint);
+  void define_stack(uint32_t stack_id, std::vector<std::string> frames);
+
+  ExchangeClientStats stats() const;
+
+ private:
+  void run();
+  void log(LogLevel level, const std::string& message) const;
+
+  ExchangeClientOptions options_;
+  FingerprintQueue queue_;
+  std::thread thread_;
+  std::atomic<int> stop_mode_{0};  // 0 running, 1 stop with goodbye, 2 abandon
+  bool started_ = false;
+  std::mutex stacks_lock_;
+  std::vector<StackDefinition> pending_stacks_;
+  std::atomic<uint64_t> pushed_{0}, dropped_{0}, sent_fingerprints_{0}, batches_{0}, heartbeats_{0}, verdicts_{0},
+      hellos_{0};
+  std::atomic<bool> welcomed_{false}, rejected_{false};
+};
+
+}  // namespace trainscope::exchange

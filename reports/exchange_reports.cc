@@ -1,0 +1,347 @@
+// Text and JSON forms of the coordinator's mismatch, desync and vanished-rank reports, and writing them to disk.
+#include "reports/exchange_reports.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "reports/recorder_report.h"
+
+namespace trainscope::reports {
+namespace {
+
+using exchange::Fingerprint;
+using recorder::Op;
+
+std::string op_text(uint16_t op) { return recorder::op_name(static_cast<Op>(op)); }
+
+bool reduces(Op op) { return op == Op::kAllReduce || op == Op::kReduce || op == Op::kReduceScatter; }
+bool rooted(Op op) {
+  return op == Op::kReduce || op == Op::kBroadcast || op == Op::kBcast || op == Op::kGather || op == Op::kScatter;
+}
+
+std::string process_label(int32_t global_rank, int32_t comm_rank) {
+  if (global_rank >= 0) return "Process " + std::to_string(global_rank);
+  return "Process ? (communicator rank " + std::to_string(comm_rank) + ")";
+}
+
+// "[1048576] float16 sum", plus the root for rooted collectives and the peer for send/recv.
+std::string shape_text(const Fingerprint& f, bool show_op) {
+  const auto op = static_cast<Op>(f.op);
+  std::string text = "[" + std::to_string(f.count) + "] " + recorder::dtype_name(f.dtype);
+  if (reduces(op)) text += " " + recorder::redop_name(f.redop);
+  if (rooted(op)) text += " root " + std::to_string(f.peer);
+  if (op == Op::kSend) text += " send to rank " + std::to_string(f.peer);
+  if (op == Op::kRecv) text += " recv from rank " + std::to_string(f.peer);
+  if (show_op) text += " `" + op_text(f.op) + "`";
+  return text;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? separator : "") + parts[i];
+  return out;
+}
+
+std::string hex_address(uint64_t address) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof(buffer), "0x%" PRIx64, address);
+  return buffer;
+}
+
+nlohmann::json call_json(const Fingerprint& f) {
+  return {{"op", op_text(f.op)},
+          {"seq", f.seq},
+          {"count", f.count},
+          {"dtype", recorder::dtype_name(f.dtype)},
+          {"redop", recorder::redop_name(f.redop)},
+          {"peer", f.peer},
+          {"comm_rank", f.comm_rank},
+          {"nranks", f.nranks},
+          {"start_ns", f.start_ns},
+          {"record_index", f.record_index},
+          {"caller", hex_address(f.caller)}};
+}
+
+std::string since_text(uint64_t since_ns, uint64_t now_ns) {
+  if (since_ns == 0) return "since an unknown time";
+  std::string text = "since " + recorder::utc_date_time(since_ns);
+  if (now_ns > since_ns) text += " (" + recorder::duration_string(now_ns - since_ns) + ")";
+  return text;
+}
+
+// Creates the directory and its missing parents, 0700.
+int make_directories(const std::string& path) {
+  std::string partial;
+  size_t position = 0;
+  while (position != std::string::npos) {
+    position = path.find('/', position + 1);
+    partial = path.substr(0, position);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) return errno;
+  }
+  return 0;
+}
+
+// Creates `path` exclusively (mode 0600) and writes all of `content`; errno on failure.
+int write_new_file(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  size_t written = 0;
+  int error = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && error == 0) error = errno;
+  return error;
+}
+
+}  // namespace
+
+const char* laggard_state_text(LaggardState state) {
+  switch (state) {
+    case LaggardState::kAlive:
+      return "alive, not arrived";
+    case LaggardState::kFinalized:
+      return "finalized the communicator";
+    case LaggardState::kDestroyed:
+      return "destroyed the communicator";
+    case LaggardState::kAborted:
+      return "aborted the communicator";
+    case LaggardState::kRevoked:
+      return "revoked the communicator";
+    case LaggardState::kExited:
+      return "exited";
+    case LaggardState::kVanished:
+      return "vanished";
+    case LaggardState::kUnknown:
+      return "never heard from";
+  }
+  return "unknown";
+}
+
+std::string format_mismatch_text(const MismatchReport& report) {
+  bool ops_differ = false;
+  for (const CallLine& line : report.calls) {
+    if (line.present && line.call.op != report.op) ops_differ = true;
+  }
+  std::string out =
+      "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid.\n\n";
+  const std::string comm = recorder::short_hex_id(report.comm_id);
+  if (report.point_to_point) {
+    const int32_t sender = report.calls.empty() ? -1 : report.calls[0].comm_rank;
+    const int32_t receiver = report.calls.size() < 2 ? -1 : report.calls[1].comm_rank;
+    out += "Operation: `ncclSend`/`ncclRecv` (communicator " + comm + ", send #" + std::to_string(report.seq) +
+           " from rank " + std::to_string(sender) + " to rank " + std::to_string(receiver) + ")\n";
+  } else {
+    out += "Operation: `" + op_text(report.op) + "` (communicator " + comm + ", call #" + std::to_string(report.seq) +
+           ")\n";
+  }
+  out += "Input shapes:\n";
+  for (const CallLine& line : report.calls) {
+    out += "  - " + process_label(line.global_rank, line.comm_rank) + ": ";
+    out += line.present ? shape_text(line.call, ops_differ)
+                        : "(had not reached call #" + std::to_string(report.seq) + " when this was reported)";
+    out += "\n";
+  }
+  if (!report.differences.empty()) out += "\nDiffers in: " + join(report.differences, ", ") + "\n";
+  out += "\nNative stacks at the call:\n";
+  for (const CallLine& line : report.calls) {
+    if (!line.present) continue;
+    out += "  " + process_label(line.global_rank, line.comm_rank) + ":\n";
+    if (line.stack.empty()) {
+      out += "    (no stack captured; call site " + hex_address(line.call.caller) + ")\n";
+      continue;
+    }
+    for (size_t i = 0; i < line.stack.size(); ++i) out += "    #" + std::to_string(i) + " " + line.stack[i] + "\n";
+  }
+  return out;
+}
+
+nlohmann::json mismatch_json(const MismatchReport& report) {
+  nlohmann::json calls = nlohmann::json::array();
+  for (const CallLine& line : report.calls) {
+    nlohmann::json entry = {{"process", line.global_rank}, {"comm_rank", line.comm_rank}, {"present", line.present}};
+    if (line.present) {
+      entry["call"] = call_json(line.call);
+      entry["shape"] = {line.call.count};
+      entry["stack"] = line.stack;
+    }
+    calls.push_back(std::move(entry));
+  }
+  return {
+      {"kind", "mismatch"},
+      {"message", "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid."},
+      {"operation", report.point_to_point ? "ncclSend/ncclRecv" : op_text(report.op)},
+      {"communicator", recorder::hex_id(report.comm_id)},
+      {"seq", report.seq},
+      {"point_to_point", report.point_to_point},
+      {"differences", report.differences},
+      {"detected_ns", report.detected_ns},
+      {"calls", std::move(calls)}};
+}
+
+std::string mismatch_base_name(const MismatchReport& report) {
+  return std::string(report.point_to_point ? "mismatch-p2p-" : "mismatch-") + recorder::short_hex_id(report.comm_id) +
+         "-" + std::to_string(report.seq);
+}
+
+std::string format_desync_text(const DesyncReport& report) {
+  std::string out = "Desync on communicator " + recorder::short_hex_id(report.comm_id) + " at call #" +
+                    std::to_string(report.seq) + " (`" + op_text(report.op) + "`): ";
+  if (report.certain) {
+    out += "some members can never reach this call.\n";
+  } else {
+    out += "some members have not reached this call after " +
+           recorder::duration_string(
+               report.detected_ns > report.stuck_since_ns ? report.detected_ns - report.stuck_since_ns : 0) +
+           (report.repeat > 1 ? " (reported again: still stuck)" : "") +
+           ". They are alive; a long checkpoint save or evaluation on some ranks looks like this too.\n";
+  }
+  out += "Waiting in the communicator:\n";
+  for (const WaitingRank& w : report.waiting) {
+    out += "  - " + process_label(w.global_rank, w.comm_rank) + " (communicator rank " + std::to_string(w.comm_rank) +
+           "): call #" + std::to_string(w.seq) + " `" + op_text(w.op) + "` " +
+           since_text(w.since_ns, report.detected_ns) + "\n";
+  }
+  out += "Not arrived:\n";
+  for (const MissingRank& m : report.missing) {
+    out += "  - " + process_label(m.global_rank, m.comm_rank) + " (communicator rank " + std::to_string(m.comm_rank);
+    if (!m.host.empty()) out += ", host " + m.host + ", pid " + std::to_string(m.pid);
+    out += "): ";
+    if (m.has_last_call) {
+      out += "last call #" + std::to_string(m.last_seq) + " `" + op_text(m.last_op) + "` at " +
+             recorder::utc_date_time(m.last_call_ns);
+    } else {
+      out += "no call on this communicator seen";
+    }
+    out += "; " + std::string(laggard_state_text(m.state)) + "; process " +
+           (m.process_gone ? "gone" : "still running") + "\n";
+  }
+  if (!report.note.empty()) out += "Note: " + report.note + "\n";
+  return out;
+}
+
+nlohmann::json desync_json(const DesyncReport& report) {
+  nlohmann::json waiting = nlohmann::json::array();
+  for (const WaitingRank& w : report.waiting) {
+    waiting.push_back({{"process", w.global_rank},
+                       {"comm_rank", w.comm_rank},
+                       {"seq", w.seq},
+                       {"op", op_text(w.op)},
+                       {"since_ns", w.since_ns}});
+  }
+  nlohmann::json missing = nlohmann::json::array();
+  for (const MissingRank& m : report.missing) {
+    nlohmann::json entry = {{"process", m.global_rank},
+                            {"comm_rank", m.comm_rank},
+                            {"host", m.host},
+                            {"pid", m.pid},
+                            {"state", laggard_state_text(m.state)},
+                            {"process_gone", m.process_gone}};
+    if (m.has_last_call) {
+      entry["last_call"] = {{"seq", m.last_seq}, {"op", op_text(m.last_op)}, {"start_ns", m.last_call_ns}};
+    } else {
+      entry["last_call"] = nullptr;
+    }
+    missing.push_back(std::move(entry));
+  }
+  return {{"kind", "desync"},
+          {"communicator", recorder::hex_id(report.comm_id)},
+          {"seq", report.seq},
+          {"operation", op_text(report.op)},
+          {"certain", report.certain},
+          {"repeat", report.repeat},
+          {"detected_ns", report.detected_ns},
+          {"stuck_since_ns", report.stuck_since_ns},
+          {"waiting", std::move(waiting)},
+          {"missing", std::move(missing)},
+          {"note", report.note}};
+}
+
+std::string desync_base_name(const DesyncReport& report) {
+  std::string name = "desync-" + recorder::short_hex_id(report.comm_id) + "-" + std::to_string(report.seq);
+  if (report.repeat > 1) name += "-" + std::to_string(report.repeat);
+  return name;
+}
+
+std::string format_vanished_text(const VanishedReport& report) {
+  std::string out = "Rank " + std::to_string(report.global_rank) +
+                    " vanished: its connection to the coordinator dropped without a goodbye.\n";
+  out += "Host: " + (report.host.empty() ? std::string("unknown") : report.host) + ", pid " +
+         std::to_string(report.pid) + "\n";
+  out += "Time: " + recorder::utc_date_time(report.time_ns) + "\n";
+  if (report.has_last_call) {
+    const Fingerprint& f = report.last_call;
+    out += "Last call: `" + op_text(f.op) + "` (communicator " + recorder::short_hex_id(f.comm_id) + ", call #" +
+           std::to_string(f.seq) + ") " + shape_text(f, false) + " at " + recorder::utc_date_time(f.start_ns) + "\n";
+  } else {
+    out += "Last call: none seen\n";
+  }
+  out += "Flight recorder: " +
+         (report.flight_recorder_path.empty() ? std::string("unknown") : report.flight_recorder_path) +
+         " (its last calls survive the process: trainscope report <run directory>)\n";
+  return out;
+}
+
+nlohmann::json vanished_json(const VanishedReport& report) {
+  return {{"kind", "vanished"},
+          {"process", report.global_rank},
+          {"host", report.host},
+          {"pid", report.pid},
+          {"time_ns", report.time_ns},
+          {"last_call", report.has_last_call ? call_json(report.last_call) : nlohmann::json(nullptr)},
+          {"last_call_communicator", report.has_last_call ? recorder::hex_id(report.last_call.comm_id) : ""},
+          {"flight_recorder", report.flight_recorder_path}};
+}
+
+std::string vanished_base_name(const VanishedReport& report) {
+  return "vanished-rank" + std::to_string(report.global_rank);
+}
+
+std::string make_report_directory(const std::string& dir) {
+  if (dir.empty()) return "no run directory given";
+  if (const int error = make_directories(dir); error != 0) return "cannot create " + dir + ": " + std::strerror(error);
+  return {};
+}
+
+WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
+                           const nlohmann::json& json) {
+  WrittenReport written;
+  if (const int error = make_directories(dir); error != 0) {
+    written.error = "cannot create " + dir + ": " + std::strerror(error);
+    return written;
+  }
+  const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  for (int attempt = 1; attempt <= 100; ++attempt) {
+    const std::string stem = dir + "/" + base_name + (attempt == 1 ? "" : "-" + std::to_string(attempt));
+    const int error = write_new_file(stem + ".txt", text);
+    if (error == EEXIST) continue;
+    if (error != 0) {
+      written.error = "cannot write " + stem + ".txt: " + std::strerror(error);
+      return written;
+    }
+    written.text_path = stem + ".txt";
+    if (const int json_error = write_new_file(stem + ".json", json_text); json_error != 0) {
+      written.error = "cannot write " + stem + ".json: " + std::strerror(json_error);
+      return written;
+    }
+    written.json_path = stem + ".json";
+    return written;
+  }
+  written.error = "too many reports named " + base_name + " in " + dir;
+  return written;
+}
+
+}  // namespace trainscope::reports

@@ -1,0 +1,120 @@
+// The coordinator's reports — mismatch, desync, vanished rank — as text (the design's exact format) and JSON twins,
+// and writing them into the run directory.
+//
+// The coordinator fills these plain structs; nothing here knows about sockets or the coordinator's state, so the
+// formats are tested on their own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collectors/fingerprint.h"
+
+namespace trainscope::reports {
+
+// One rank's call in a mismatch report.
+struct CallLine {
+  int32_t global_rank = -1;  // -1: the coordinator never learned it (shown with the communicator rank)
+  int32_t comm_rank = -1;
+  bool present = false;  // false: the rank had not reached the call when the report was made
+  exchange::Fingerprint call{};
+  std::vector<std::string> stack;  // symbolised frames, innermost first; empty when none was captured
+};
+
+struct MismatchReport {
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;                      // collective: call number on the communicator; send/recv: n-th send a -> b
+  uint16_t op = 0;                       // recorder::Op of the first rank's call
+  bool point_to_point = false;           // a send/recv pair (calls[0] the send, calls[1] the receive)
+  std::vector<std::string> differences;  // what disagrees: "operation", "count", "data type", "reduction op", "root"
+  std::vector<CallLine> calls;           // every member, by communicator rank
+  uint64_t detected_ns = 0;
+};
+
+// Why a member of a communicator has not arrived at a call.
+enum class LaggardState : uint8_t {
+  kAlive = 0,  // connected and sending heartbeats, just not there (yet)
+  kFinalized,  // called ncclCommFinalize on the communicator
+  kDestroyed,  // called ncclCommDestroy
+  kAborted,    // called ncclCommAbort
+  kRevoked,    // called ncclCommRevoke
+  kExited,     // said goodbye: the process ended cleanly
+  kVanished,   // its connection dropped without a goodbye
+  kUnknown,    // never heard from
+};
+const char* laggard_state_text(LaggardState state);  // "destroyed the communicator", "vanished", ...
+
+struct WaitingRank {
+  int32_t global_rank = -1;
+  int32_t comm_rank = -1;
+  uint64_t seq = 0;  // the call it is in (its latest on the communicator)
+  uint16_t op = 0;
+  uint64_t since_ns = 0;  // CLOCK_REALTIME of the rank, when that call started
+};
+
+struct MissingRank {
+  int32_t global_rank = -1;
+  int32_t comm_rank = -1;
+  std::string host;
+  int32_t pid = 0;
+  bool has_last_call = false;
+  uint64_t last_seq = 0;  // its last call on this communicator
+  uint16_t last_op = 0;
+  uint64_t last_call_ns = 0;
+  LaggardState state = LaggardState::kUnknown;
+  bool process_gone = false;
+};
+
+struct DesyncReport {
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;      // the first call some members reached and others did not
+  uint16_t op = 0;       // that call's operation, as the members that reached it issued it
+  bool certain = false;  // a missing member can never arrive (communicator ended, process exited or vanished)
+  uint32_t repeat = 1;   // 2, 3, ...: the same stuck call reported again after another timeout
+  uint64_t detected_ns = 0;
+  uint64_t stuck_since_ns = 0;  // coordinator time when the first member arrived at the call
+  std::vector<WaitingRank> waiting;
+  std::vector<MissingRank> missing;
+  std::string note;  // e.g. that a missing rank dropped fingerprints, so the verdict may be wrong
+};
+
+struct VanishedReport {
+  int32_t global_rank = -1;
+  std::string host;
+  int32_t pid = 0;
+  uint64_t time_ns = 0;
+  bool has_last_call = false;
+  exchange::Fingerprint last_call{};
+  std::string flight_recorder_path;
+};
+
+std::string format_mismatch_text(const MismatchReport& report);
+nlohmann::json mismatch_json(const MismatchReport& report);
+std::string mismatch_base_name(const MismatchReport& report);  // "mismatch-3f2a9c-812"
+
+std::string format_desync_text(const DesyncReport& report);
+nlohmann::json desync_json(const DesyncReport& report);
+std::string desync_base_name(const DesyncReport& report);  // "desync-3f2a9c-813", "...-813-2" when repeated
+
+std::string format_vanished_text(const VanishedReport& report);
+nlohmann::json vanished_json(const VanishedReport& report);
+std::string vanished_base_name(const VanishedReport& report);  // "vanished-rank3"
+
+struct WrittenReport {
+  std::string text_path;
+  std::string json_path;
+  std::string error;  // empty on success
+};
+
+// Creates the run directory and its missing parents (0700); returns an error message, empty on success.
+std::string make_report_directory(const std::string& dir);
+
+// Writes <dir>/<base>.txt and <dir>/<base>.json, files mode 0600, creating dir (0700) when missing. An existing
+// file is never overwritten: the name gets a "-2", "-3", ... suffix instead.
+WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
+                           const nlohmann::json& json);
+
+}  // namespace trainscope::reports
