@@ -1,1 +1,268 @@
-// placeholder: being written
+// Reads flight recorder files back, validating every size and offset so a hostile or broken file only errs.
+#include "reports/flight_recorder_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace trainscope::recorder {
+namespace {
+
+// Slots read per pread: bounds memory for big rings while keeping syscalls few.
+constexpr size_t kChunkRecords = 16384;
+
+// Far above TRAINSCOPE_RECORDER_RECORDS' limit (2^24); a bigger claim is a corrupt or hostile header, and a
+// sparse file could otherwise make the reader walk terabytes of zeros.
+constexpr uint64_t kMaxReadableCapacity = uint64_t{1} << 28;
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads exactly `bytes` at `offset`; a short read means the file shrank under us.
+bool read_exact(int fd, void* buffer, size_t bytes, uint64_t offset, std::string* why) {
+  auto* p = static_cast<char*>(buffer);
+  while (bytes > 0) {
+    const ssize_t n = pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *why = std::string("read failed: ") + std::strerror(errno);
+      return false;
+    }
+    if (n == 0) {
+      *why = "file became shorter while it was being read";
+      return false;
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+uint64_t load_next(int fd) {
+  uint64_t next = 0;
+  std::string ignored;
+  if (!read_exact(fd, &next, sizeof(next), offsetof(FileHeader, next), &ignored)) return 0;
+  return next;
+}
+
+bool all_zero(const char* p, size_t n) {
+  return std::all_of(p, p + n, [](char c) { return c == 0; });
+}
+
+template <size_t N>
+void terminate_field(char (&field)[N]) {
+  field[N - 1] = '\0';
+}
+
+bool fail(std::string* error, const std::string& path, const std::string& what) {
+  *error = path + ": " + what;
+  return false;
+}
+
+}  // namespace
+
+bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error) {
+  *out = RecorderFile{};
+  out->path = path;
+  // O_NONBLOCK: a FIFO named *.tsrec must not hang the reader.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return fail(error, path, "not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) {
+    return fail(error, path, "empty file (0 bytes): its process died while creating the recorder, or it is not one");
+  }
+  if (size < kHeaderBytes) {
+    return fail(error, path,
+                "truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderBytes) +
+                    "-byte header");
+  }
+
+  FileHeader& h = out->header;
+  std::string why;
+  if (!read_exact(fd.get(), &h, sizeof(h), 0, &why)) return fail(error, path, why);
+  if (all_zero(h.magic, sizeof(h.magic))) {
+    return fail(error, path, "header never written (no magic): its process died while creating the recorder");
+  }
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
+    return fail(error, path, "not a trainscope flight recorder (wrong magic; expected \"TSFREC01\")");
+  }
+  if (h.version != kFormatVersion) {
+    return fail(error, path,
+                "format version " + std::to_string(h.version) + "; this trainscope reads version " +
+                    std::to_string(kFormatVersion));
+  }
+  if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
+    return fail(error, path,
+                "corrupt header: sizes header/record/comm " + std::to_string(h.header_bytes) + "/" +
+                    std::to_string(h.record_bytes) + "/" + std::to_string(h.comm_bytes) + ", expected " +
+                    std::to_string(kHeaderBytes) + "/" + std::to_string(sizeof(Record)) + "/" +
+                    std::to_string(sizeof(CommEntry)));
+  }
+  if (h.capacity == 0 || h.capacity > kMaxReadableCapacity) {
+    return fail(error, path,
+                "corrupt header: ring capacity " + std::to_string(h.capacity) + " (accepted: 1.." +
+                    std::to_string(kMaxReadableCapacity) + ")");
+  }
+  const uint64_t expected = file_bytes(h.max_comms, h.capacity);
+  if (size != expected) {
+    return fail(error, path,
+                std::string(size < expected ? "truncated" : "size mismatch") + ": " + std::to_string(size) +
+                    " bytes, the header describes " + std::to_string(expected) + " (" + std::to_string(h.capacity) +
+                    " record slots, " + std::to_string(h.max_comms) + " comm slots)");
+  }
+  terminate_field(h.host);
+  terminate_field(h.run_id);
+  terminate_field(h.exe);
+
+  // Comm table: only the claimed prefix; an entry counts once its commit names its own slot.
+  const uint32_t comms_used = std::min(h.comms_used, h.max_comms);
+  if (comms_used > 0) {
+    std::vector<CommEntry> table(comms_used);
+    if (!read_exact(fd.get(), table.data(), table.size() * sizeof(CommEntry), comm_table_offset(), &why)) {
+      return fail(error, path, why);
+    }
+    for (uint32_t i = 0; i < comms_used; ++i) {
+      if (table[i].commit == uint64_t{i} + 1) {
+        out->comms.push_back(table[i]);
+      } else {
+        ++out->torn_comms;
+      }
+    }
+  }
+
+  // Ring: the slots of the last `capacity` claims, streamed in index order a chunk at a time, so memory follows
+  // what the file really holds rather than what its header claims.
+  const uint64_t capacity = h.capacity;
+  const uint64_t next_before = h.next;
+  const uint64_t lo_before = next_before > capacity ? next_before - capacity : 0;
+  std::vector<Record> chunk;
+  uint64_t chunk_first = 0;
+  for (uint64_t index = lo_before; index < next_before; ++index) {
+    const uint64_t slot = index % capacity;
+    if (chunk.empty() || slot < chunk_first || slot >= chunk_first + chunk.size()) {
+      chunk_first = slot;
+      chunk.resize(static_cast<size_t>(std::min<uint64_t>(kChunkRecords, capacity - slot)));
+      if (!read_exact(fd.get(), chunk.data(), chunk.size() * sizeof(Record),
+                      ring_offset(h.max_comms) + slot * sizeof(Record), &why)) {
+        return fail(error, path, why);
+      }
+    }
+    const Record& r = chunk[static_cast<size_t>(slot - chunk_first)];
+    if (r.commit == index + 1 && r.checksum == record_checksum(r)) {
+      out->records.push_back(RecordedCall{index, r});
+    } else {
+      ++out->torn_records;
+    }
+  }
+
+  // A live writer may have lapped the oldest slots while we copied them: drop those rather than trust them.
+  // Claims made after the first look at `next` were not read; they are in flight, not torn.
+  const uint64_t next_after = std::max(next_before, load_next(fd.get()));
+  h.next = next_after;
+  const uint64_t lo_after = std::max(lo_before, next_after > capacity ? next_after - capacity : 0);
+  if (lo_after > lo_before) {
+    const auto kept = std::lower_bound(out->records.begin(), out->records.end(), lo_after,
+                                       [](const RecordedCall& c, uint64_t i) { return c.index < i; });
+    const uint64_t dropped_valid = static_cast<uint64_t>(kept - out->records.begin());
+    const uint64_t dropped_torn =
+        std::min(std::min(lo_after, next_before) - lo_before - dropped_valid, out->torn_records);
+    out->torn_records -= dropped_torn;
+    out->records.erase(out->records.begin(), kept);
+  }
+  return true;
+}
+
+bool read_run_directory(const std::string& dir, RunDirectory* out, std::string* error) {
+  namespace fs = std::filesystem;
+  *out = RunDirectory{};
+  out->path = dir;
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    *error = "cannot access '" + dir + "': " + ec.message();
+    return false;
+  }
+  if (!fs::exists(status)) {
+    *error = "'" + dir + "' does not exist";
+    return false;
+  }
+  if (!fs::is_directory(status)) {
+    *error = "'" + dir + "' is not a directory";
+    return false;
+  }
+  std::vector<std::string> paths;
+  std::vector<std::string> subdirs_with_records;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    *error = "cannot list '" + dir + "': " + ec.message();
+    return false;
+  }
+  for (const fs::directory_entry& entry : it) {
+    const fs::path& p = entry.path();
+    std::error_code entry_ec;
+    if (p.extension() == ".tsrec" && !entry.is_directory(entry_ec)) {
+      paths.push_back(p.string());
+    } else if (entry.is_directory(entry_ec)) {
+      // Remember run folders one level down: the user may have passed TRAINSCOPE_DIR itself.
+      std::error_code sub_ec;
+      for (const fs::directory_entry& sub : fs::directory_iterator(p, sub_ec)) {
+        if (sub.path().extension() == ".tsrec") {
+          subdirs_with_records.push_back(p.filename().string());
+          break;
+        }
+      }
+    }
+  }
+  if (paths.empty()) {
+    *error = "'" + dir + "' is not a run directory: it holds no *.tsrec flight recorder files";
+    if (!subdirs_with_records.empty()) {
+      std::sort(subdirs_with_records.begin(), subdirs_with_records.end());
+      *error += "; these sub-folders do, pass one of them:";
+      const size_t shown = std::min<size_t>(subdirs_with_records.size(), 5);
+      for (size_t i = subdirs_with_records.size() - shown; i < subdirs_with_records.size(); ++i) {
+        *error += " " + subdirs_with_records[i];
+      }
+    }
+    return false;
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const std::string& path : paths) {
+    RecorderFile file;
+    std::string file_error;
+    if (read_recorder_file(path, &file, &file_error)) {
+      out->files.push_back(std::move(file));
+    } else {
+      out->errors.push_back(FileError{path, file_error});
+    }
+  }
+  std::stable_sort(out->files.begin(), out->files.end(), [](const RecorderFile& a, const RecorderFile& b) {
+    // Unknown ranks (kUnknown) after every known one.
+    const auto key = [](const RecorderFile& f) { return std::make_pair(f.global_rank() < 0 ? 1 : 0, f.global_rank()); };
+    if (key(a) != key(b)) return key(a) < key(b);
+    return a.pid() < b.pid();
+  });
+  return true;
+}
+
+}  // namespace trainscope::recorder

@@ -1,1 +1,441 @@
-// placeholder: being written
+// Summarises a run directory's flight recorders: ranks, communicators and their last calls, as text and JSON.
+#include "reports/recorder_report.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace trainscope::recorder {
+namespace {
+
+using nlohmann::json;
+
+// What the report says about one file's process; computed once so text and JSON agree.
+struct RankState {
+  std::string key;    // JSON value: running, exited, crashed_or_killed, running_unverified, unknown
+  std::string text;   // for the header line
+  bool gone = false;  // the process no longer runs: a pending call "did not return"
+};
+
+RankState rank_state(const RecorderFile& file, const ReportOptions& options) {
+  const FileHeader& h = file.header;
+  if (h.state == static_cast<uint32_t>(ProcessState::kExited)) {
+    return {"exited", "exited " + utc_time_of_day(h.exit_ns), true};
+  }
+  if (h.state == static_cast<uint32_t>(ProcessState::kRunning)) {
+    const Liveness live = options.liveness ? options.liveness(h) : Liveness::kCannotTell;
+    if (live == Liveness::kAlive) return {"running", "running", false};
+    if (live == Liveness::kGone) {
+      return {"crashed_or_killed", "CRASHED OR KILLED (pid gone, never exited cleanly)", true};
+    }
+    return {"running_unverified", "running? (cannot check pid " + std::to_string(h.pid) + " from this host)", false};
+  }
+  return {"unknown", "unknown state " + std::to_string(h.state), false};
+}
+
+std::string rank_label(const FileHeader& h) {
+  return h.global_rank >= 0 ? "rank " + std::to_string(h.global_rank) : std::string("rank ?");
+}
+
+std::string call_result(const Record& r, const RankState& state) {
+  if (r.result == kResultPending) return state.gone ? "did not return" : "pending";
+  return result_name(r.result);
+}
+
+bool has_count(Op op) { return is_collective(op) || is_point_to_point(op); }
+
+bool has_root(Op op) {
+  return op == Op::kReduce || op == Op::kBroadcast || op == Op::kBcast || op == Op::kGather || op == Op::kScatter;
+}
+
+std::string op_label(uint16_t op) {
+  const char* name = op_name(static_cast<Op>(op));
+  return std::strcmp(name, "unknown") == 0 ? "op#" + std::to_string(op) : std::string(name);
+}
+
+std::string int_or_dash(int64_t v) { return v < 0 ? "-" : std::to_string(v); }
+
+std::vector<std::string> flag_names(uint8_t flags) {
+  std::vector<std::string> names;
+  if (flags & kFlagInPlace) names.emplace_back("in_place");
+  if (flags & kFlagInGroup) names.emplace_back("in_group");
+  if (flags & kFlagUnavailable) names.emplace_back("unavailable");
+  if (flags & kFlagNonBlocking) names.emplace_back("non_blocking");
+  return names;
+}
+
+// The records the report shows for one file: the newest `last` ones, oldest first.
+std::vector<const RecordedCall*> last_records(const RecorderFile& file, size_t last) {
+  std::vector<const RecordedCall*> out;
+  const size_t n = std::min(last, file.records.size());
+  for (size_t i = file.records.size() - n; i < file.records.size(); ++i) out.push_back(&file.records[i]);
+  return out;
+}
+
+// Aligned columns: numbers right, text left, two spaces between.
+class Table {
+ public:
+  Table(std::vector<std::string> header, std::vector<bool> right) : right_(std::move(right)) {
+    rows_.push_back(std::move(header));
+  }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string render(const std::string& indent) const {
+    std::vector<size_t> width(rows_[0].size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line = indent;
+      for (size_t c = 0; c < row.size(); ++c) {
+        const size_t pad = width[c] - row[c].size();
+        const bool last = c + 1 == row.size();
+        if (right_[c]) line.append(pad, ' ');
+        line += row[c];
+        if (!right_[c] && !last) line.append(pad, ' ');
+        if (!last) line += "  ";
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+  std::vector<bool> right_;
+};
+
+// Start time of a live process in seconds since the epoch, from /proc; nullopt when it cannot be told.
+std::optional<uint64_t> process_start_seconds(int32_t pid) {
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat_line;
+  if (!std::getline(stat_file, stat_line)) return std::nullopt;
+  // Field 22 (starttime, clock ticks after boot); the command name (field 2) may hold spaces and ')'.
+  const size_t close = stat_line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat_line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i < 22) continue;
+    std::ifstream boot_file("/proc/stat");
+    std::string key;
+    uint64_t boot_time = 0;
+    while (boot_file >> key) {
+      if (key == "btime" && boot_file >> boot_time) break;
+    }
+    const long ticks = sysconf(_SC_CLK_TCK);
+    if (boot_time == 0 || ticks <= 0) return std::nullopt;
+    char* end = nullptr;
+    const uint64_t start_ticks = std::strtoull(field.c_str(), &end, 10);
+    if (end == field.c_str() || *end != '\0') return std::nullopt;
+    return boot_time + start_ticks / static_cast<uint64_t>(ticks);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Liveness probe_liveness(const FileHeader& header) {
+  char host[256] = {};
+  const size_t recorded = strnlen(header.host, sizeof(header.host));
+  // The writer truncates long host names to the field; compare only what it kept in that case.
+  const size_t compare = recorded == sizeof(header.host) - 1 ? recorded : sizeof(header.host);
+  if (gethostname(host, sizeof(host) - 1) != 0 || std::strncmp(host, header.host, compare) != 0) {
+    return Liveness::kCannotTell;
+  }
+  if (header.pid <= 0) return Liveness::kCannotTell;
+  if (kill(header.pid, 0) != 0 && errno != EPERM) return errno == ESRCH ? Liveness::kGone : Liveness::kCannotTell;
+  // The pid exists; if that process started after the recorder did, the pid was reused and ours is gone.
+  const std::optional<uint64_t> started = process_start_seconds(header.pid);
+  if (started && header.start_ns != 0 && *started > header.start_ns / 1000000000ull + 2) return Liveness::kGone;
+  return Liveness::kAlive;
+}
+
+std::string nccl_version_string(int32_t code) {
+  if (code <= 0) return "unknown";
+  // NCCL_VERSION(): X*1000 + Y*100 + Z up to 2.8, X*10000 + Y*100 + Z from 2.9 on.
+  const int32_t major = code >= 10000 ? code / 10000 : code / 1000;
+  const int32_t minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
+  const int32_t patch = code % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::string dtype_name(int32_t dtype) {
+  static constexpr const char* kNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                                           "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  if (dtype == kUnknown) return "-";
+  if (dtype >= 0 && dtype < static_cast<int32_t>(std::size(kNames))) return kNames[dtype];
+  return "dtype#" + std::to_string(dtype);
+}
+
+std::string redop_name(int32_t redop) {
+  static constexpr const char* kNames[] = {"sum", "prod", "max", "min", "avg"};
+  if (redop == kUnknown) return "-";
+  if (redop >= 0 && redop < static_cast<int32_t>(std::size(kNames))) return kNames[redop];
+  if (redop >= 5) return "premulsum#" + std::to_string(redop);  // ncclRedOpCreatePreMulSum hands out ids >= 5
+  return "redop#" + std::to_string(redop);
+}
+
+std::string result_name(int32_t result) {
+  static constexpr const char* kNames[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                           "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                           "ncclRemoteError",   "ncclInProgress"};
+  if (result == kResultPending) return "pending";
+  if (result >= 0 && result < static_cast<int32_t>(std::size(kNames))) return kNames[result];
+  return "ncclResult#" + std::to_string(result);
+}
+
+std::string comm_state_name(uint16_t state) {
+  switch (static_cast<CommState>(state)) {
+    case CommState::kLive:
+      return "live";
+    case CommState::kFinalized:
+      return "finalized";
+    case CommState::kDestroyed:
+      return "destroyed";
+    case CommState::kAborted:
+      return "aborted";
+    case CommState::kRevoked:
+      return "revoked";
+  }
+  return "state#" + std::to_string(state);
+}
+
+std::string utc_time_of_day(uint64_t ns) {
+  const time_t seconds = static_cast<time_t>(ns / 1000000000ull);
+  struct tm tm {};
+  gmtime_r(&seconds, &tm);
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%02d:%02d:%02d.%06u", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<unsigned>(ns % 1000000000ull / 1000));
+  return buffer;
+}
+
+std::string utc_date_time(uint64_t ns) {
+  const time_t seconds = static_cast<time_t>(ns / 1000000000ull);
+  struct tm tm {};
+  gmtime_r(&seconds, &tm);
+  char buffer[48];
+  std::snprintf(buffer, sizeof(buffer), "%04d-%02d-%02d %02d:%02d:%02d.%06u UTC", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<unsigned>(ns % 1000000000ull / 1000));
+  return buffer;
+}
+
+std::string duration_string(uint64_t ns) {
+  char buffer[32];
+  if (ns < 1000) {
+    std::snprintf(buffer, sizeof(buffer), "%" PRIu64 "ns", ns);
+  } else if (ns < 1000000) {
+    std::snprintf(buffer, sizeof(buffer), "%.1fus", static_cast<double>(ns) / 1e3);
+  } else if (ns < 1000000000) {
+    std::snprintf(buffer, sizeof(buffer), "%.2fms", static_cast<double>(ns) / 1e6);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.2fs", static_cast<double>(ns) / 1e9);
+  }
+  return buffer;
+}
+
+std::string hex_id(uint64_t id) {
+  char buffer[20];
+  std::snprintf(buffer, sizeof(buffer), "%016" PRIx64, id);
+  return buffer;
+}
+
+std::string short_hex_id(uint64_t id) { return id == 0 ? "-" : hex_id(id).substr(0, 6); }
+
+std::string format_text_report(const RunDirectory& run, const ReportOptions& options) {
+  std::string out;
+  std::vector<RankState> states;
+  for (const RecorderFile& file : run.files) states.push_back(rank_state(file, options));
+
+  std::string run_id;
+  for (const RecorderFile& file : run.files) {
+    if (file.header.run_id[0] != '\0') {
+      run_id = file.header.run_id;
+      break;
+    }
+  }
+  out += "trainscope report: " + run.path + (run_id.empty() ? "" : "  (run " + run_id + ")") + "\n";
+  out += std::to_string(run.files.size()) + " recorder file" + (run.files.size() == 1 ? "" : "s") + " read";
+  if (!run.errors.empty()) out += ", " + std::to_string(run.errors.size()) + " unreadable";
+  if (!run.files.empty()) out += "; first start " + utc_date_time(run.files.front().header.start_ns);
+  out += "\n";
+
+  // What needs a look first, before the detail.
+  std::vector<std::string> attention;
+  for (size_t i = 0; i < run.files.size(); ++i) {
+    const RecorderFile& file = run.files[i];
+    const FileHeader& h = file.header;
+    const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + h.host + ")";
+    if (states[i].key == "crashed_or_killed") attention.push_back(who + ": crashed or was killed");
+    // The newest few calls that never returned; a hung rank has one per thread, more is noise.
+    constexpr size_t kPendingShown = 3;
+    std::vector<const RecordedCall*> pending;
+    for (const RecordedCall& call : file.records) {
+      if (call.pending()) pending.push_back(&call);
+    }
+    if (pending.size() > kPendingShown) {
+      attention.push_back(who + ": " + std::to_string(pending.size() - kPendingShown) +
+                          " older call(s) without a result, not listed");
+      pending.erase(pending.begin(), pending.end() - kPendingShown);
+    }
+    for (const RecordedCall* pending_call : pending) {
+      const RecordedCall& call = *pending_call;
+      const Record& r = call.record;
+      std::string what = who + ": " + op_label(r.op);
+      if (r.comm_id != 0) what += " comm " + short_hex_id(r.comm_id);
+      if (has_count(static_cast<Op>(r.op))) what += " seq " + std::to_string(r.seq);
+      what +=
+          " (#" + std::to_string(call.index) + ", " + utc_time_of_day(r.start_ns) + ") " + call_result(r, states[i]);
+      attention.push_back(what);
+    }
+    if (file.torn_records > 0) {
+      attention.push_back(who + ": " + std::to_string(file.torn_records) + " torn record(s) skipped");
+    }
+    if (file.torn_comms > 0) {
+      attention.push_back(who + ": " + std::to_string(file.torn_comms) + " unfinished communicator entr" +
+                          (file.torn_comms == 1 ? "y" : "ies") + " skipped");
+    }
+  }
+  for (const FileError& e : run.errors) attention.push_back("unreadable " + e.message);
+  if (!attention.empty()) {
+    out += "\nATTENTION\n";
+    for (const std::string& line : attention) out += "  ! " + line + "\n";
+  }
+
+  for (size_t i = 0; i < run.files.size(); ++i) {
+    const RecorderFile& file = run.files[i];
+    const FileHeader& h = file.header;
+    out += "\n=== " + rank_label(h) + " | pid " + std::to_string(h.pid) + " | host " + h.host + " | NCCL " +
+           nccl_version_string(h.nccl_version) + " | " + states[i].text + " | records " +
+           std::to_string(file.records_total()) + " total, " + std::to_string(file.records.size()) + " held (ring " +
+           std::to_string(h.capacity) + ") | torn " + std::to_string(file.torn_records) + "\n";
+    out += "    file " + file.path + "  started " + utc_date_time(h.start_ns) + "\n";
+
+    if (file.comms.empty()) {
+      out += "  communicators: none recorded\n";
+    } else {
+      out += "  communicators (" + std::to_string(file.comms.size()) + ")\n";
+      Table table({"id", "parent", "rank/n", "created by", "created", "state"},
+                  {false, false, true, false, false, false});
+      for (const CommEntry& c : file.comms) {
+        std::string state = comm_state_name(c.state);
+        if (c.ended_ns != 0) state += " " + utc_time_of_day(c.ended_ns);
+        table.add({hex_id(c.id), c.parent_id == 0 ? "-" : hex_id(c.parent_id),
+                   int_or_dash(c.rank) + "/" + int_or_dash(c.nranks), op_label(c.origin), utc_time_of_day(c.created_ns),
+                   state});
+      }
+      out += table.render("    ");
+    }
+
+    const std::vector<const RecordedCall*> shown = last_records(file, options.last);
+    if (shown.empty()) {
+      out += "  calls: none held\n";
+      continue;
+    }
+    out += "  last " + std::to_string(shown.size()) + " of " + std::to_string(file.records.size()) + " held calls\n";
+    Table table({"index", "time (UTC)", "op", "comm", "seq", "count", "dtype", "redop", "root/peer", "group", "result",
+                 "duration"},
+                {true, false, false, false, true, true, false, false, true, true, false, true});
+    for (const RecordedCall* call : shown) {
+      const Record& r = call->record;
+      const Op op = static_cast<Op>(r.op);
+      const bool counted = has_count(op);
+      const bool rooted = has_root(op) || is_point_to_point(op);
+      table.add({std::to_string(call->index), utc_time_of_day(r.start_ns), op_label(r.op), short_hex_id(r.comm_id),
+                 counted ? std::to_string(r.seq) : "-", counted ? std::to_string(r.count) : "-",
+                 counted ? dtype_name(r.dtype) : "-", is_collective(op) ? redop_name(r.redop) : "-",
+                 rooted ? int_or_dash(r.peer) : "-", r.group == 0 ? "-" : std::to_string(r.group),
+                 call_result(r, states[i]),
+                 call->pending() || r.end_ns < r.start_ns ? "-" : duration_string(r.end_ns - r.start_ns)});
+    }
+    out += table.render("    ");
+  }
+  return out;
+}
+
+json make_json_report(const RunDirectory& run, const ReportOptions& options) {
+  json ranks = json::array();
+  for (const RecorderFile& file : run.files) {
+    const FileHeader& h = file.header;
+    const RankState state = rank_state(file, options);
+    json comms = json::array();
+    for (const CommEntry& c : file.comms) {
+      comms.push_back({{"id", hex_id(c.id)},
+                       {"parent", c.parent_id == 0 ? json(nullptr) : json(hex_id(c.parent_id))},
+                       {"rank", c.rank},
+                       {"nranks", c.nranks},
+                       {"color", c.color},
+                       {"created_by", op_label(c.origin)},
+                       {"created_ns", c.created_ns},
+                       {"ended_ns", c.ended_ns},
+                       {"state", comm_state_name(c.state)}});
+    }
+    json records = json::array();
+    for (const RecordedCall* call : last_records(file, options.last)) {
+      const Record& r = call->record;
+      const bool pending = call->pending();
+      records.push_back(
+          {{"index", call->index},
+           {"time", utc_time_of_day(r.start_ns)},
+           {"start_ns", r.start_ns},
+           {"end_ns", pending ? json(nullptr) : json(r.end_ns)},
+           {"duration_ns", pending || r.end_ns < r.start_ns ? json(nullptr) : json(r.end_ns - r.start_ns)},
+           {"op", op_label(r.op)},
+           {"comm", r.comm_id == 0 ? json(nullptr) : json(hex_id(r.comm_id))},
+           {"seq", r.seq},
+           {"count", r.count},
+           {"dtype", dtype_name(r.dtype)},
+           {"redop", redop_name(r.redop)},
+           {"peer", r.peer},
+           {"rank", r.rank},
+           {"nranks", r.nranks},
+           {"group", r.group},
+           {"flags", flag_names(r.flags)},
+           {"result", call_result(r, state)},
+           {"result_code", r.result},
+           {"pending", pending},
+           {"tid", r.tid}});
+    }
+    ranks.push_back({{"file", file.path},
+                     {"global_rank", h.global_rank},
+                     {"launcher_rank", h.launcher_rank},
+                     {"launcher_world", h.launcher_world},
+                     {"local_rank", h.local_rank},
+                     {"pid", h.pid},
+                     {"host", h.host},
+                     {"run_id", h.run_id},
+                     {"exe", h.exe},
+                     {"nccl_version", nccl_version_string(h.nccl_version)},
+                     {"nccl_version_code", h.nccl_version},
+                     {"state", state.key},
+                     {"state_text", state.text},
+                     {"start_ns", h.start_ns},
+                     {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
+                     {"records_total", file.records_total()},
+                     {"records_held", file.records.size()},
+                     {"capacity", h.capacity},
+                     {"torn_records", file.torn_records},
+                     {"torn_comms", file.torn_comms},
+                     {"communicators", std::move(comms)},
+                     {"records", std::move(records)}});
+  }
+  json errors = json::array();
+  for (const FileError& e : run.errors) errors.push_back({{"file", e.path}, {"error", e.message}});
+  return {{"run_dir", run.path}, {"ranks", std::move(ranks)}, {"errors", std::move(errors)}};
+}
+
+}  // namespace trainscope::recorder

@@ -1,5 +1,101 @@
-// placeholder: being written
+// `trainscope report RUN_DIR [--json] [--last N]`: prints what the flight recorders of one run hold.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "reports/flight_recorder_reader.h"
+#include "reports/recorder_report.h"
 #include "tools/commands.h"
+
 namespace trainscope::tools {
-int cmd_report(int, char**) { return 1; }
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trainscope report RUN_DIR [--json] [--last N]\n"
+    "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR) holding *.tsrec flight recorder files\n"
+    "  --json     print JSON instead of the text table\n"
+    "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "trainscope report: %s\n", message.c_str());
+  return 2;
+}
+
+// Accepts a whole number 0..1000000000 or "all".
+bool parse_last(const char* text, size_t* out) {
+  if (std::strcmp(text, "all") == 0) {
+    *out = std::numeric_limits<size_t>::max();
+    return true;
+  }
+  if (text[0] < '0' || text[0] > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v > 1000000000ull) return false;
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
+}  // namespace
+
+int cmd_report(int argc, char** argv) {
+  const char* dir = nullptr;
+  bool as_json = false;
+  recorder::ReportOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const char* arg = argv[i];
+    const char* last_value = nullptr;
+    if (std::strcmp(arg, "--help") == 0 || std::strcmp(arg, "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (std::strcmp(arg, "--json") == 0) {
+      as_json = true;
+      continue;
+    }
+    if (std::strcmp(arg, "--last") == 0) {
+      if (i + 1 >= argc) return usage_error("--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
+      last_value = argv[++i];
+    } else if (std::strncmp(arg, "--last=", 7) == 0) {
+      last_value = arg + 7;
+    } else if (arg[0] == '-' && arg[1] != '\0') {
+      return usage_error(std::string("unknown option '") + arg + "'; accepted: --json, --last N, --help");
+    } else if (dir == nullptr) {
+      dir = arg;
+      continue;
+    } else {
+      return usage_error(std::string("one RUN_DIR expected, got a second one: '") + arg + "'");
+    }
+    if (!parse_last(last_value, &options.last)) {
+      return usage_error(std::string("--last '") + last_value +
+                         "' is not valid; accepted: a whole number 0..1000000000 or 'all'");
+    }
+  }
+  if (dir == nullptr) {
+    std::fputs(kUsage, stderr);
+    return usage_error("missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
+  }
+
+  recorder::RunDirectory run;
+  std::string error;
+  if (!recorder::read_run_directory(dir, &run, &error)) return usage_error(error);
+
+  if (as_json) {
+    const std::string text =
+        recorder::make_json_report(run, options).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", text.c_str());
+  } else {
+    std::fputs(recorder::format_text_report(run, options).c_str(), stdout);
+  }
+  if (run.files.empty()) {
+    std::fprintf(stderr, "trainscope report: none of the %zu *.tsrec files in '%s' could be read\n", run.errors.size(),
+                 dir);
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace trainscope::tools

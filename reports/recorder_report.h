@@ -1,0 +1,42 @@
+// Summarises a run directory's flight recorders as a text table for people and as JSON for programs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/flight_recorder_reader.h"
+
+namespace trainscope::recorder {
+
+// Whether the process behind a file still exists.
+enum class Liveness { kAlive, kGone, kCannotTell };
+
+// Default probe: kill(pid, 0) when the file's host is this host, kCannotTell for other hosts.
+Liveness probe_liveness(const FileHeader& header);
+
+struct ReportOptions {
+  size_t last = 10;                                                      // records shown per rank (newest last)
+  std::function<Liveness(const FileHeader&)> liveness = probe_liveness;  // seam for tests
+};
+
+// Human-readable names used by both report forms.
+std::string nccl_version_string(int32_t code);  // 22809 -> "2.28.9", 2708 -> "2.7.8", 0 -> "unknown"
+std::string dtype_name(int32_t dtype);          // "float16"; kUnknown -> "-"
+std::string redop_name(int32_t redop);          // "sum"; >= 5 -> "premulsum#N"; kUnknown -> "-"
+std::string result_name(int32_t result);        // "ncclSuccess"; kResultPending -> "pending"
+std::string comm_state_name(uint16_t state);    // "live", "destroyed", ...
+std::string utc_time_of_day(uint64_t ns);       // "HH:MM:SS.uuuuuu"
+std::string utc_date_time(uint64_t ns);         // "YYYY-MM-DD HH:MM:SS.uuuuuu UTC"
+std::string duration_string(uint64_t ns);       // "850ns", "12.4us", "3.21ms", "1.50s"
+std::string hex_id(uint64_t id);                // 16 hex digits
+std::string short_hex_id(uint64_t id);          // leading 6 hex digits, as in the mismatch report; 0 -> "-"
+
+std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});
+// Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.
+nlohmann::json make_json_report(const RunDirectory& run, const ReportOptions& options = {});
+
+}  // namespace trainscope::recorder

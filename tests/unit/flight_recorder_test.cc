@@ -1,0 +1,678 @@
+// Writes flight recorder files and reads them back: fields, ring wrap, concurrency, torn slots, SIGKILL, errors.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "reports/flight_recorder_reader.h"
+#include "reports/flight_recorder_writer.h"
+
+namespace trainscope::recorder {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tsrec-test-XXXXXX").string();
+    char* made = mkdtemp(pattern.data());
+    EXPECT_NE(made, nullptr) << std::strerror(errno);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+WriterOptions options_for(const std::string& path, uint64_t capacity, uint32_t max_comms = 8) {
+  WriterOptions o{};
+  o.path = path.c_str();
+  o.capacity = capacity;
+  o.max_comms = max_comms;
+  o.pid = 4242;
+  o.launcher_rank = 3;
+  o.launcher_world = 8;
+  o.local_rank = 1;
+  o.host = "node-17";
+  o.run_id = "run-2024-abc";
+  o.exe = "/usr/bin/python3";
+  o.start_ns = 1700000000123456789ull;
+  return o;
+}
+
+// A record whose every field is derived from `i`, so a read-back can be checked field by field.
+Record sample(uint64_t i) {
+  Record r{};
+  r.start_ns = 1000 + i;
+  r.comm_id = 0x3f2a9c0011223344ull + i;
+  r.seq = i;
+  r.count = i * 7 + 1;
+  r.sendbuff = 0x7f0000000000ull + i;
+  r.recvbuff = 0x7f1000000000ull + i;
+  r.stream = 0x5500 + i;
+  r.caller = 0x401000 + i;
+  r.group = i % 3;
+  r.aux = (i << 32) | 5;
+  r.rank = static_cast<int32_t>(i % 4);
+  r.nranks = 4;
+  r.peer = static_cast<int32_t>(i % 5) - 1;
+  r.redop = static_cast<int32_t>(i % 6);
+  r.tid = static_cast<uint32_t>(100 + i);
+  r.op = static_cast<uint16_t>(Op::kAllReduce);
+  r.dtype = static_cast<int8_t>(i % 12);
+  r.flags = static_cast<uint8_t>(i & 0xf);
+  return r;
+}
+
+void expect_same_call(const Record& got, const Record& want) {
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(&got) + kChecksummedBegin,
+                        reinterpret_cast<const char*>(&want) + kChecksummedBegin, kChecksummedEnd - kChecksummedBegin),
+            0);
+}
+
+RecorderFile read_ok(const std::string& path) {
+  RecorderFile file;
+  std::string error;
+  EXPECT_TRUE(read_recorder_file(path, &file, &error)) << error;
+  return file;
+}
+
+std::string read_error(const std::string& path) {
+  RecorderFile file;
+  std::string error;
+  EXPECT_FALSE(read_recorder_file(path, &file, &error));
+  return error;
+}
+
+void patch(const std::string& path, uint64_t offset, const void* bytes, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, bytes, n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+  ::close(fd);
+}
+
+uint64_t slot_offset(uint32_t max_comms, uint64_t slot) { return ring_offset(max_comms) + slot * sizeof(Record); }
+
+TEST(FlightRecorder, RoundTripsEveryField) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 16)), 0);
+  ASSERT_TRUE(w.is_open());
+  w.set_global_rank(5);
+  w.set_nccl_version(22809);
+
+  CommEntry c{};
+  c.id = 0xabcdef0123456789ull;
+  c.parent_id = 0x1111;
+  c.handle = 0x2222;
+  c.created_ns = 77;
+  c.rank = 2;
+  c.nranks = 4;
+  c.color = 9;
+  c.state = static_cast<uint16_t>(CommState::kLive);
+  c.origin = static_cast<uint16_t>(Op::kCommSplit);
+  CommEntry* entry = w.add_comm(c);
+  ASSERT_NE(entry, nullptr);
+  Writer::set_comm_state(entry, CommState::kDestroyed, 88);
+
+  const Pending p0 = w.append(sample(0));
+  const Pending p1 = w.append(sample(1));
+  w.append(sample(2));  // never completed: it "hung"
+  EXPECT_EQ(p0.commit, 1u);
+  EXPECT_EQ(p1.commit, 2u);
+  Writer::complete(p0, 0, 5000);
+  Writer::complete(p1, 6, 6000);
+  w.close(999);
+  EXPECT_FALSE(w.is_open());
+
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  const RecorderFile f = read_ok(path);
+  const FileHeader& h = f.header;
+  EXPECT_EQ(std::memcmp(h.magic, kMagic, 8), 0);
+  EXPECT_EQ(h.version, kFormatVersion);
+  EXPECT_EQ(h.capacity, 16u);
+  EXPECT_EQ(h.max_comms, 8u);
+  EXPECT_EQ(h.pid, 4242);
+  EXPECT_EQ(h.launcher_rank, 3);
+  EXPECT_EQ(h.launcher_world, 8);
+  EXPECT_EQ(h.local_rank, 1);
+  EXPECT_EQ(h.global_rank, 5);
+  EXPECT_EQ(h.nccl_version, 22809);
+  EXPECT_EQ(h.state, static_cast<uint32_t>(ProcessState::kExited));
+  EXPECT_EQ(h.start_ns, 1700000000123456789ull);
+  EXPECT_EQ(h.exit_ns, 999u);
+  EXPECT_EQ(h.next, 3u);
+  EXPECT_STREQ(h.host, "node-17");
+  EXPECT_STREQ(h.run_id, "run-2024-abc");
+  EXPECT_STREQ(h.exe, "/usr/bin/python3");
+
+  ASSERT_EQ(f.comms.size(), 1u);
+  const CommEntry& got = f.comms[0];
+  EXPECT_EQ(got.commit, 1u);
+  EXPECT_EQ(got.id, c.id);
+  EXPECT_EQ(got.parent_id, c.parent_id);
+  EXPECT_EQ(got.handle, c.handle);
+  EXPECT_EQ(got.created_ns, 77u);
+  EXPECT_EQ(got.ended_ns, 88u);
+  EXPECT_EQ(got.rank, 2);
+  EXPECT_EQ(got.nranks, 4);
+  EXPECT_EQ(got.color, 9);
+  EXPECT_EQ(got.state, static_cast<uint16_t>(CommState::kDestroyed));
+  EXPECT_EQ(got.origin, static_cast<uint16_t>(Op::kCommSplit));
+
+  ASSERT_EQ(f.records.size(), 3u);
+  EXPECT_EQ(f.torn_records, 0u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(f.records[i].index, i);
+    EXPECT_EQ(f.records[i].record.commit, i + 1);
+    expect_same_call(f.records[i].record, sample(i));
+  }
+  EXPECT_EQ(f.records[0].record.result, 0);
+  EXPECT_EQ(f.records[0].record.end_ns, 5000u);
+  EXPECT_EQ(f.records[1].record.result, 6);
+  EXPECT_EQ(f.records[1].record.end_ns, 6000u);
+  EXPECT_FALSE(f.records[1].pending());
+  EXPECT_TRUE(f.records[2].pending());
+}
+
+TEST(FlightRecorder, LongStringsAreTruncatedAndTerminated) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  const std::string long_host(300, 'h');
+  const std::string long_exe(1000, 'e');
+  WriterOptions o = options_for(path, 4);
+  o.host = long_host.c_str();
+  o.exe = long_exe.c_str();
+  o.run_id = nullptr;
+  Writer w;
+  ASSERT_EQ(w.open(o), 0);
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(std::string(f.header.host), std::string(63, 'h'));
+  EXPECT_EQ(std::string(f.header.exe), std::string(255, 'e'));
+  EXPECT_STREQ(f.header.run_id, "");
+}
+
+TEST(FlightRecorder, AbandonLeavesTheProcessRunning) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4)), 0);
+  w.append(sample(0));
+  w.abandon();
+  EXPECT_FALSE(w.is_open());
+  EXPECT_EQ(w.append(sample(1)).slot, nullptr);  // closed: nothing claimed, nothing written
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.header.state, static_cast<uint32_t>(ProcessState::kRunning));
+  EXPECT_EQ(f.header.exit_ns, 0u);
+  EXPECT_EQ(f.records.size(), 1u);
+}
+
+TEST(FlightRecorder, ReadingWhileAppendingReturnsOnlyWholeRecords) {
+  TempDir dir;
+  const std::string path = dir.file("live.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 256)), 0);
+  std::atomic<bool> stop{false};
+  std::thread appender([&w, &stop] {
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) Writer::complete(w.append(sample(i)), 0, 1);
+  });
+  for (int round = 0; round < 200; ++round) {
+    const RecorderFile f = read_ok(path);
+    for (size_t k = 0; k < f.records.size(); ++k) {
+      if (k > 0) {
+        ASSERT_GT(f.records[k].index, f.records[k - 1].index);
+      }
+      ASSERT_GE(f.records[k].index + 256, f.records_total());
+      expect_same_call(f.records[k].record, sample(f.records[k].index));
+    }
+  }
+  stop.store(true);
+  appender.join();
+  w.close(1);
+}
+
+TEST(FlightRecorder, RingKeepsOnlyTheLastCapacityRecordsInOrder) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 8)), 0);
+  for (uint64_t i = 0; i < 21; ++i) Writer::complete(w.append(sample(i)), 0, 1);
+  w.close(2);
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.records_total(), 21u);
+  EXPECT_EQ(f.torn_records, 0u);
+  ASSERT_EQ(f.records.size(), 8u);
+  for (size_t k = 0; k < 8; ++k) {
+    EXPECT_EQ(f.records[k].index, 13 + k);
+    expect_same_call(f.records[k].record, sample(13 + k));
+  }
+}
+
+TEST(FlightRecorder, ConcurrentAppendsAreAllPresentExactlyOnce) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  constexpr int kThreads = 8;
+  constexpr uint64_t kPerThread = 20000;
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, kThreads * kPerThread)), 0);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&w, &go, t] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        Record r = sample(i);
+        r.tid = static_cast<uint32_t>(t);
+        r.seq = i;
+        Writer::complete(w.append(r), 0, i);
+      }
+    });
+  }
+  go.store(true, std::memory_order_release);
+  for (auto& th : threads) th.join();
+  w.close(3);
+
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.torn_records, 0u);
+  ASSERT_EQ(f.records.size(), kThreads * kPerThread);
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  for (size_t k = 0; k < f.records.size(); ++k) {
+    const Record& r = f.records[k].record;
+    EXPECT_EQ(f.records[k].index, k);
+    EXPECT_EQ(r.checksum, record_checksum(r));
+    EXPECT_FALSE(f.records[k].pending());
+    ASSERT_LT(r.tid, static_cast<uint32_t>(kThreads));
+    Record want = sample(r.seq);
+    want.tid = r.tid;
+    expect_same_call(r, want);
+    EXPECT_TRUE(seen.insert({r.tid, r.seq}).second) << "duplicate thread " << r.tid << " call " << r.seq;
+  }
+  EXPECT_EQ(seen.size(), kThreads * kPerThread);
+}
+
+TEST(FlightRecorder, CompleteOnALappedSlotLeavesItAlone) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4)), 0);
+  const Pending old = w.append(sample(0));
+  for (uint64_t i = 1; i <= 4; ++i) w.append(sample(i));  // index 4 reuses slot 0
+  Writer::complete(old, 3, 12345);
+  EXPECT_EQ(old.slot->commit, 5u);
+  EXPECT_EQ(old.slot->result, kResultPending);
+  EXPECT_EQ(old.slot->end_ns, 0u);
+  Writer::complete(Pending{nullptr, 0}, 0, 1);  // from a closed writer: a no-op
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  ASSERT_EQ(f.records.size(), 4u);
+  EXPECT_EQ(f.records[0].index, 1u);
+  EXPECT_EQ(f.records[3].index, 4u);
+  EXPECT_TRUE(f.records[3].pending());
+  expect_same_call(f.records[3].record, sample(4));
+}
+
+TEST(FlightRecorder, TornSlotsAreSkippedAndCounted) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  constexpr uint32_t kComms = 8;
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 16, kComms)), 0);
+  for (uint64_t i = 0; i < 10; ++i) Writer::complete(w.append(sample(i)), 0, 1);
+  w.close(1);
+
+  const uint64_t zero = 0;
+  patch(path, slot_offset(kComms, 2), &zero, sizeof(zero));  // commit 0: being written
+  const uint64_t wrong = 9;                                  // names index 8, which lives in slot 8
+  patch(path, slot_offset(kComms, 5), &wrong, sizeof(wrong));
+  const unsigned char flipped = 0x5a;  // a byte of `count` changed after the checksum
+  patch(path, slot_offset(kComms, 7) + offsetof(Record, count), &flipped, 1);
+
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.torn_records, 3u);
+  ASSERT_EQ(f.records.size(), 7u);
+  std::vector<uint64_t> indices;
+  for (const auto& call : f.records) {
+    indices.push_back(call.index);
+    expect_same_call(call.record, sample(call.index));
+  }
+  EXPECT_EQ(indices, (std::vector<uint64_t>{0, 1, 3, 4, 6, 8, 9}));
+}
+
+TEST(FlightRecorder, UncommittedCommEntriesAreSkippedAndCounted) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4, 2)), 0);
+  CommEntry c{};
+  c.id = 1;
+  ASSERT_NE(w.add_comm(c), nullptr);
+  c.id = 2;
+  CommEntry* second = w.add_comm(c);
+  ASSERT_NE(second, nullptr);
+  c.id = 3;
+  EXPECT_EQ(w.add_comm(c), nullptr);  // table full
+  EXPECT_EQ(w.add_comm(c), nullptr);
+  EXPECT_EQ(w.dropped_comms(), 2u);
+  EXPECT_EQ(w.header()->comms_used, 2u);
+  second->commit = 0;  // as if the process died while writing it
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  ASSERT_EQ(f.comms.size(), 1u);
+  EXPECT_EQ(f.comms[0].id, 1u);
+  EXPECT_EQ(f.torn_comms, 1u);
+}
+
+// Copies `from` to `to`, keeping only the first `bytes` bytes when given.
+void copy_file(const std::string& from, const std::string& to, uint64_t bytes = UINT64_MAX) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(in, 0);
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  char buffer[65536];
+  uint64_t left = bytes;
+  while (left > 0) {
+    const ssize_t n = read(in, buffer, static_cast<size_t>(std::min<uint64_t>(sizeof(buffer), left)));
+    ASSERT_GE(n, 0);
+    if (n == 0) break;
+    ASSERT_EQ(write(out, buffer, static_cast<size_t>(n)), n);
+    left -= static_cast<uint64_t>(n);
+  }
+  ::close(in);
+  ::close(out);
+}
+
+// Creates a file holding `text`.
+void write_text(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+}
+
+void expect_error(const std::string& path, const std::string& words) {
+  const std::string e = read_error(path);
+  EXPECT_EQ(e.rfind(path + ": ", 0), 0u) << e;
+  EXPECT_NE(e.find(words), std::string::npos) << e;
+}
+
+TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
+  TempDir dir;
+  const std::string good = dir.file("good.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(good, 16)), 0);
+  w.append(sample(0));
+  w.close(1);
+  const uint64_t size = fs::file_size(good);
+
+  const std::string empty = dir.file("empty.tsrec");
+  write_text(empty, "");
+  expect_error(empty, "empty file (0 bytes)");
+
+  const std::string short_header = dir.file("short.tsrec");
+  copy_file(good, short_header, 100);
+  expect_error(short_header, "truncated: 100 bytes, shorter than the 4096-byte header");
+
+  const std::string cut = dir.file("cut.tsrec");
+  copy_file(good, cut, size - 128);
+  expect_error(cut,
+               "truncated: " + std::to_string(size - 128) + " bytes, the header describes " + std::to_string(size));
+
+  const std::string longer = dir.file("longer.tsrec");
+  copy_file(good, longer);
+  patch(longer, size, "x", 1);
+  expect_error(longer, "size mismatch");
+
+  const std::string foreign = dir.file("foreign.tsrec");
+  copy_file(good, foreign);
+  patch(foreign, 0,
+        "\x7f"
+        "ELF\x02\x01\x01\x00",
+        8);
+  expect_error(foreign, "not a trainscope flight recorder (wrong magic");
+
+  const std::string unfinished = dir.file("unfinished.tsrec");
+  copy_file(good, unfinished);
+  patch(unfinished, 0, "\0\0\0\0\0\0\0\0", 8);
+  expect_error(unfinished, "header never written");
+
+  const std::string future = dir.file("future.tsrec");
+  copy_file(good, future);
+  const uint32_t version = 7;
+  patch(future, offsetof(FileHeader, version), &version, sizeof(version));
+  expect_error(future, "format version 7; this trainscope reads version 1");
+
+  const std::string sizes = dir.file("sizes.tsrec");
+  copy_file(good, sizes);
+  const uint32_t record_bytes = 64;
+  patch(sizes, offsetof(FileHeader, record_bytes), &record_bytes, sizeof(record_bytes));
+  expect_error(sizes, "corrupt header: sizes header/record/comm 4096/64/64");
+
+  const std::string huge = dir.file("huge.tsrec");
+  copy_file(good, huge);
+  const uint64_t capacity = UINT64_MAX;
+  patch(huge, offsetof(FileHeader, capacity), &capacity, sizeof(capacity));
+  expect_error(huge, "corrupt header: ring capacity 18446744073709551615 (accepted: 1..268435456)");
+
+  // A header claiming far more records than the ring holds only looks at the last `capacity` of them.
+  const std::string lying = dir.file("lying.tsrec");
+  copy_file(good, lying);
+  const uint64_t next = UINT64_MAX - 3;
+  patch(lying, offsetof(FileHeader, next), &next, sizeof(next));
+  const RecorderFile f = read_ok(lying);
+  EXPECT_TRUE(f.records.empty());
+  EXPECT_EQ(f.torn_records, 16u);
+
+  expect_error(dir.file("missing.tsrec"), "cannot open: No such file or directory");
+  expect_error(dir.path(), "not a regular file");
+}
+
+TEST(FlightRecorder, OpenRefusesAnExistingFileAndKeepsIt) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  write_text(path, "someone else's");
+  Writer w;
+  EXPECT_EQ(w.open(options_for(path, 4)), EEXIST);
+  EXPECT_FALSE(w.is_open());
+  EXPECT_EQ(fs::file_size(path), 14u);
+}
+
+TEST(FlightRecorder, OpenReportsErrnoAndStaysClosed) {
+  TempDir dir;
+  Writer w;
+  EXPECT_EQ(w.open(options_for(dir.file("no/such/dir/r.tsrec"), 4)), ENOENT);
+  EXPECT_FALSE(w.is_open());
+  EXPECT_EQ(w.open(options_for(dir.file("zero.tsrec"), 0)), EINVAL);
+  EXPECT_FALSE(fs::exists(dir.file("zero.tsrec")));
+  EXPECT_EQ(w.open(options_for(dir.file("big.tsrec"), UINT64_MAX / 2)), EFBIG);
+
+  // Root ignores directory permissions; a read-only directory then needs another witness.
+  const std::string locked = dir.file("locked");
+  ASSERT_EQ(mkdir(locked.c_str(), 0500), 0);
+  const std::string target = geteuid() == 0 ? "/proc/trainscope-test.tsrec" : locked + "/r.tsrec";
+  const int error = w.open(options_for(target, 4));
+  EXPECT_NE(error, 0);
+  EXPECT_TRUE(error == EACCES || error == EROFS || error == EPERM || error == ENOENT) << std::strerror(error);
+  EXPECT_FALSE(w.is_open());
+
+  ASSERT_EQ(w.open(options_for(dir.file("ok.tsrec"), 4)), 0);
+  EXPECT_EQ(w.open(options_for(dir.file("again.tsrec"), 4)), EBUSY);
+  EXPECT_TRUE(w.is_open());
+  w.close(1);
+}
+
+// Reads `next` through the parent's own read-only mapping of the child's header.
+class HeaderWatch {
+ public:
+  explicit HeaderWatch(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    void* map = mmap(nullptr, kHeaderBytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map != MAP_FAILED) header_ = static_cast<const FileHeader*>(map);
+  }
+  ~HeaderWatch() {
+    if (header_ != nullptr) munmap(const_cast<FileHeader*>(header_), kHeaderBytes);
+  }
+  bool ok() const { return header_ != nullptr; }
+  uint64_t next() const { return __atomic_load_n(&header_->next, __ATOMIC_ACQUIRE); }
+
+ private:
+  const FileHeader* header_ = nullptr;
+};
+
+TEST(FlightRecorder, SurvivesSigkillMidAppend) {
+  TempDir dir;
+  const std::string path = dir.file("killed.tsrec");
+  constexpr uint64_t kCapacity = 65536;
+  int ready[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Child: only async-signal-safe work and _exit; never return into the test framework.
+    Writer w;
+    const char status = w.open(options_for(path, kCapacity)) == 0 ? 'y' : 'n';
+    if (write(ready[1], &status, 1) != 1 || status != 'y') _exit(1);
+    for (uint64_t i = 0;; ++i) {
+      Record r = sample(i);
+      Writer::complete(w.append(r), 0, r.start_ns + 10);
+    }
+  }
+  ::close(ready[1]);
+  pollfd pfd{ready[0], POLLIN, 0};
+  char status = 0;
+  const bool child_ready = poll(&pfd, 1, 30000) == 1 && read(ready[0], &status, 1) == 1 && status == 'y';
+  ::close(ready[0]);
+  if (!child_ready) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    FAIL() << "child did not open its recorder";
+  }
+
+  HeaderWatch watch(path);
+  ASSERT_TRUE(watch.ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (watch.next() < 100000 && std::chrono::steady_clock::now() < deadline) sched_yield();
+  const uint64_t seen = watch.next();
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
+  ASSERT_GE(seen, 100000u) << "child appended too slowly within 30 s";
+
+  const RecorderFile f = read_ok(path);
+  const uint64_t next = f.records_total();
+  ASSERT_GE(next, seen);
+  EXPECT_EQ(f.header.state, static_cast<uint32_t>(ProcessState::kRunning));
+  // One appending thread: at most the single in-flight record is missing or pending, and only at the end.
+  EXPECT_LE(f.torn_records, 1u);
+  ASSERT_GE(f.records.size(), kCapacity - 1);
+  ASSERT_LE(f.records.size(), kCapacity);
+  EXPECT_GE(f.records.back().index + 2, next);
+  for (size_t k = 0; k < f.records.size(); ++k) {
+    const RecordedCall& call = f.records[k];
+    if (k > 0) {
+      const uint64_t previous = f.records[k - 1].index;
+      // Contiguous, except that a torn in-flight slot may leave one gap at the very end.
+      if (k + 1 == f.records.size()) {
+        EXPECT_TRUE(call.index == previous + 1 || call.index == previous + 2) << call.index;
+      } else {
+        ASSERT_EQ(call.index, previous + 1);
+      }
+    }
+    EXPECT_EQ(call.record.checksum, record_checksum(call.record));
+    expect_same_call(call.record, sample(call.index));
+    if (call.pending()) {
+      EXPECT_EQ(k + 1, f.records.size()) << "only the last call can have been in flight";
+    } else {
+      EXPECT_EQ(call.record.result, 0);
+      EXPECT_EQ(call.record.end_ns, call.record.start_ns + 10);
+    }
+  }
+}
+
+// Writes a minimal recorder with the given identity into `dir`.
+void write_rank(const std::string& path, int32_t rank, int32_t pid) {
+  Writer w;
+  WriterOptions o = options_for(path, 4);
+  o.launcher_rank = rank;
+  o.pid = pid;
+  ASSERT_EQ(w.open(o), 0);
+  w.append(sample(static_cast<uint64_t>(pid)));
+  w.close(1);
+}
+
+TEST(FlightRecorder, RunDirectoryIsSortedByRankThenPidWithErrorsCollected) {
+  TempDir dir;
+  write_rank(dir.file("a.tsrec"), 2, 10);
+  write_rank(dir.file("b.tsrec"), kUnknown, 5);
+  write_rank(dir.file("c.tsrec"), 0, 30);
+  write_rank(dir.file("d.tsrec"), 2, 7);
+  write_text(dir.file("e.tsrec"), "garbage");
+  write_text(dir.file("notes.txt"), "not a recorder");
+  ASSERT_EQ(mkdir(dir.file("sub.tsrec").c_str(), 0700), 0);  // a directory named like a file is skipped
+
+  RunDirectory run;
+  std::string error;
+  ASSERT_TRUE(read_run_directory(dir.path(), &run, &error)) << error;
+  ASSERT_EQ(run.files.size(), 4u);
+  EXPECT_EQ(run.files[0].global_rank(), 0);
+  EXPECT_EQ(run.files[1].pid(), 7);
+  EXPECT_EQ(run.files[2].pid(), 10);
+  EXPECT_EQ(run.files[3].global_rank(), kUnknown);
+  ASSERT_EQ(run.errors.size(), 1u);
+  EXPECT_EQ(run.errors[0].path, dir.file("e.tsrec"));
+  EXPECT_NE(run.errors[0].message.find("truncated: 7 bytes"), std::string::npos) << run.errors[0].message;
+}
+
+TEST(FlightRecorder, RunDirectoryErrorsNameTheDirectory) {
+  TempDir dir;
+  RunDirectory run;
+  std::string error;
+  EXPECT_FALSE(read_run_directory(dir.file("nope"), &run, &error));
+  EXPECT_EQ(error, "'" + dir.file("nope") + "' does not exist");
+
+  write_text(dir.file("plain"), "x");
+  EXPECT_FALSE(read_run_directory(dir.file("plain"), &run, &error));
+  EXPECT_EQ(error, "'" + dir.file("plain") + "' is not a directory");
+
+  ASSERT_EQ(mkdir(dir.file("run-1").c_str(), 0700), 0);
+  write_rank(dir.file("run-1/r.tsrec"), 0, 1);
+  EXPECT_FALSE(read_run_directory(dir.path(), &run, &error));
+  EXPECT_NE(error.find("is not a run directory: it holds no *.tsrec flight recorder files"), std::string::npos);
+  EXPECT_NE(error.find("pass one of them: run-1"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace trainscope::recorder

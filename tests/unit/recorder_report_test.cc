@@ -1,0 +1,473 @@
+// Checks the run report (text and JSON) on a synthetic run directory, and `trainscope report`'s exit codes.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/flight_recorder_reader.h"
+#include "reports/flight_recorder_writer.h"
+#include "reports/recorder_report.h"
+
+extern char** environ;
+
+namespace trainscope::recorder {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uint64_t kBase = 1700000000123456789ull;  // 2023-11-14 22:13:20.123456789 UTC
+constexpr uint64_t kMs = 1000000;
+constexpr uint64_t kCommId = 0x3f2a9c0011223344ull;
+constexpr int32_t kExitedPid = 1000001;
+constexpr int32_t kKilledPid = 1000002;
+constexpr int32_t kAlivePid = 1000003;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tsreport-test-XXXXXX").string();
+    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+}
+
+Record call(Op op, uint64_t start_ns, uint64_t seq, uint64_t count, int32_t dtype, int32_t redop, int32_t peer) {
+  Record r{};
+  r.start_ns = start_ns;
+  r.comm_id = kCommId;
+  r.seq = seq;
+  r.count = count;
+  r.rank = 0;
+  r.nranks = 2;
+  r.peer = peer;
+  r.redop = redop;
+  r.dtype = static_cast<int8_t>(dtype);
+  r.op = static_cast<uint16_t>(op);
+  return r;
+}
+
+struct RankSpec {
+  int32_t rank;
+  int32_t pid;
+  const char* host;
+  int32_t nccl_version;
+};
+
+void open_rank(const std::string& path, const RankSpec& spec, Writer& w) {
+  WriterOptions o{};
+  o.path = path.c_str();
+  o.capacity = 64;
+  o.max_comms = 4;
+  o.pid = spec.pid;
+  o.launcher_rank = spec.rank;
+  o.launcher_world = 3;
+  o.local_rank = spec.rank;
+  o.host = spec.host;
+  o.run_id = "run-42";
+  o.exe = "/usr/bin/python3";
+  o.start_ns = kBase;
+  EXPECT_EQ(w.open(o), 0);
+  w.set_nccl_version(spec.nccl_version);
+  CommEntry c{};
+  c.id = kCommId;
+  c.created_ns = kBase;
+  c.rank = spec.rank;
+  c.nranks = 3;
+  c.color = kUnknown;
+  c.state = static_cast<uint16_t>(CommState::kLive);
+  c.origin = static_cast<uint16_t>(Op::kCommInitRank);
+  w.add_comm(c);
+}
+
+// Three ranks: 0 exited cleanly after five varied calls, 1 was killed inside an all-reduce, 2 is still in
+// one; plus one file that is not a recorder at all.
+void make_run(const TempDir& dir) {
+  {
+    Writer w;
+    open_rank(dir.file("rank0.tsrec"), {0, kExitedPid, "node-a", 22809}, w);
+    Writer::complete(w.append(call(Op::kCommInitRank, kBase, 0, 0, kUnknown, kUnknown, kUnknown)), 0, kBase + 3 * kMs);
+    Writer::complete(w.append(call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown)), 0,
+                     kBase + 10 * kMs + 1500000);
+    Writer::complete(w.append(call(Op::kBroadcast, kBase + 20 * kMs, 2, 4096, 9, kUnknown, 1)), 0,
+                     kBase + 20 * kMs + 850);
+    Record send = call(Op::kSend, kBase + 30 * kMs, 1, 128, 7, kUnknown, 1);
+    send.group = 4;
+    Writer::complete(w.append(send), 0, kBase + 30 * kMs + 12400);
+    Writer::complete(w.append(call(Op::kAllReduce, kBase + 40 * kMs, 3, 256, 10, 5, kUnknown)), 6, kBase + 2040 * kMs);
+    w.close(kBase + 4877 * kMs);
+  }
+  {
+    Writer w;
+    open_rank(dir.file("rank1.tsrec"), {1, kKilledPid, "node-b", 2708}, w);
+    Writer::complete(w.append(call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown)), 0, kBase + 11 * kMs);
+    w.append(call(Op::kAllReduce, kBase + 50 * kMs, 812, 524288, 6, 0, kUnknown));
+    w.abandon();  // as after SIGKILL: still marked running
+  }
+  {
+    Writer w;
+    open_rank(dir.file("rank2.tsrec"), {2, kAlivePid, "node-c", 0}, w);
+    w.append(call(Op::kAllReduce, kBase + 60 * kMs, 2, 1048576, 6, 0, kUnknown));
+    w.abandon();
+  }
+  write_text(dir.file("broken.tsrec"), "not a recorder");
+}
+
+ReportOptions test_options() {
+  ReportOptions o;
+  o.liveness = [](const FileHeader& h) {
+    return h.pid == kKilledPid ? Liveness::kGone : h.pid == kAlivePid ? Liveness::kAlive : Liveness::kCannotTell;
+  };
+  return o;
+}
+
+RunDirectory read_run(const TempDir& dir) {
+  RunDirectory run;
+  std::string error;
+  EXPECT_TRUE(read_run_directory(dir.path(), &run, &error)) << error;
+  return run;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(RecorderReport, NamesFollowNccl) {
+  EXPECT_EQ(nccl_version_string(22809), "2.28.9");
+  EXPECT_EQ(nccl_version_string(2708), "2.7.8");
+  EXPECT_EQ(nccl_version_string(21903), "2.19.3");
+  EXPECT_EQ(nccl_version_string(0), "unknown");
+  const char* dtypes[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                          "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(dtype_name(i), dtypes[i]);
+  EXPECT_EQ(dtype_name(kUnknown), "-");
+  EXPECT_EQ(dtype_name(12), "dtype#12");
+  const char* redops[] = {"sum", "prod", "max", "min", "avg"};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(redop_name(i), redops[i]);
+  EXPECT_EQ(redop_name(5), "premulsum#5");
+  EXPECT_EQ(redop_name(kUnknown), "-");
+  const char* results[] = {"ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+                           "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress"};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(result_name(i), results[i]);
+  EXPECT_EQ(result_name(kResultPending), "pending");
+  EXPECT_EQ(result_name(99), "ncclResult#99");
+  EXPECT_EQ(comm_state_name(static_cast<uint16_t>(CommState::kAborted)), "aborted");
+  EXPECT_EQ(utc_time_of_day(kBase), "22:13:20.123456");
+  EXPECT_EQ(utc_date_time(kBase), "2023-11-14 22:13:20.123456 UTC");
+  EXPECT_EQ(duration_string(850), "850ns");
+  EXPECT_EQ(duration_string(12400), "12.4us");
+  EXPECT_EQ(duration_string(1500000), "1.50ms");
+  EXPECT_EQ(duration_string(2000000000), "2.00s");
+  EXPECT_EQ(hex_id(kCommId), "3f2a9c0011223344");
+  EXPECT_EQ(short_hex_id(kCommId), "3f2a9c");
+  EXPECT_EQ(short_hex_id(0), "-");
+}
+
+TEST(RecorderReport, LivenessProbeChecksPidHostAndPidReuse) {
+  FileHeader h{};
+  ASSERT_EQ(gethostname(h.host, sizeof(h.host) - 1), 0);
+  h.pid = getpid();
+  h.start_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  EXPECT_EQ(probe_liveness(h), Liveness::kAlive);
+
+  FileHeader reused = h;
+  reused.start_ns = 1000000000000ull;  // 1970: this pid's process started long after, so the pid was reused
+  EXPECT_EQ(probe_liveness(reused), Liveness::kGone);
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  FileHeader gone = h;
+  gone.pid = child;  // reaped: nothing runs under this pid unless it was reused within this test
+  EXPECT_NE(probe_liveness(gone), Liveness::kCannotTell);
+
+  FileHeader remote = h;
+  std::strcpy(remote.host, "some-other-host.invalid");
+  EXPECT_EQ(probe_liveness(remote), Liveness::kCannotTell);
+}
+
+TEST(RecorderReport, TextNamesEveryRankItsStateAndItsLastCalls) {
+  TempDir dir;
+  make_run(dir);
+  const std::string text = format_text_report(read_run(dir), test_options());
+  SCOPED_TRACE(text);
+
+  EXPECT_TRUE(contains(text, "trainscope report: " + dir.path() + "  (run run-42)\n"));
+  EXPECT_TRUE(contains(text, "3 recorder files read, 1 unreadable; first start 2023-11-14 22:13:20.123456 UTC"));
+  EXPECT_TRUE(contains(text, "\nATTENTION\n"));
+  EXPECT_TRUE(contains(text, "  ! rank 1 (pid 1000002, node-b): crashed or was killed\n"));
+  EXPECT_TRUE(contains(text,
+                       "  ! rank 1 (pid 1000002, node-b): ncclAllReduce comm 3f2a9c seq 812 (#1, "
+                       "22:13:20.173456) did not return\n"));
+  EXPECT_TRUE(contains(text,
+                       "  ! rank 2 (pid 1000003, node-c): ncclAllReduce comm 3f2a9c seq 2 (#0, "
+                       "22:13:20.183456) pending\n"));
+  EXPECT_TRUE(contains(text, "  ! unreadable " + dir.file("broken.tsrec") + ": truncated: 14 bytes"));
+
+  EXPECT_TRUE(contains(text,
+                       "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited 22:13:25.000456 | "
+                       "records 5 total, 5 held (ring 64) | torn 0\n"));
+  EXPECT_TRUE(contains(text,
+                       "=== rank 1 | pid 1000002 | host node-b | NCCL 2.7.8 | CRASHED OR KILLED (pid gone, "
+                       "never exited cleanly) | records 2 total"));
+  EXPECT_TRUE(contains(text, "=== rank 2 | pid 1000003 | host node-c | NCCL unknown | running | records 1 total"));
+  EXPECT_LT(text.find("=== rank 0"), text.find("=== rank 1"));
+  EXPECT_LT(text.find("=== rank 1"), text.find("=== rank 2"));
+
+  EXPECT_TRUE(contains(text, "    id                parent  rank/n  created by        created          state\n"));
+  EXPECT_TRUE(contains(text, "    3f2a9c0011223344  -          0/3  ncclCommInitRank  22:13:20.123456  live\n"));
+
+  // Rank 0's call table: every column starts where its header does.
+  const std::vector<std::string> lines = lines_of(text);
+  size_t header_line = 0;
+  while (header_line < lines.size() && !contains(lines[header_line], "index  time (UTC)")) ++header_line;
+  ASSERT_LT(header_line + 5, lines.size());
+  const std::string& header = lines[header_line];
+  EXPECT_EQ(header,
+            "    index  time (UTC)       op                comm    seq    count  dtype       redop        root/peer  "
+            "group  result           duration");
+  const std::vector<std::string> rows(lines.begin() + static_cast<long>(header_line) + 1,
+                                      lines.begin() + static_cast<long>(header_line) + 6);
+  EXPECT_EQ(rows[0],
+            "        0  22:13:20.123456  ncclCommInitRank  3f2a9c    -        -  -           -                    "
+            "-      -  ncclSuccess        3.00ms");
+  EXPECT_EQ(rows[1],
+            "        1  22:13:20.133456  ncclAllReduce     3f2a9c    1  1048576  float16     sum                  "
+            "-      -  ncclSuccess        1.50ms");
+  EXPECT_EQ(rows[2],
+            "        2  22:13:20.143456  ncclBroadcast     3f2a9c    2     4096  bfloat16    -                    "
+            "1      -  ncclSuccess         850ns");
+  EXPECT_EQ(rows[3],
+            "        3  22:13:20.153456  ncclSend          3f2a9c    1      128  float32     -                    "
+            "1      4  ncclSuccess        12.4us");
+  EXPECT_EQ(rows[4],
+            "        4  22:13:20.163456  ncclAllReduce     3f2a9c    3      256  float8e4m3  premulsum#5          "
+            "-      -  ncclRemoteError     2.00s");
+}
+
+TEST(RecorderReport, LastLimitsTheCallsShown) {
+  TempDir dir;
+  make_run(dir);
+  ReportOptions options = test_options();
+  options.last = 2;
+  const std::string text = format_text_report(read_run(dir), options);
+  EXPECT_TRUE(contains(text, "  last 2 of 5 held calls\n")) << text;
+  EXPECT_FALSE(contains(text, "ncclBroadcast")) << text;
+  options.last = 0;
+  EXPECT_TRUE(contains(format_text_report(read_run(dir), options), "  calls: none held\n"));
+}
+
+TEST(RecorderReport, JsonCarriesTheSameFacts) {
+  TempDir dir;
+  make_run(dir);
+  const json j = make_json_report(read_run(dir), test_options());
+  EXPECT_EQ(j["run_dir"], dir.path());
+  ASSERT_EQ(j["ranks"].size(), 3u);
+  const json& r0 = j["ranks"][0];
+  EXPECT_EQ(r0["global_rank"], 0);
+  EXPECT_EQ(r0["pid"], kExitedPid);
+  EXPECT_EQ(r0["host"], "node-a");
+  EXPECT_EQ(r0["run_id"], "run-42");
+  EXPECT_EQ(r0["nccl_version"], "2.28.9");
+  EXPECT_EQ(r0["nccl_version_code"], 22809);
+  EXPECT_EQ(r0["state"], "exited");
+  EXPECT_EQ(r0["records_total"], 5);
+  EXPECT_EQ(r0["records_held"], 5);
+  EXPECT_EQ(r0["capacity"], 64);
+  EXPECT_EQ(r0["torn_records"], 0);
+  ASSERT_EQ(r0["communicators"].size(), 1u);
+  EXPECT_EQ(r0["communicators"][0]["id"], "3f2a9c0011223344");
+  EXPECT_TRUE(r0["communicators"][0]["parent"].is_null());
+  EXPECT_EQ(r0["communicators"][0]["created_by"], "ncclCommInitRank");
+  EXPECT_EQ(r0["communicators"][0]["state"], "live");
+  ASSERT_EQ(r0["records"].size(), 5u);
+  const json& last = r0["records"][4];
+  EXPECT_EQ(last["index"], 4);
+  EXPECT_EQ(last["time"], "22:13:20.163456");
+  EXPECT_EQ(last["op"], "ncclAllReduce");
+  EXPECT_EQ(last["comm"], "3f2a9c0011223344");
+  EXPECT_EQ(last["dtype"], "float8e4m3");
+  EXPECT_EQ(last["redop"], "premulsum#5");
+  EXPECT_EQ(last["result"], "ncclRemoteError");
+  EXPECT_EQ(last["result_code"], 6);
+  EXPECT_EQ(last["duration_ns"], 2000 * kMs);
+  EXPECT_EQ(r0["records"][3]["group"], 4);
+  EXPECT_EQ(r0["records"][3]["peer"], 1);
+
+  const json& r1 = j["ranks"][1];
+  EXPECT_EQ(r1["state"], "crashed_or_killed");
+  EXPECT_EQ(r1["nccl_version"], "2.7.8");
+  EXPECT_EQ(r1["records"][1]["result"], "did not return");
+  EXPECT_EQ(r1["records"][1]["pending"], true);
+  EXPECT_TRUE(r1["records"][1]["duration_ns"].is_null());
+  EXPECT_EQ(j["ranks"][2]["state"], "running");
+  EXPECT_EQ(j["ranks"][2]["records"][0]["result"], "pending");
+
+  ASSERT_EQ(j["errors"].size(), 1u);
+  EXPECT_EQ(j["errors"][0]["file"], dir.file("broken.tsrec"));
+}
+
+struct ToolRun {
+  int status = -1;  // exit status, or -1 when it did not exit normally in time
+  std::string out;
+  std::string err;
+};
+
+// Runs the built `trainscope` with `args`, collecting stdout and stderr; gives up (SIGKILL) after 30 s.
+ToolRun run_tool(const std::vector<std::string>& args) {
+  ToolRun result;
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  std::vector<std::string> storage = {TRAINSCOPE_TOOL_PATH};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned = posix_spawn(&pid, TRAINSCOPE_TOOL_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (spawned != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    ADD_FAILURE() << "posix_spawn " << TRAINSCOPE_TOOL_PATH << ": " << std::strerror(spawned);
+    return result;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_pipes = 2;
+  while (open_pipes > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (poll(fds, 2, 1000) < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_pipes;
+      }
+    }
+  }
+  for (const pollfd& p : fds) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  if (open_pipes > 0) kill(pid, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  if (open_pipes == 0 && WIFEXITED(wstatus)) result.status = WEXITSTATUS(wstatus);
+  return result;
+}
+
+TEST(RecorderReport, ToolPrintsTextAndJson) {
+  TempDir dir;
+  make_run(dir);
+  const ToolRun text = run_tool({"report", dir.path()});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  ! unreadable " + dir.file("broken.tsrec"))) << text.out;
+
+  const ToolRun j = run_tool({"report", dir.path(), "--json", "--last", "1"});
+  EXPECT_EQ(j.status, 0) << j.err;
+  const json parsed = json::parse(j.out, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << j.out;
+  ASSERT_EQ(parsed["ranks"].size(), 3u);
+  ASSERT_EQ(parsed["ranks"][0]["records"].size(), 1u);
+  EXPECT_EQ(parsed["ranks"][0]["records"][0]["index"], 4);
+  EXPECT_EQ(parsed["errors"].size(), 1u);
+
+  const ToolRun all = run_tool({"report", "--last=all", dir.path()});
+  EXPECT_EQ(all.status, 0) << all.err;
+  EXPECT_TRUE(contains(all.out, "  last 5 of 5 held calls\n"));
+}
+
+TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
+  TempDir dir;
+  make_run(dir);
+  const auto expect_usage_error = [](const ToolRun& run, const std::string& message) {
+    EXPECT_EQ(run.status, 2);
+    EXPECT_TRUE(contains(run.err, "trainscope report: " + message + "\n")) << run.err;
+    EXPECT_EQ(run.out, "");
+  };
+  expect_usage_error(run_tool({"report"}),
+                     "missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
+  expect_usage_error(run_tool({"report", dir.file("nope")}), "'" + dir.file("nope") + "' does not exist");
+  expect_usage_error(run_tool({"report", dir.file("rank0.tsrec")}),
+                     "'" + dir.file("rank0.tsrec") + "' is not a directory");
+  const std::string empty = dir.file("empty");
+  ASSERT_EQ(mkdir(empty.c_str(), 0700), 0);
+  expect_usage_error(run_tool({"report", empty}),
+                     "'" + empty + "' is not a run directory: it holds no *.tsrec flight recorder files");
+  expect_usage_error(run_tool({"report", dir.path(), "--last", "ten"}),
+                     "--last 'ten' is not valid; accepted: a whole number 0..1000000000 or 'all'");
+  expect_usage_error(run_tool({"report", dir.path(), "--last", "-1"}),
+                     "--last '-1' is not valid; accepted: a whole number 0..1000000000 or 'all'");
+  expect_usage_error(run_tool({"report", dir.path(), "--last"}),
+                     "--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
+  expect_usage_error(run_tool({"report", dir.path(), "--jsn"}),
+                     "unknown option '--jsn'; accepted: --json, --last N, --help");
+  expect_usage_error(run_tool({"report", dir.path(), dir.path()}),
+                     "one RUN_DIR expected, got a second one: '" + dir.path() + "'");
+}
+
+TEST(RecorderReport, ToolFailsWhenNoFileCouldBeRead) {
+  TempDir dir;
+  write_text(dir.file("a.tsrec"), "");
+  write_text(dir.file("b.tsrec"), std::string(5000, 'x'));
+  const ToolRun run = run_tool({"report", dir.path()});
+  EXPECT_EQ(run.status, 1);
+  EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("a.tsrec") + ": empty file (0 bytes)")) << run.out;
+  EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("b.tsrec") + ": not a trainscope flight recorder"))
+      << run.out;
+  EXPECT_TRUE(contains(run.err, "none of the 2 *.tsrec files in '" + dir.path() + "' could be read")) << run.err;
+}
+
+}  // namespace
+}  // namespace trainscope::recorder
