@@ -107,13 +107,16 @@ TRAINSCOPE_STATS_FN ElementClass classify(const DTypeRules& rules, std::uint64_t
 // ---- Checksum -------------------------------------------------------------------------------------------------
 // checksum = sum over elements i of element_hash(index_salt(i), bits_i), modulo 2^64; an empty tensor gives 0.
 //   index_salt(i)          = (uint32)(i mod 2^32) * 0x9E3779B9
-//   mix32(x)               = y = x * 0x85EBCA6B;  y ^= y >> 15;  y * 0xC2B2AE35        (all mod 2^32)
-//   element_hash(s, bits)  = mix32(low32(bits) ^ s)
-//                            + (8-byte types only) mix32(high32(bits) ^ s ^ 0x6A09E667) << 32
+//   mix64(x), x 32 bits    = y = x * 0x85EBCA6B;  y ^= y >> 15;  y *= 0xC2B2AE35     (y: 32 bits, mod 2^32)
+//                            result (uint64)y * (uint64)(y | 1)                       (exact: < 2^64)
+//   element_hash(s, bits)  = mix64(low32(bits) ^ s)
+//                            + (8-byte types only) mix64(high32(bits) ^ s ^ 0x6A09E667)
 // A sum is order-independent, so any split of the tensor over threads gives the same value; mixing the index in
-// catches moved elements, and mix32 is a bijection, so changing any single element always changes the checksum.
-// It detects changes; it is not a cryptographic hash. It depends only on the elements' bits and indices (not on
-// the buffer's address), so buffers that should be equal on different ranks can be compared.
+// catches moved elements. mix64 is injective (y is a bijection of x, and y * (y | 1) grows strictly with y), so
+// changing any single element of a type up to 4 bytes always changes the checksum. The final product spreads every
+// element over all 64 bits at the cost of one wide multiply. It detects changes; it is not a cryptographic hash. It
+// depends only on the elements' bits and indices, not on the buffer's address, so buffers that should be equal on
+// different ranks can be compared.
 inline constexpr std::uint32_t kIndexSalt = 0x9E3779B9u;
 inline constexpr std::uint32_t kMixMultiplier1 = 0x85EBCA6Bu;
 inline constexpr std::uint32_t kMixMultiplier2 = 0xC2B2AE35u;
@@ -123,16 +126,16 @@ TRAINSCOPE_STATS_FN std::uint32_t index_salt(std::uint64_t index) {
   return static_cast<std::uint32_t>(index) * kIndexSalt;
 }
 
-TRAINSCOPE_STATS_FN std::uint32_t mix32(std::uint32_t x) {
+TRAINSCOPE_STATS_FN std::uint64_t mix64(std::uint32_t x) {
   std::uint32_t y = x * kMixMultiplier1;
   y ^= y >> 15;
-  return y * kMixMultiplier2;
+  y *= kMixMultiplier2;
+  return static_cast<std::uint64_t>(y) * static_cast<std::uint64_t>(y | 1u);
 }
 
 TRAINSCOPE_STATS_FN std::uint64_t element_hash(std::uint32_t salt, std::uint64_t bits, bool eight_bytes) {
-  std::uint64_t hash = mix32(static_cast<std::uint32_t>(bits) ^ salt);
-  if (eight_bytes)
-    hash += static_cast<std::uint64_t>(mix32(static_cast<std::uint32_t>(bits >> 32) ^ salt ^ kHighWordSalt)) << 32;
+  std::uint64_t hash = mix64(static_cast<std::uint32_t>(bits) ^ salt);
+  if (eight_bytes) hash += mix64(static_cast<std::uint32_t>(bits >> 32) ^ salt ^ kHighWordSalt);
   return hash;
 }
 

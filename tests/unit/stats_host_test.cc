@@ -101,14 +101,14 @@ std::uint64_t reference_checksum(const std::vector<std::uint64_t>& elements, std
   auto mix = [](std::uint32_t x) {
     std::uint32_t y = x * 0x85EBCA6Bu;
     y ^= y >> 15;
-    return y * 0xC2B2AE35u;
+    y *= 0xC2B2AE35u;
+    return static_cast<std::uint64_t>(y) * (y | 1u);
   };
   std::uint64_t sum = 0;
   for (std::size_t i = 0; i < elements.size(); ++i) {
     const std::uint32_t salt = static_cast<std::uint32_t>(i) * 0x9E3779B9u;
     sum += mix(static_cast<std::uint32_t>(elements[i]) ^ salt);
-    if (size == 8)
-      sum += static_cast<std::uint64_t>(mix(static_cast<std::uint32_t>(elements[i] >> 32) ^ salt ^ 0x6A09E667u)) << 32;
+    if (size == 8) sum += mix(static_cast<std::uint32_t>(elements[i] >> 32) ^ salt ^ 0x6A09E667u);
   }
   return sum;
 }
