@@ -159,6 +159,9 @@ int open_recorder(uint64_t start_ns) {
     if (error == 0) {
       const size_t path_len = strlen(rt.recorder_path);
       snprintf(rt.log_path, sizeof(rt.log_path), "%.*s.log", static_cast<int>(path_len - 6), rt.recorder_path);
+      // Created here, private, so the engine's logger (which opens with the umask's mode) only appends to it.
+      const int log_fd = open(rt.log_path, O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
+      if (log_fd >= 0) close(log_fd);
     }
   }
   if (error != 0) rt.recorder_path[0] = '\0';

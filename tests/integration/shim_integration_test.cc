@@ -163,6 +163,9 @@ TEST_P(MultiRank, SameResultsWithAndWithoutShimAndRecorderHoldsEveryCallInOrder)
 
   const recorder::RunDirectory run = read_run(run_dir(shim_dir));
   ASSERT_EQ(run.files.size(), static_cast<size_t>(ranks));
+  EXPECT_EQ(fs::status(run_dir(shim_dir)).permissions(), fs::perms::owner_all);
+  for (const auto& file : run.files)
+    EXPECT_EQ(fs::status(file.path).permissions(), fs::perms::owner_read | fs::perms::owner_write) << file.path;
   std::map<uint64_t, std::set<int>> members;  // comm id -> ranks that used it in collectives
   for (int rank = 0; rank < ranks; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -310,8 +313,9 @@ TEST(Shim, RealNcclPassesThroughUnchanged) {
   EXPECT_EQ(run.files[0].records[1].record.op, static_cast<uint16_t>(Op::kCommInitRank));
   for (const auto& line : testing::split_lines(plain.out)) {
     int code = -1;
-    if (std::sscanf(line.c_str(), "ncclCommInitRank %d", &code) == 1)
+    if (std::sscanf(line.c_str(), "ncclCommInitRank %d", &code) == 1) {
       EXPECT_EQ(run.files[0].records[1].record.result, code);
+    }
   }
 }
 
@@ -378,7 +382,9 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   for (size_t i = 0; i < file->records.size(); ++i) {
     const auto& call = file->records[i];
     EXPECT_EQ(call.record.checksum, recorder::record_checksum(call.record));
-    if (i > 0) EXPECT_GT(call.index, file->records[i - 1].index);
+    if (i > 0) {
+      EXPECT_GT(call.index, file->records[i - 1].index);
+    }
     if (call.pending()) ++pending;
   }
   EXPECT_LE(pending, 1u);  // only the call it was inside when killed
@@ -436,6 +442,7 @@ TEST(Shim, LogsOnTheMainRankByDefaultAndEveryRankToItsFile) {
   for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
     if (entry.path().extension() != ".log") continue;
     ++logs;
+    EXPECT_EQ(fs::status(entry.path()).permissions(), fs::perms::owner_read | fs::perms::owner_write) << entry.path();
     EXPECT_NE(testing::read_file(entry.path()).find("info: recording to "), std::string::npos) << entry.path();
   }
   EXPECT_EQ(logs, 4u);

@@ -103,14 +103,14 @@ int main(int argc, char** argv) {
     h = tsprog::digest(recv.data(), count * sizeof(float), h);
   }
   // Split into even and odd ranks and reduce within each half.
-  ncclComm_t half = nullptr;
+  ncclComm_t half_comm = nullptr;
   note("ncclCommSplit", static_cast<size_t>(me), -1, me % 2);
-  tsprog::check(ncclCommSplit(comm, me % 2, me, &half, nullptr), "split");
+  tsprog::check(ncclCommSplit(comm, me % 2, me, &half_comm, nullptr), "split");
   note("ncclAllReduce", count, ncclFloat32, -1);
-  tsprog::check(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, half, nullptr), "child allreduce");
+  tsprog::check(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, half_comm, nullptr), "child allreduce");
   h = tsprog::digest(recv.data(), count * sizeof(float), h);
   note("ncclCommDestroy", 0, -1, -1);
-  tsprog::check(ncclCommDestroy(half), "destroy child");
+  tsprog::check(ncclCommDestroy(half_comm), "destroy child");
   note("ncclCommFinalize", 0, -1, -1);
   tsprog::check(ncclCommFinalize(comm), "finalize");
   note("ncclCommDestroy", 0, -1, -1);
