@@ -36,7 +36,7 @@ inline constexpr size_t kMaxHeartbeatCalls = 256;
 inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr size_t kMaxReportTextBytes = 1u << 20;
 inline constexpr int32_t kMaxRanks = 1 << 20;
-inline constexpr size_t kFingerprintWireBytes = 86;  // the fields of Fingerprint, without its padding
+inline constexpr size_t kFingerprintWireBytes = 85;  // the fields of Fingerprint, without its padding
 
 enum class MessageType : uint16_t {
   kHello = 1,             // rank -> coordinator, first message of every connection

@@ -1,0 +1,470 @@
+// The coordinator's rules with injected time: every kind of mismatch, certain and timed desyncs, vanished ranks,
+// a long clean run without any verdict, the memory bound, and the job manifest's warnings.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "collectors/coordinator_core.h"
+
+namespace trainscope::exchange {
+namespace {
+
+using recorder::Op;
+
+constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kT0 = 1700000000000000000ull;
+constexpr uint64_t kSecond = 1000000000ull;
+constexpr int8_t kFloat16 = 6;
+constexpr int8_t kFloat32 = 7;
+constexpr int32_t kSum = 0;
+constexpr int32_t kMax = 2;
+
+Fingerprint call(int32_t comm_rank, int32_t nranks, uint64_t seq, Op op, uint64_t count, int8_t dtype = kFloat32,
+                 int32_t redop = kSum, int32_t peer = -1, uint64_t comm = kComm) {
+  Fingerprint f{};
+  f.comm_id = comm;
+  f.comm_rank = comm_rank;
+  f.nranks = nranks;
+  f.seq = seq;
+  f.op = static_cast<uint16_t>(op);
+  f.count = count;
+  f.dtype = dtype;
+  f.redop = redop;
+  f.peer = peer;
+  f.kind = static_cast<uint8_t>(EventKind::kCall);
+  f.result = recorder::kResultPending;
+  f.start_ns = kT0 + seq * 1000;
+  return f;
+}
+
+Fingerprint ended(int32_t comm_rank, int32_t nranks, Op how) {
+  Fingerprint f = call(comm_rank, nranks, 0, how, 0);
+  f.kind = static_cast<uint8_t>(EventKind::kCommEnded);
+  return f;
+}
+
+class CoreTest : public ::testing::Test {
+ protected:
+  explicit CoreTest(CoordinatorOptions options = {}) : core_(options) {}
+  // Global rank == communicator rank in these tests.
+  void feed(const Fingerprint& f, uint64_t now = kT0) { core_.on_fingerprints(f.comm_rank, {&f, 1}, 0, now); }
+  std::vector<CoreVerdict> tick(uint64_t now = kT0) { return core_.tick(now); }
+  CoordinatorCore core_;
+};
+
+const reports::MismatchReport& mismatch_of(const CoreVerdict& v) { return std::get<reports::MismatchReport>(v.report); }
+const reports::DesyncReport& desync_of(const CoreVerdict& v) { return std::get<reports::DesyncReport>(v.report); }
+
+TEST_F(CoreTest, AllReduceCountMismatchIsReportedWhenAllMembersArrived) {
+  feed(call(0, 2, 1, Op::kAllReduce, 1048576, kFloat16));
+  feed(call(1, 2, 1, Op::kAllReduce, 1048576, kFloat16));
+  feed(call(0, 2, 2, Op::kAllReduce, 1048576, kFloat16));
+  feed(call(1, 2, 2, Op::kAllReduce, 524288, kFloat16));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kMismatch);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  const auto& report = mismatch_of(verdicts[0]);
+  EXPECT_EQ(report.seq, 2u);
+  EXPECT_EQ(report.differences, std::vector<std::string>{"count"});
+  const std::string text = reports::format_mismatch_text(report);
+  EXPECT_EQ(text.substr(0, text.find("\nDiffers")),
+            "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid.\n\n"
+            "Operation: `ncclAllReduce` (communicator 3f2a9c, call #2)\n"
+            "Input shapes:\n"
+            "  - Process 0: [1048576] float16 sum\n"
+            "  - Process 1: [524288] float16 sum\n");
+  EXPECT_TRUE(tick(kT0 + 100 * kSecond).empty());
+}
+
+struct CountRuleCase {
+  Op op;
+  bool rooted;
+};
+class CountRuleTest : public CoreTest, public ::testing::WithParamInterface<CountRuleCase> {};
+
+TEST_P(CountRuleTest, CountAsPassedMustAgree) {
+  const auto [op, rooted] = GetParam();
+  const int32_t root = rooted ? 0 : -1;
+  // All-gather passes its send count, reduce-scatter its receive count: equal on every rank when correct.
+  for (int32_t r = 0; r < 4; ++r) feed(call(r, 4, 1, op, 256, kFloat32, kSum, root));
+  EXPECT_TRUE(tick().empty());
+  for (int32_t r = 0; r < 4; ++r) feed(call(r, 4, 2, op, r == 3 ? 128 : 256, kFloat32, kSum, root));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u) << recorder::op_name(op);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"count"});
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCollective, CountRuleTest,
+                         ::testing::Values(CountRuleCase{Op::kAllReduce, false}, CountRuleCase{Op::kAllGather, false},
+                                           CountRuleCase{Op::kReduceScatter, false},
+                                           CountRuleCase{Op::kAlltoAll, false}, CountRuleCase{Op::kBroadcast, true},
+                                           CountRuleCase{Op::kBcast, true}, CountRuleCase{Op::kReduce, true},
+                                           CountRuleCase{Op::kGather, true}, CountRuleCase{Op::kScatter, true}));
+
+TEST_F(CoreTest, DataTypeMismatch) {
+  feed(call(0, 2, 1, Op::kAllGather, 64, kFloat32));
+  feed(call(1, 2, 1, Op::kAllGather, 64, kFloat16));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"data type"});
+}
+
+TEST_F(CoreTest, ReductionOpMismatchAndDynamicOps) {
+  feed(call(0, 2, 1, Op::kAllReduce, 8, kFloat32, kSum));
+  feed(call(1, 2, 1, Op::kAllReduce, 8, kFloat32, kMax));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"reduction op"});
+  // PreMulSum handles are per communicator and may differ by rank: both dynamic is agreement.
+  feed(call(0, 2, 2, Op::kReduceScatter, 8, kFloat32, 5));
+  feed(call(1, 2, 2, Op::kReduceScatter, 8, kFloat32, 6));
+  EXPECT_TRUE(tick().empty());
+  // A dynamic op against a built-in one is not.
+  feed(call(0, 2, 3, Op::kReduce, 8, kFloat32, 5, 0));
+  feed(call(1, 2, 3, Op::kReduce, 8, kFloat32, kSum, 0));
+  verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"reduction op"});
+  // Operations that do not reduce ignore the field.
+  feed(call(0, 2, 4, Op::kAllGather, 8, kFloat32, kSum));
+  feed(call(1, 2, 4, Op::kAllGather, 8, kFloat32, kMax));
+  EXPECT_TRUE(tick().empty());
+}
+
+TEST_F(CoreTest, RootMismatchAndBcastMeetsBroadcast) {
+  feed(call(0, 2, 1, Op::kBroadcast, 8, kFloat32, -1, 0));
+  feed(call(1, 2, 1, Op::kBcast, 8, kFloat32, -1, 0));
+  EXPECT_TRUE(tick().empty());
+  feed(call(0, 2, 2, Op::kBroadcast, 8, kFloat32, -1, 0));
+  feed(call(1, 2, 2, Op::kBroadcast, 8, kFloat32, -1, 1));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"root"});
+  EXPECT_NE(reports::format_mismatch_text(mismatch_of(verdicts[0])).find("[8] float32 root 1"), std::string::npos);
+}
+
+TEST_F(CoreTest, OperationDivergenceIsReportedOnceAtTheFirstDifferingCall) {
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  feed(call(1, 2, 1, Op::kAllReduce, 8));
+  feed(call(0, 2, 2, Op::kAllReduce, 8));
+  feed(call(1, 2, 2, Op::kBroadcast, 8, kFloat32, -1, 0));
+  feed(call(0, 2, 3, Op::kBroadcast, 8, kFloat32, -1, 0));
+  feed(call(1, 2, 3, Op::kAllReduce, 4));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].seq, 2u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"operation"});
+  const std::string text = reports::format_mismatch_text(mismatch_of(verdicts[0]));
+  EXPECT_NE(text.find("  - Process 1: [8] float32 root 0 `ncclBroadcast`"), std::string::npos) << text;
+  EXPECT_EQ(core_.stats().suppressed_mismatches, 1u);
+}
+
+TEST_F(CoreTest, SendRecvPairsInsideGroupsAreMatchedPairwise) {
+  // 0 -> 1 twice, 1 -> 0 once, all inside a group: the second send from 0 meets the second receive on 1.
+  auto in_group = [](Fingerprint f) {
+    f.flags |= recorder::kFlagInGroup;
+    return f;
+  };
+  feed(in_group(call(0, 2, 1, Op::kSend, 10, kFloat32, -1, 1)));
+  feed(in_group(call(0, 2, 2, Op::kSend, 20, kFloat32, -1, 1)));
+  feed(in_group(call(0, 2, 1, Op::kRecv, 30, kFloat32, -1, 1)));
+  feed(in_group(call(1, 2, 1, Op::kSend, 30, kFloat32, -1, 0)));
+  feed(in_group(call(1, 2, 1, Op::kRecv, 10, kFloat32, -1, 0)));
+  EXPECT_TRUE(tick().empty());
+  feed(in_group(call(1, 2, 2, Op::kRecv, 20, kFloat16, -1, 0)));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = mismatch_of(verdicts[0]);
+  EXPECT_TRUE(report.point_to_point);
+  EXPECT_EQ(report.differences, std::vector<std::string>{"data type"});
+  const std::string text = reports::format_mismatch_text(report);
+  EXPECT_NE(text.find("Operation: `ncclSend`/`ncclRecv` (communicator 3f2a9c, send #2 from rank 0 to rank 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  - Process 0: [20] float32 send to rank 1"), std::string::npos);
+  EXPECT_NE(text.find("  - Process 1: [20] float16 recv from rank 0"), std::string::npos);
+  // A count disagreement.
+  feed(call(1, 2, 2, Op::kSend, 5, kFloat32, -1, 0));
+  feed(call(0, 2, 2, Op::kRecv, 6, kFloat32, -1, 1));
+  verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).differences, std::vector<std::string>{"count"});
+}
+
+TEST_F(CoreTest, MismatchWaitsForMissingMembersThenReportsWhatItHas) {
+  feed(call(0, 3, 1, Op::kAllReduce, 8), kT0);
+  feed(call(1, 3, 1, Op::kAllReduce, 9), kT0);
+  EXPECT_TRUE(tick(kT0 + kSecond).empty());
+  auto verdicts = tick(kT0 + 2 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const std::string text = reports::format_mismatch_text(mismatch_of(verdicts[0]));
+  EXPECT_NE(text.find("  - Process ? (communicator rank 2): (had not reached call #1 when this was reported)"),
+            std::string::npos)
+      << text;
+  feed(call(2, 3, 1, Op::kAllReduce, 8), kT0 + 3 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 4 * kSecond).empty());
+}
+
+TEST_F(CoreTest, MismatchReportShowsEachRanksStack) {
+  core_.on_stack(StackDefinition{1, 7, {"train_step at train.cc:42", "main at train.cc:80"}});
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  Fingerprint f = call(1, 2, 1, Op::kAllReduce, 9);
+  f.stack_id = 7;
+  feed(f);
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  const std::string text = reports::format_mismatch_text(mismatch_of(verdicts[0]));
+  EXPECT_NE(text.find("  Process 1:\n    #0 train_step at train.cc:42\n    #1 main at train.cc:80\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  Process 0:\n    (no stack captured"), std::string::npos) << text;
+}
+
+class CertainDesyncTest : public CoreTest, public ::testing::WithParamInterface<Op> {};
+
+TEST_P(CertainDesyncTest, ALaggingMemberThatEndedTheCommunicatorIsReportedAtOnce) {
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    feed(call(0, 2, seq, Op::kAllReduce, 8));
+    feed(call(1, 2, seq, Op::kAllReduce, 8));
+  }
+  feed(call(0, 2, 5, Op::kAllReduce, 8));
+  EXPECT_TRUE(tick().empty());
+  feed(ended(1, 2, GetParam()));
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.certain);
+  EXPECT_EQ(report.seq, 5u);
+  ASSERT_EQ(report.waiting.size(), 1u);
+  EXPECT_EQ(report.waiting[0].global_rank, 0);
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].last_seq, 4u);
+  EXPECT_FALSE(report.missing[0].process_gone);
+  const std::string text = reports::format_desync_text(report);
+  EXPECT_NE(text.find("last call #4 `ncclAllReduce`"), std::string::npos) << text;
+  EXPECT_NE(text.find(reports::laggard_state_text(report.missing[0].state)), std::string::npos) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(HowItEnded, CertainDesyncTest,
+                         ::testing::Values(Op::kCommDestroy, Op::kCommAbort, Op::kCommFinalize, Op::kCommRevoke));
+
+TEST_F(CoreTest, ALaggingMemberThatVanishedOrExitedIsACertainDesync) {
+  for (int32_t lagging : {1, 2}) {
+    CoordinatorCore core;
+    for (int32_t r = 0; r < 3; ++r) {
+      Hello hello;
+      hello.global_rank = r;
+      hello.host = "node" + std::to_string(r);
+      hello.pid = 100 + r;
+      core.on_hello(hello, kT0);
+    }
+    auto feed_to = [&](const Fingerprint& f) { core.on_fingerprints(f.comm_rank, {&f, 1}, 0, kT0); };
+    for (int32_t r = 0; r < 3; ++r) feed_to(call(r, 3, 1, Op::kAllReduce, 8));
+    for (int32_t r = 0; r < 3; ++r) {
+      if (r != lagging) feed_to(call(r, 3, 2, Op::kAllReduce, 8));
+    }
+    if (lagging == 1) {
+      core.on_disconnect(1, false, kT0 + kSecond);
+    } else {
+      core.on_goodbye(2, kT0 + kSecond);
+    }
+    auto verdicts = core.tick(kT0 + kSecond);
+    ASSERT_EQ(verdicts.size(), lagging == 1 ? 2u : 1u);
+    const CoreVerdict& desync = verdicts.back();
+    ASSERT_EQ(desync.kind, VerdictKind::kDesync);
+    const auto& report = desync_of(desync);
+    EXPECT_TRUE(report.certain);
+    ASSERT_EQ(report.missing.size(), 1u);
+    EXPECT_TRUE(report.missing[0].process_gone);
+    EXPECT_EQ(report.missing[0].state,
+              lagging == 1 ? reports::LaggardState::kVanished : reports::LaggardState::kExited);
+    EXPECT_EQ(report.missing[0].host, "node" + std::to_string(lagging));
+    EXPECT_EQ(report.waiting.size(), 2u);
+  }
+}
+
+TEST_F(CoreTest, AliveButSilentMemberIsAWarningAfterTheTimeoutThenAgain) {
+  CoordinatorOptions options;
+  options.desync_timeout_ns = 300 * kSecond;
+  CoordinatorCore core(options);
+  auto feed_to = [&](const Fingerprint& f, uint64_t now) { core.on_fingerprints(f.comm_rank, {&f, 1}, 0, now); };
+  feed_to(call(0, 2, 1, Op::kAllReduce, 8), kT0);
+  feed_to(call(1, 2, 1, Op::kAllReduce, 8), kT0);
+  feed_to(call(0, 2, 2, Op::kAllReduce, 8), kT0 + kSecond);
+  Heartbeat heartbeat{0, kT0 + 2 * kSecond, {HeartbeatCall{kComm, 2, kT0 + kSecond, uint16_t(Op::kAllReduce)}}};
+  core.on_heartbeat(heartbeat, kT0 + 2 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 300 * kSecond).empty());
+  auto verdicts = core.tick(kT0 + 301 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+  const auto& first = desync_of(verdicts[0]);
+  EXPECT_FALSE(first.certain);
+  EXPECT_EQ(first.repeat, 1u);
+  ASSERT_EQ(first.waiting.size(), 1u);
+  EXPECT_EQ(first.waiting[0].since_ns, kT0 + kSecond);
+  ASSERT_EQ(first.missing.size(), 1u);
+  EXPECT_EQ(first.missing[0].state, reports::LaggardState::kAlive);
+  EXPECT_TRUE(core.tick(kT0 + 400 * kSecond).empty());
+  verdicts = core.tick(kT0 + 601 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
+  EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-2-2");
+  // The checkpoint is done: it arrives, nothing more is said.
+  feed_to(call(1, 2, 2, Op::kAllReduce, 8), kT0 + 700 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 2000 * kSecond).empty());
+}
+
+TEST_F(CoreTest, VanishedRankReportNamesHostPidLastCallAndRecorder) {
+  Hello hello;
+  hello.global_rank = 1;
+  hello.host = "node7";
+  hello.pid = 4242;
+  hello.flight_recorder_path = "/runs/r1/rank1.tsfr";
+  core_.on_hello(hello, kT0);
+  feed(call(1, 2, 1, Op::kAllReduce, 8));
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  core_.on_disconnect(1, false, kT0 + 5 * kSecond);
+  auto verdicts = tick(kT0 + 5 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);  // nobody waits for it: no desync
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kVanished);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);  // it is still a member of a live communicator
+  const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
+  const std::string text = reports::format_vanished_text(report);
+  EXPECT_NE(text.find("Rank 1 vanished"), std::string::npos);
+  EXPECT_NE(text.find("Host: node7, pid 4242"), std::string::npos);
+  EXPECT_NE(text.find("Last call: `ncclAllReduce` (communicator 3f2a9c, call #1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("/runs/r1/rank1.tsfr"), std::string::npos);
+  core_.on_disconnect(1, false, kT0 + 6 * kSecond);  // reported once
+  EXPECT_TRUE(tick(kT0 + 6 * kSecond).empty());
+}
+
+TEST_F(CoreTest, GoodbyeThenDisconnectIsNoReport) {
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  feed(call(1, 2, 1, Op::kAllReduce, 8));
+  feed(ended(1, 2, Op::kCommDestroy));
+  core_.on_goodbye(1, kT0);
+  core_.on_disconnect(1, true, kT0);
+  core_.on_disconnect(1, false, kT0);
+  EXPECT_TRUE(tick(kT0 + 1000 * kSecond).empty());
+}
+
+TEST_F(CoreTest, CleanRunOfTenThousandCollectivesOnFourRanksHasNoVerdict) {
+  constexpr uint64_t kCalls = 10000;
+  constexpr uint64_t kBatch = 100;
+  const Op ops[] = {Op::kAllReduce, Op::kAllGather, Op::kBroadcast, Op::kReduceScatter};
+  uint64_t now = kT0;
+  for (uint64_t first = 1; first <= kCalls; first += kBatch) {
+    for (int32_t r = 3; r >= 0; --r) {  // ranks arrive in different orders and batches
+      std::vector<Fingerprint> batch;
+      for (uint64_t seq = first; seq < first + kBatch; ++seq) {
+        const Op op = ops[seq % 4];
+        batch.push_back(call(r, 4, seq, op, 1000 + seq % 7, kFloat16, kSum, op == Op::kBroadcast ? 0 : -1));
+        batch.push_back(call(r, 4, seq, op, 0));
+        batch.back().kind = static_cast<uint8_t>(EventKind::kReturned);
+      }
+      core_.on_fingerprints(r, batch, 0, now);
+    }
+    now += kSecond / 10;
+    ASSERT_TRUE(tick(now).empty());
+  }
+  for (int32_t r = 0; r < 4; ++r) {
+    feed(ended(r, 4, Op::kCommDestroy), now);
+    core_.on_goodbye(r, now);
+    core_.on_disconnect(r, true, now);
+  }
+  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_EQ(core_.stats().outstanding_calls, 0u);
+  EXPECT_EQ(core_.stats().verdicts, 0u);
+}
+
+TEST_F(CoreTest, LostFingerprintsCountAsArrivalsNotAsDesync) {
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  feed(call(0, 2, 2, Op::kAllReduce, 8));
+  feed(call(0, 2, 3, Op::kAllReduce, 8));
+  feed(call(1, 2, 1, Op::kAllReduce, 8));
+  feed(call(1, 2, 3, Op::kAllReduce, 8));  // its fingerprint of call 2 was dropped
+  EXPECT_TRUE(tick(kT0 + 1000 * kSecond).empty());
+  EXPECT_EQ(core_.stats().outstanding_calls, 0u);
+}
+
+TEST(CoreMemoryTest, OutstandingCallsStayWithinTheWindow) {
+  CoordinatorOptions options;
+  options.max_outstanding_calls = 1000;
+  CoordinatorCore core(options);
+  std::vector<Fingerprint> batch;
+  for (uint64_t seq = 1; seq <= 100000; seq += 100) {
+    for (int32_t r = 0; r < 3; ++r) {  // rank 3 never calls
+      batch.clear();
+      for (uint64_t s = seq; s < seq + 100; ++s) batch.push_back(call(r, 4, s, Op::kAllReduce, 8));
+      core.on_fingerprints(r, batch, 0, kT0);
+    }
+    ASSERT_LE(core.stats().outstanding_calls, 1000u);
+  }
+  EXPECT_EQ(core.stats().untracked_calls, 99000u);
+  EXPECT_EQ(core.stats().fingerprints, 300000u);
+}
+
+TEST(CoreMemoryTest, PendingPointToPointIsBounded) {
+  CoordinatorOptions options;
+  options.max_pending_point_to_point = 16;
+  CoordinatorCore core(options);
+  for (uint64_t seq = 1; seq <= 100; ++seq) {
+    const Fingerprint f = call(0, 2, seq, Op::kSend, 8, kFloat32, -1, 1);
+    core.on_fingerprints(0, {&f, 1}, 0, kT0);
+  }
+  EXPECT_EQ(core.stats().untracked_point_to_point, 84u);
+}
+
+TEST(CoreManifestTest, WarnsAboutHeterogeneousGpusVersionsAndOldKernels) {
+  CoordinatorCore core;
+  for (int32_t r = 0; r < 4; ++r) {
+    Hello hello;
+    hello.global_rank = r;
+    hello.world_size = 4;
+    hello.host = "node" + std::to_string(r / 2);
+    hello.pid = 10 + r;
+    hello.gpu_name = r == 3 ? "NVIDIA A100-PCIE-40GB" : "NVIDIA A100-SXM4-80GB";
+    hello.gpu_memory_bytes = (r == 3 ? 40ull : 80ull) << 30;
+    hello.compute_capability_major = 8;
+    hello.nccl_version = r == 0 ? "2.21.5" : "2.27.3";
+    hello.cuda_runtime_version = "12.4";
+    hello.driver_version = "550.54";
+    hello.kernel_release = r == 2 ? "5.4.0-150-generic" : "6.1.0-18-amd64";
+    core.on_hello(hello, kT0);
+  }
+  const auto warnings = core.manifest_warnings();
+  auto has = [&](const std::string& part) {
+    for (const auto& w : warnings) {
+      if (w.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_EQ(warnings.size(), 4u);
+  EXPECT_TRUE(has("GPUs of different models: 'NVIDIA A100-PCIE-40GB' on rank 3; 'NVIDIA A100-SXM4-80GB' on ranks 0-2"));
+  EXPECT_TRUE(has("The smallest (40.0 GiB) bounds the batch size"));
+  EXPECT_TRUE(has("different NCCL versions across ranks: '2.21.5' on rank 0; '2.27.3' on ranks 1-3"));
+  EXPECT_TRUE(has("rank 2 (host node1) runs Linux kernel 5.4.0-150-generic"));
+  const auto manifest = core.manifest();
+  EXPECT_EQ(manifest["world_size"], 4);
+  EXPECT_EQ(manifest["ranks"].size(), 4u);
+  EXPECT_EQ(manifest["ranks"][3]["gpu"]["memory_bytes"], 40ull << 30);
+  EXPECT_EQ(manifest.dump().find("token"), std::string::npos);
+}
+
+TEST(CoreHelpersTest, KernelVersionsAndRankRanges) {
+  EXPECT_TRUE(kernel_older_than("5.4.0-150-generic", 5, 5));
+  EXPECT_TRUE(kernel_older_than("4.19.0", 5, 5));
+  EXPECT_FALSE(kernel_older_than("5.5.0", 5, 5));
+  EXPECT_FALSE(kernel_older_than("6.1.0-18-amd64", 5, 5));
+  EXPECT_FALSE(kernel_older_than("garbage", 5, 5));
+  EXPECT_EQ(rank_ranges({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+  EXPECT_EQ(rank_ranges({}), "");
+}
+
+}  // namespace
+}  // namespace trainscope::exchange
