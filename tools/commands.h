@@ -7,5 +7,6 @@ namespace trainscope::tools {
 int cmd_env(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_stats(int argc, char** argv);
+int cmd_coordinator(int argc, char** argv);
 
 }  // namespace trainscope::tools
