@@ -25,4 +25,28 @@ grep -q "ncclCommInitRank 0" "$results/probe-shim.txt" || status=1
 build-gpu/tools/trainscope report "$PWD/$results/runs/gpu" >"$results/report.txt" 2>&1 || status=1
 { echo "probe (real NCCL, 1 rank, with and without the shim): $([ $status -eq 0 ] && echo OK || echo FAILED)"
   cat "$results/probe-shim.txt"; } | tee "$results/summary.txt"
+
+# Statistics kernels (issue 4): every GPU test against the host implementation, then compute-sanitizer memcheck and
+# racecheck on the tests that run quickly under it (the 2^31-element test takes minutes there), then the benchmark.
+step() {  # step NAME COMMAND...: runs, logs to $results/NAME.log, appends OK/FAILED to the summary
+  local name="$1"; shift
+  if "$@" >"$results/$name.log" 2>&1; then echo "$name: OK" | tee -a "$results/summary.txt"
+  else echo "$name: FAILED (see $name.log)" | tee -a "$results/summary.txt"; status=1; fi
+}
+step stats-gpu-tests build-gpu/tests/gpu/stats_gpu_tests --gtest_output="xml:$results/stats-gpu-tests.xml"
+sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+quick='StatsGpu.OneLaunchForAThousandMixedTensors:StatsGpu.AddressNotAMultipleOfTheElementSizeIsReadBytewise'
+quick="$quick:StatsGpu.ACapturingStreamGetsNoWork"
+if [ -x "$sanitizer" ]; then
+  for tool in memcheck racecheck; do
+    step "stats-gpu-$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      build-gpu/tests/gpu/stats_gpu_tests --gtest_filter="$quick"
+  done
+else
+  echo "compute-sanitizer: not found, memcheck/racecheck skipped" | tee -a "$results/summary.txt"
+fi
+if [ -x build-gpu/tests/gpu/stats_gpu_bench ]; then
+  step stats-gpu-bench build-gpu/tests/gpu/stats_gpu_bench --json "$results/stats-gpu-bench.json"
+  cat "$results/stats-gpu-bench.log" >>"$results/summary.txt"
+fi
 exit $status
