@@ -1,0 +1,139 @@
+// Coordinator figures: fingerprints ingested per second on one core with 256 and 1024 simulated ranks, and the
+// time from the last mismatched fingerprint to the verdict under that load (p99, printed as a counter).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "collectors/coordinator_core.h"
+#include "collectors/wire_protocol.h"
+
+namespace {
+
+using trainscope::exchange::CoordinatorCore;
+using trainscope::exchange::EventKind;
+using trainscope::exchange::Fingerprint;
+using trainscope::recorder::Op;
+
+constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kCallsPerBatch = 64;  // what one rank's client sends per message under load
+
+Fingerprint all_reduce(int32_t rank, int32_t nranks, uint64_t seq, uint64_t count) {
+  Fingerprint f{};
+  f.comm_id = kComm;
+  f.comm_rank = rank;
+  f.nranks = nranks;
+  f.seq = seq;
+  f.count = count;
+  f.dtype = 6;
+  f.peer = -1;
+  f.op = static_cast<uint16_t>(Op::kAllReduce);
+  f.kind = static_cast<uint8_t>(EventKind::kCall);
+  return f;
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+// Every rank's batch of kCallsPerBatch calls, decoded from the wire as the server does, then fed to the core.
+void BM_CoordinatorIngest(benchmark::State& state) {
+  const auto ranks = static_cast<int32_t>(state.range(0));
+  CoordinatorCore core;
+  std::vector<Fingerprint> batch(kCallsPerBatch);
+  std::vector<std::vector<uint8_t>> encoded(static_cast<size_t>(ranks));
+  uint64_t first = 1;
+  uint64_t fingerprints = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int32_t r = 0; r < ranks; ++r) {
+      for (uint64_t i = 0; i < kCallsPerBatch; ++i) batch[i] = all_reduce(r, ranks, first + i, 1048576);
+      encoded[r].clear();
+      trainscope::exchange::encode_fingerprint_batch(r, first, 0, batch, encoded[r]);
+    }
+    state.ResumeTiming();
+    for (int32_t r = 0; r < ranks; ++r) {
+      const auto decoded = trainscope::exchange::decode(encoded[r]);
+      const auto& message = std::get<trainscope::exchange::FingerprintBatch>(decoded.message);
+      core.on_fingerprints(r, message.fingerprints, message.dropped_total, now_ns());
+    }
+    benchmark::DoNotOptimize(core.tick(now_ns()));
+    fingerprints += kCallsPerBatch * static_cast<uint64_t>(ranks);
+    first += kCallsPerBatch;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(fingerprints));
+}
+BENCHMARK(BM_CoordinatorIngest)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The core alone (no decoding): the bound of the logic itself.
+void BM_CoordinatorCoreOnly(benchmark::State& state) {
+  const auto ranks = static_cast<int32_t>(state.range(0));
+  CoordinatorCore core;
+  std::vector<std::vector<Fingerprint>> batches(static_cast<size_t>(ranks), std::vector<Fingerprint>(kCallsPerBatch));
+  uint64_t first = 1;
+  uint64_t fingerprints = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int32_t r = 0; r < ranks; ++r) {
+      for (uint64_t i = 0; i < kCallsPerBatch; ++i) batches[r][i] = all_reduce(r, ranks, first + i, 1048576);
+    }
+    state.ResumeTiming();
+    for (int32_t r = 0; r < ranks; ++r) core.on_fingerprints(r, batches[r], 0, now_ns());
+    benchmark::DoNotOptimize(core.tick(now_ns()));
+    fingerprints += kCallsPerBatch * static_cast<uint64_t>(ranks);
+    first += kCallsPerBatch;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(fingerprints));
+}
+BENCHMARK(BM_CoordinatorCoreOnly)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// Under the same load, one call in each round is mismatched on the last rank; the clock runs from the moment its
+// batch (carrying the last mismatched fingerprint) is handed to the coordinator until tick() returns the verdict.
+void BM_MismatchVerdictLatency(benchmark::State& state) {
+  const auto ranks = static_cast<int32_t>(state.range(0));
+  trainscope::exchange::CoordinatorOptions options;
+  options.max_mismatch_reports_per_comm = UINT32_MAX;
+  std::vector<double> latencies_us;
+  std::vector<Fingerprint> batch(kCallsPerBatch);
+  std::vector<uint8_t> encoded;
+  uint64_t comm_salt = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    CoordinatorCore core(options);  // a fresh communicator per round: every round has its own first mismatch
+    ++comm_salt;
+    const uint64_t mismatched_seq = kCallsPerBatch / 2;
+    state.ResumeTiming();
+    uint64_t started = 0;
+    for (int32_t r = 0; r < ranks; ++r) {
+      for (uint64_t i = 0; i < kCallsPerBatch; ++i) {
+        const uint64_t seq = 1 + i;
+        batch[i] = all_reduce(r, ranks, seq, r == ranks - 1 && seq == mismatched_seq ? 524288 : 1048576);
+        batch[i].comm_id = kComm + comm_salt;
+      }
+      encoded.clear();
+      trainscope::exchange::encode_fingerprint_batch(r, 1, 0, batch, encoded);
+      if (r == ranks - 1) started = now_ns();
+      const auto decoded = trainscope::exchange::decode(encoded);
+      const auto& message = std::get<trainscope::exchange::FingerprintBatch>(decoded.message);
+      core.on_fingerprints(r, message.fingerprints, 0, now_ns());
+    }
+    const auto verdicts = core.tick(now_ns());
+    const uint64_t finished = now_ns();
+    if (verdicts.size() != 1) state.SkipWithError("expected exactly one verdict");
+    latencies_us.push_back(static_cast<double>(finished - started) / 1000.0);
+  }
+  std::sort(latencies_us.begin(), latencies_us.end());
+  if (!latencies_us.empty()) {
+    const size_t p99 = std::min(latencies_us.size() - 1, latencies_us.size() * 99 / 100);
+    state.counters["p99_verdict_us"] = latencies_us[p99];
+    state.counters["p50_verdict_us"] = latencies_us[latencies_us.size() / 2];
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * ranks * static_cast<int64_t>(kCallsPerBatch));
+}
+BENCHMARK(BM_MismatchVerdictLatency)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+BENCHMARK_MAIN();
