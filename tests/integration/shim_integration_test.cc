@@ -367,9 +367,16 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   ASSERT_EQ(kill(rank1.pid(), SIGKILL), 0);
   // Rank 0 now waits forever in its all-reduce, as with real NCCL: take it down too.
   recorder::RunDirectory run = read_run(run_dir(dir));
-  if (const RecorderFile* rank0 = file_of_rank(run, 0)) kill(rank0->pid(), SIGKILL);
+  const RecorderFile* rank0 = file_of_rank(run, 0);
+  ASSERT_NE(rank0, nullptr);
+  kill(rank0->pid(), SIGKILL);
   const ProcessResult launched = testing::wait_process(launcher, 60);
   EXPECT_FALSE(launched.timed_out);
+  // The stand-in NCCL names its shared memory after the process that made the unique id (rank 0); killed ranks
+  // cannot remove it themselves.
+  const std::string segment_prefix = "tsfake-" + std::to_string(rank0->pid()) + "-";
+  for (const auto& entry : fs::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().rfind(segment_prefix, 0) == 0) fs::remove(entry.path());
 
   run = read_run(run_dir(dir));
   const RecorderFile* file = file_of_rank(run, 1);
