@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: env, report, stats, coordinator, version, help\n", command);
+  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: env, report, stats, coordinator, version, help\n",
+               command);
   return 2;
 }
