@@ -29,6 +29,18 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
      "Least severe level of the messages that are logged."},
     {"TRAINSCOPE_LOG_RANKS", "main", "main|all|a list of ranks and inclusive ranges such as 0,3,5-7",
      "Ranks that log to stderr (main is global rank 0); every rank always logs to its own file."},
+    {"TRAINSCOPE_COORDINATOR", "auto", "auto|off|HOST:PORT",
+     "Where the exchange's coordinator runs: auto hosts it in global rank 0 at MASTER_ADDR, port MASTER_PORT+3; off "
+     "records locally only; HOST:PORT joins one started elsewhere (trainscope run, trainscope coordinator)."},
+    {"TRAINSCOPE_TOKEN", "", "8-128 characters of [A-Za-z0-9._-]",
+     "Job token every rank presents to the coordinator; empty derives it from the run id."},
+    {"TRAINSCOPE_ON_MISMATCH", "abort", "abort|warn",
+     "abort stops every rank once a collective's shapes disagree (after the report is on disk); warn reports and "
+     "goes on."},
+    {"TRAINSCOPE_ON_DESYNC", "abort", "abort|warn",
+     "What a certain desync (a member left or vanished while others wait) or a vanished rank does."},
+    {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
+     "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
 };
 
 // Must match launcher_identity() in identity.cc: the config library cannot depend on the shim's objects.
@@ -224,9 +236,116 @@ bool parse_log_ranks(const char* value, Config* out, const char** reason) {
   return true;
 }
 
+bool is_host_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.' || c == '-' || c == '_';
+}
+
+bool parse_coordinator(const char* value, Config* out, const char** reason) {
+  if (equals_ignore_case(value, "auto")) {
+    out->coordinator_mode = CoordinatorMode::kAuto;
+    return true;
+  }
+  if (equals_ignore_case(value, "off")) {
+    out->coordinator_mode = CoordinatorMode::kOff;
+    return true;
+  }
+  // HOST:PORT, HOST a name or an IPv4 address, or [IPv6]:PORT.
+  const char* colon = strrchr(value, ':');
+  if (colon == nullptr || colon == value) return false;
+  const char* host = value;
+  size_t host_len = static_cast<size_t>(colon - value);
+  if (host[0] == '[') {
+    if (host_len < 3 || host[host_len - 1] != ']') return false;
+    for (size_t i = 1; i + 1 < host_len; ++i)
+      if (!(is_digit(host[i]) || (ascii_lower(host[i]) >= 'a' && ascii_lower(host[i]) <= 'f') || host[i] == ':'))
+        return false;
+  } else {
+    for (size_t i = 0; i < host_len; ++i)
+      if (!is_host_char(host[i])) return false;
+  }
+  if (host_len > kMaxCoordinatorHost) {
+    *reason = "(host too long)";
+    return false;
+  }
+  uint32_t port = 0;
+  const char* p = colon + 1;
+  if (!is_digit(*p)) return false;
+  for (; is_digit(*p) && port <= 65535; ++p) port = port * 10 + static_cast<uint32_t>(*p - '0');
+  if (*p != '\0' || port == 0 || port > 65535) {
+    *reason = "(port must be 1-65535)";
+    return false;
+  }
+  out->coordinator_mode = CoordinatorMode::kAddress;
+  memcpy(out->coordinator_host, host, host_len);
+  out->coordinator_host[host_len] = '\0';
+  out->coordinator_port = static_cast<uint16_t>(port);
+  return true;
+}
+
+bool parse_token(const char* value, Config* out, const char** reason) {
+  const size_t len = strlen(value);
+  if (len < kMinToken || len > kMaxToken) {
+    *reason = len < kMinToken ? "(too short)" : "(too long)";
+    return false;
+  }
+  for (const char* c = value; *c != '\0'; ++c) {
+    if (!is_host_char(*c)) {
+      *reason = "(character outside [A-Za-z0-9._-])";
+      return false;
+    }
+  }
+  memcpy(out->token, value, len + 1);
+  return true;
+}
+
+bool parse_policy(const char* value, VerdictPolicy* out) {
+  if (equals_ignore_case(value, "abort")) {
+    *out = VerdictPolicy::kAbort;
+    return true;
+  }
+  if (equals_ignore_case(value, "warn")) {
+    *out = VerdictPolicy::kWarn;
+    return true;
+  }
+  return false;
+}
+
+bool parse_on_mismatch(const char* value, Config* out, const char**) { return parse_policy(value, &out->on_mismatch); }
+bool parse_on_desync(const char* value, Config* out, const char**) { return parse_policy(value, &out->on_desync); }
+
+bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
+  const char* p = value;
+  if (!is_digit(*p)) return false;
+  uint64_t v = 0;
+  for (; is_digit(*p) && v <= kMaxDesyncTimeoutSeconds; ++p) v = v * 10 + static_cast<uint64_t>(*p - '0');
+  if (is_digit(*p)) {
+    *reason = "(out of range)";
+    return false;
+  }
+  uint64_t unit = 1;
+  if (*p == 's') {
+    ++p;
+  } else if (*p == 'm') {
+    unit = 60;
+    ++p;
+  } else if (*p == 'h') {
+    unit = 3600;
+    ++p;
+  }
+  if (*p != '\0') return false;
+  if (v == 0 || v * unit > kMaxDesyncTimeoutSeconds) {
+    *reason = "(out of range)";
+    return false;
+  }
+  out->desync_timeout_seconds = static_cast<uint32_t>(v * unit);
+  return true;
+}
+
 using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
 constexpr ParseFn kParsers[kConfigVarCount] = {
-    parse_enable, parse_dir, parse_run_id, parse_recorder_records, parse_log_level, parse_log_ranks,
+    parse_enable,      parse_dir,   parse_run_id,       parse_recorder_records, parse_log_level,
+    parse_log_ranks,   parse_coordinator, parse_token, parse_on_mismatch, parse_on_desync,
+    parse_desync_timeout,
 };
 
 void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {
@@ -321,6 +440,13 @@ void config_defaults(Config* out) {
   out->log_rank_range_count = 0;
   for (ValueSource& source : out->source) source = ValueSource::kDefault;
   out->launcher_has_rank = false;
+  out->coordinator_mode = CoordinatorMode::kAuto;
+  out->coordinator_host[0] = '\0';
+  out->coordinator_port = 0;
+  out->token[0] = '\0';
+  out->on_mismatch = VerdictPolicy::kAbort;
+  out->on_desync = VerdictPolicy::kAbort;
+  out->desync_timeout_seconds = 300;
 }
 
 bool parse_config(char* const* env, Config* out, char* error, size_t error_len) {
@@ -446,6 +572,25 @@ bool config_value_text(const Config& config, ConfigVar var, char* out, size_t ou
         if (!append(out, out_len, &used, item)) return false;
       }
       return true;
+    case kVarCoordinator: {
+      if (config.coordinator_mode == CoordinatorMode::kAuto) return append(out, out_len, &used, "auto");
+      if (config.coordinator_mode == CoordinatorMode::kOff) return append(out, out_len, &used, "off");
+      char port[8];
+      snprintf(port, sizeof(port), ":%u", static_cast<unsigned>(config.coordinator_port));
+      return append(out, out_len, &used, config.coordinator_host) && append(out, out_len, &used, port);
+    }
+    case kVarToken:
+      // A secret of the job: say whether it is set, never print it.
+      return append(out, out_len, &used, config.token[0] != '\0' ? "(set)" : "");
+    case kVarOnMismatch:
+      return append(out, out_len, &used, config.on_mismatch == VerdictPolicy::kAbort ? "abort" : "warn");
+    case kVarOnDesync:
+      return append(out, out_len, &used, config.on_desync == VerdictPolicy::kAbort ? "abort" : "warn");
+    case kVarDesyncTimeout: {
+      char number[16];
+      snprintf(number, sizeof(number), "%u", static_cast<unsigned>(config.desync_timeout_seconds));
+      return append(out, out_len, &used, number);
+    }
     case kConfigVarCount:
       break;
   }

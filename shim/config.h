@@ -21,6 +21,11 @@ enum ConfigVar : int {
   kVarRecorderRecords,
   kVarLogLevel,
   kVarLogRanks,
+  kVarCoordinator,
+  kVarToken,
+  kVarOnMismatch,
+  kVarOnDesync,
+  kVarDesyncTimeout,
   kConfigVarCount,
 };
 
@@ -29,6 +34,21 @@ inline constexpr size_t kMaxPath = 4096;
 inline constexpr size_t kMaxRunId = 96;
 inline constexpr uint64_t kMinRecorderRecords = 16;
 inline constexpr uint64_t kMaxRecorderRecords = uint64_t{1} << 24;
+inline constexpr size_t kMaxCoordinatorHost = 255;
+inline constexpr size_t kMinToken = 8;
+inline constexpr size_t kMaxToken = 128;
+inline constexpr uint32_t kMaxDesyncTimeoutSeconds = 7 * 24 * 3600;
+
+// TRAINSCOPE_COORDINATOR: where the out-of-band exchange's coordinator is.
+enum class CoordinatorMode : uint8_t {
+  kAuto = 0,  // global rank 0 hosts it at MASTER_ADDR:MASTER_PORT+kCoordinatorPortOffset; off without a launcher
+  kOff,       // no exchange: record locally only
+  kAddress,   // host:port of a coordinator that runs elsewhere (`trainscope coordinator`, `trainscope run`)
+};
+inline constexpr int kCoordinatorPortOffset = 3;
+
+// What a rank does when the coordinator reports a mismatch or a certain desync.
+enum class VerdictPolicy : uint8_t { kAbort = 0, kWarn };
 
 struct RankRange {
   int32_t first;
@@ -44,6 +64,13 @@ struct Config {
   LogRanksMode log_ranks_mode;
   int log_rank_range_count;
   RankRange log_rank_ranges[kMaxLogRankRanges];
+  CoordinatorMode coordinator_mode;
+  char coordinator_host[kMaxCoordinatorHost + 1];
+  uint16_t coordinator_port;
+  char token[kMaxToken + 1];  // empty: derived from the run id (`trainscope run` always sets one)
+  VerdictPolicy on_mismatch;
+  VerdictPolicy on_desync;
+  uint32_t desync_timeout_seconds;
   ValueSource source[kConfigVarCount];
   // A launcher rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) holds a rank, so the
   // process is one of many and an unknown rank must not be taken for the main one (see config_logs_to_stderr).

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shim/config.h"
+
 #include <cerrno>
 #include <string>
 #include <vector>
@@ -110,7 +112,12 @@ constexpr const char* kDefaultText =
     "TRAINSCOPE_RUN_ID=  (default)\n"
     "TRAINSCOPE_RECORDER_RECORDS=65536  (default)\n"
     "TRAINSCOPE_LOG_LEVEL=info  (default)\n"
-    "TRAINSCOPE_LOG_RANKS=main  (default)\n";
+    "TRAINSCOPE_LOG_RANKS=main  (default)\n"
+    "TRAINSCOPE_COORDINATOR=auto  (default)\n"
+    "TRAINSCOPE_TOKEN=  (default)\n"
+    "TRAINSCOPE_ON_MISMATCH=abort  (default)\n"
+    "TRAINSCOPE_ON_DESYNC=abort  (default)\n"
+    "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n";
 
 TEST(CmdEnv, PrintsDefaults) {
   const RunResult r = run_tool({"env"}, {"PATH=/usr/bin:/bin", "NCCL_DEBUG=INFO"});
@@ -130,7 +137,12 @@ TEST(CmdEnv, PrintsEnvironmentValuesInCanonicalForm) {
             "TRAINSCOPE_RUN_ID=job-7  (environment)\n"
             "TRAINSCOPE_RECORDER_RECORDS=65536  (environment)\n"
             "TRAINSCOPE_LOG_LEVEL=warn  (environment)\n"
-            "TRAINSCOPE_LOG_RANKS=0,3,5-7  (environment)\n");
+            "TRAINSCOPE_LOG_RANKS=0,3,5-7  (environment)\n"
+            "TRAINSCOPE_COORDINATOR=auto  (default)\n"
+            "TRAINSCOPE_TOKEN=  (default)\n"
+            "TRAINSCOPE_ON_MISMATCH=abort  (default)\n"
+            "TRAINSCOPE_ON_DESYNC=abort  (default)\n"
+            "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n");
   EXPECT_EQ(r.err, "");
 }
 
@@ -180,7 +192,7 @@ TEST(CmdEnv, Json) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j.is_object());
   const nlohmann::json& vars = j.at("variables");
-  ASSERT_EQ(vars.size(), 6u);
+  ASSERT_EQ(vars.size(), static_cast<size_t>(trainscope::kConfigVarCount));
   EXPECT_EQ(vars.at("TRAINSCOPE_LOG_LEVEL").at("value"), "debug");
   EXPECT_EQ(vars.at("TRAINSCOPE_LOG_LEVEL").at("source"), "environment");
   EXPECT_EQ(vars.at("TRAINSCOPE_LOG_LEVEL").at("default"), "info");

@@ -115,7 +115,8 @@ TEST(Config, DefaultTextsMatchDefaultsAndParse) {
   for (int i = 0; i < kConfigVarCount; ++i) {
     const ConfigVarInfo& var = config_vars()[i];
     EXPECT_EQ(value_of(*defaults, static_cast<ConfigVar>(i)), var.default_text) << var.name;
-    if (i == kVarRunId) continue;  // its default is "empty", which is not accepted as a set value
+    // Their default is "empty", which is not accepted as a set value.
+    if (i == kVarRunId || i == kVarToken) continue;
     Parsed p = parse_one(var.name, var.default_text);
     ASSERT_TRUE(p.ok) << p.error;
     EXPECT_EQ(p.config->source[i], ValueSource::kEnvironment);
@@ -640,6 +641,77 @@ TEST(Config, ValueTextReportsTruncation) {
   EXPECT_STREQ(small, "0,3");
   EXPECT_FALSE(config_value_text(*p.config, kVarDir, nullptr, 0));
   EXPECT_FALSE(config_value_text(*p.config, kConfigVarCount, small, sizeof(small)));
+}
+
+}  // namespace
+}  // namespace trainscope
+
+namespace trainscope {
+namespace {
+
+// Parses one variable alone and returns the error line ("" on success).
+std::string parse_one(const std::string& entry, Config* out) {
+  std::string copy = entry;
+  char* env[] = {copy.data(), nullptr};
+  char error[512];
+  return parse_config(env, out, error, sizeof(error)) ? std::string() : std::string(error);
+}
+
+TEST(ConfigExchange, DefaultsAreAutoAbortAbortAndFiveMinutes) {
+  Config c;
+  config_defaults(&c);
+  EXPECT_EQ(c.coordinator_mode, CoordinatorMode::kAuto);
+  EXPECT_EQ(c.on_mismatch, VerdictPolicy::kAbort);
+  EXPECT_EQ(c.on_desync, VerdictPolicy::kAbort);
+  EXPECT_EQ(c.desync_timeout_seconds, 300u);
+  EXPECT_STREQ(c.token, "");
+}
+
+TEST(ConfigExchange, CoordinatorForms) {
+  Config c;
+  EXPECT_EQ(parse_one("TRAINSCOPE_COORDINATOR=off", &c), "");
+  EXPECT_EQ(c.coordinator_mode, CoordinatorMode::kOff);
+  EXPECT_EQ(parse_one("TRAINSCOPE_COORDINATOR=node-1.cluster:29400", &c), "");
+  EXPECT_EQ(c.coordinator_mode, CoordinatorMode::kAddress);
+  EXPECT_STREQ(c.coordinator_host, "node-1.cluster");
+  EXPECT_EQ(c.coordinator_port, 29400);
+  EXPECT_EQ(parse_one("TRAINSCOPE_COORDINATOR=[fe80::1]:7", &c), "");
+  EXPECT_STREQ(c.coordinator_host, "[fe80::1]");
+  for (const char* bad : {"node", "node:", ":80", "node:0", "node:65536", "node:80x", "no de:80", "[zz]:80"}) {
+    const std::string error = parse_one(std::string("TRAINSCOPE_COORDINATOR=") + bad, &c);
+    EXPECT_NE(error.find("trainscope: invalid TRAINSCOPE_COORDINATOR="), std::string::npos) << bad;
+    EXPECT_NE(error.find("auto|off|HOST:PORT"), std::string::npos) << bad;
+  }
+}
+
+TEST(ConfigExchange, TokenPoliciesAndTimeout) {
+  Config c;
+  EXPECT_EQ(parse_one("TRAINSCOPE_TOKEN=abcdefgh", &c), "");
+  EXPECT_STREQ(c.token, "abcdefgh");
+  EXPECT_NE(parse_one("TRAINSCOPE_TOKEN=short", &c).find("(too short)"), std::string::npos);
+  EXPECT_NE(parse_one("TRAINSCOPE_TOKEN=" + std::string(129, 'a'), &c).find("(too long)"), std::string::npos);
+  EXPECT_NE(parse_one("TRAINSCOPE_TOKEN=abc$defgh", &c), "");
+  EXPECT_EQ(parse_one("TRAINSCOPE_ON_MISMATCH=warn", &c), "");
+  EXPECT_EQ(c.on_mismatch, VerdictPolicy::kWarn);
+  EXPECT_EQ(parse_one("TRAINSCOPE_ON_DESYNC=WARN", &c), "");
+  EXPECT_EQ(c.on_desync, VerdictPolicy::kWarn);
+  EXPECT_NE(parse_one("TRAINSCOPE_ON_DESYNC=ignore", &c).find("accepted abort|warn"), std::string::npos);
+  EXPECT_EQ(parse_one("TRAINSCOPE_DESYNC_TIMEOUT=90", &c), "");
+  EXPECT_EQ(c.desync_timeout_seconds, 90u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_DESYNC_TIMEOUT=10m", &c), "");
+  EXPECT_EQ(c.desync_timeout_seconds, 600u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_DESYNC_TIMEOUT=2h", &c), "");
+  EXPECT_EQ(c.desync_timeout_seconds, 7200u);
+  for (const char* bad : {"0", "-5", "5d", "1.5", "169h", "99999999999999999999"})
+    EXPECT_NE(parse_one(std::string("TRAINSCOPE_DESYNC_TIMEOUT=") + bad, &c), "") << bad;
+}
+
+TEST(ConfigExchange, TokenIsNeverPrinted) {
+  Config c;
+  ASSERT_EQ(parse_one("TRAINSCOPE_TOKEN=supersecret", &c), "");
+  char text[64];
+  ASSERT_TRUE(config_value_text(c, kVarToken, text, sizeof(text)));
+  EXPECT_STREQ(text, "(set)");
 }
 
 }  // namespace
