@@ -111,6 +111,7 @@ struct CoordinatorCore::Comm {
   // any call above it that others reached is a certain desync.
   uint64_t final_floor = UINT64_MAX;
   bool certain_reported = false;
+  uint64_t certain_since_ns = 0;  // the desync became certain; reported once the others arrived or after the grace
   uint32_t mismatch_reports = 0;
   bool diverged = false;    // the operation sequence itself split: later calls compare nothing useful
   uint64_t warned_seq = 0;  // the stuck call the timeout warnings are about
@@ -323,7 +324,10 @@ void CoordinatorCore::emit_mismatch(Comm& comm, Entry& entry) {
   if (!entry.mismatch) return;
   reports::MismatchReport report = std::move(*entry.mismatch);
   entry.mismatch.reset();
-  for (reports::CallLine& line : report.calls) {
+  for (size_t r = 0; r < report.calls.size(); ++r) {
+    reports::CallLine& line = report.calls[r];
+    // A member first seen after the mismatch started was not known by its global rank then.
+    if (line.global_rank < 0 && r < comm.members.size()) line.global_rank = comm.members[r].global_rank;
     if (line.present) line.stack = stack_of(line.global_rank, line.call.stack_id);
   }
   CoreVerdict verdict;
@@ -452,6 +456,17 @@ void CoordinatorCore::check_certain_desync(Comm& comm, uint64_t now_ns) {
   const uint64_t furthest = comm.base_seq + comm.outstanding.size() - 1;  // highest call some member reached
   if (comm.outstanding.empty() || furthest <= comm.final_floor) return;
   const uint64_t seq = std::max(comm.final_floor + 1, comm.base_seq);
+  // Certain now, but members still on their way to the call would show as "never heard from": wait for every
+  // member that can still arrive, at most the grace period (then report them as they are).
+  bool everyone_settled = true;
+  for (const Member& member : comm.members) {
+    if (member.last_seq < seq && member.ended == LaggardState::kAlive) everyone_settled = false;
+  }
+  if (comm.certain_since_ns == 0) {
+    comm.certain_since_ns = now_ns;
+    if (!everyone_settled) desyncs_waiting_.push_back(comm.id);
+  }
+  if (!everyone_settled && now_ns - comm.certain_since_ns < options_.mismatch_grace_ns) return;
   comm.certain_reported = true;
   reports::DesyncReport report = desync_report(comm, seq, true, now_ns);
   // A rank that dropped fingerprints may have made calls we never saw: then "certain" is a guess.
@@ -641,6 +656,17 @@ std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
       emit_mismatch(*it->second, *entry);
       mismatches_waiting_[i] = mismatches_waiting_.back();
       mismatches_waiting_.pop_back();
+      continue;
+    }
+    ++i;
+  }
+  // Certain desyncs waiting for members still on their way.
+  for (size_t i = 0; i < desyncs_waiting_.size();) {
+    auto it = comms_.find(desyncs_waiting_[i]);
+    if (it != comms_.end()) check_certain_desync(*it->second, now_ns);
+    if (it == comms_.end() || it->second->certain_reported) {
+      desyncs_waiting_[i] = desyncs_waiting_.back();
+      desyncs_waiting_.pop_back();
       continue;
     }
     ++i;

@@ -32,7 +32,8 @@ struct CoordinatorOptions {
   VerdictAction on_mismatch = VerdictAction::kAbort;  // TRAINSCOPE_ON_MISMATCH
   VerdictAction on_desync = VerdictAction::kAbort;    // TRAINSCOPE_ON_DESYNC, for certain desyncs and vanished ranks
   uint64_t desync_timeout_ns = 300'000'000'000ull;    // TRAINSCOPE_DESYNC_TIMEOUT: alive-but-silent becomes a warning
-  uint64_t mismatch_grace_ns = 2'000'000'000ull;      // a mismatch report waits this long for members not yet there
+  uint64_t mismatch_grace_ns = 2'000'000'000ull;      // a mismatch or certain-desync report waits this long for
+                                                      // members not yet there
   uint64_t scan_interval_ns = 100'000'000ull;         // timeouts are looked for at most this often
   size_t max_outstanding_calls = 1u << 16;            // per communicator: calls some members reached, others not
   size_t max_pending_point_to_point = 4096;           // per (sender, receiver) pair: unmatched sends or receives
@@ -121,6 +122,7 @@ class CoordinatorCore {
   std::unordered_map<uint64_t, std::unique_ptr<Comm>> comms_;
   std::vector<CoreVerdict> ready_;
   std::vector<std::pair<uint64_t, uint64_t>> mismatches_waiting_;  // (comm id, seq) in their grace period
+  std::vector<uint64_t> desyncs_waiting_;                          // comm ids whose certain desync waits
   uint64_t next_scan_ns_ = 0;
   CoreStats stats_;
 };

@@ -74,6 +74,7 @@ struct CoordinatorServer::State {
   std::unordered_map<int32_t, uint64_t> last_message_ns;
   std::unordered_map<int32_t, std::pair<uint64_t, uint64_t>> dropped_connections;  // rank -> (at, report after)
   std::set<std::string> logged_warnings;
+  std::vector<std::vector<uint8_t>> abort_verdicts;  // replayed to ranks that say hello after they were sent
   size_t manifest_hellos = 0;
   uint64_t manifest_written_ns = 0;
   uint64_t malformed_logged = 0;
@@ -208,6 +209,7 @@ void CoordinatorServer::run() {
           std::string("coordinator: ") + verdict_kind_name(verdict.kind) + " (" + verdict_action_name(verdict.action) +
               ")" + (written.text_path.empty() ? "" : ", report " + written.text_path) + "\n" + rendered.text);
       const std::vector<uint8_t> bytes = encode(message);
+      if (verdict.action == VerdictAction::kAbort) s.abort_verdicts.push_back(bytes);
       for (auto it = s.peers.begin(); it != s.peers.end();) {
         if (!it->second.said_goodbye && !send_to(it->first, bytes)) {
           it = s.peers.erase(it);  // unroutable: that connection is gone
@@ -246,6 +248,8 @@ void CoordinatorServer::run() {
       s.last_message_ns[hello->global_rank] = now_ns;
       s.core.on_hello(*hello, now_ns);
       send_to(id, encode(Welcome{now_ns}));
+      // A rank whose hello comes after the job was stopped must stop too, or it waits alone forever.
+      for (const std::vector<uint8_t>& verdict : s.abort_verdicts) send_to(id, verdict);
       log(LogLevel::kDebug, "coordinator: rank " + std::to_string(hello->global_rank) + " (host " + hello->host +
                                 ", pid " + std::to_string(hello->pid) + ") connected");
       return;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "shim/engine_api.h"
+#include "shim/engine_exchange.h"
 #include "shim/engine_logging.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -31,6 +32,20 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
                                   std::to_string(args->pid) + ", host " + args->host + ")";
       trainscope::engine::log(LogLevel::kInfo, message.c_str());
     }
+    trainscope::engine::ExchangeSetup setup;
+    setup.config = args->config;
+    setup.recorder = args->recorder;
+    setup.run_dir = args->run_dir != nullptr ? args->run_dir : "";
+    setup.run_id = args->run_id != nullptr ? args->run_id : "";
+    setup.recorder_path = args->recorder_path != nullptr ? args->recorder_path : "";
+    setup.host = args->host != nullptr ? args->host : "";
+    setup.pid = args->pid;
+    setup.global_rank = args->global_rank;
+    setup.launcher_rank = args->launcher_rank;
+    setup.world = args->world;
+    setup.local_rank = args->local_rank;
+    setup.nccl_version = args->nccl_version;
+    trainscope::engine::start_exchange(setup);
     return 0;
   } catch (...) {
     return 1;
@@ -47,13 +62,16 @@ TS_ENGINE_EXPORT void trainscope_engine_set_rank(int32_t global_rank) {
 }
 
 TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
-  if (g_started) trainscope::engine::flush_logs();
+  if (!g_started) return;
+  trainscope::engine::stop_exchange();
+  trainscope::engine::flush_logs();
 }
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
 TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
+  trainscope::engine::abandon_exchange();
   trainscope::engine::abandon_logging();
   g_started = false;
 }

@@ -6,11 +6,12 @@
 
 #include <cstdint>
 
+#include "reports/flight_record_format.h"
 #include "shim/config.h"
 
 namespace trainscope {
 
-inline constexpr uint32_t kEngineAbiVersion = 1;
+inline constexpr uint32_t kEngineAbiVersion = 2;
 
 struct EngineStartArgs {
   uint32_t abi_version;        // kEngineAbiVersion
@@ -26,6 +27,9 @@ struct EngineStartArgs {
   int32_t launcher_rank;       // -1 when the launcher gave none
   int32_t world;
   int32_t nccl_version;        // of the loaded NCCL, 0 if unknown
+  int32_t local_rank;          // -1 when the launcher gave none
+  const char* run_id;
+  recorder::FileHeader* recorder;  // this process's live flight recorder mapping, nullptr if none
 };
 
 }  // namespace trainscope

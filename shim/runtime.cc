@@ -98,6 +98,9 @@ void start_engine(int run_dir_error) {
   args.launcher_rank = rt.launcher_rank;
   args.world = rt.launcher_world;
   args.nccl_version = rt.nccl_version;
+  args.local_rank = rt.local_rank;
+  args.run_id = rt.run_id;
+  args.recorder = rt.writer.header();
   if (engine_start(&args) != 0) {
     log_message(LogLevel::kWarn, "the engine %s failed to start; recording goes on without it", path);
     return;

@@ -1,0 +1,501 @@
+// The engine's side of the out-of-band exchange (see engine_exchange.h).
+#include "shim/engine_exchange.h"
+
+#include <dlfcn.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collectors/coordinator_server.h"
+#include "collectors/exchange_client.h"
+#include "shim/engine_logging.h"
+
+namespace trainscope::engine {
+
+namespace {
+
+using exchange::EventKind;
+using exchange::Fingerprint;
+using recorder::CommEntry;
+using recorder::FileHeader;
+using recorder::Op;
+using recorder::Record;
+
+constexpr auto kPumpInterval = std::chrono::milliseconds(5);
+// Rank 0 hosts the coordinator: at its exit it waits this long at most for the other ranks to say goodbye.
+constexpr auto kHostLingerLimit = std::chrono::seconds(5);
+
+const Record* ring_of(const FileHeader* header) {
+  return reinterpret_cast<const Record*>(reinterpret_cast<const char*>(header) +
+                                         recorder::ring_offset(header->max_comms));
+}
+
+const CommEntry* comms_of(const FileHeader* header) {
+  return reinterpret_cast<const CommEntry*>(reinterpret_cast<const char*>(header) + recorder::comm_table_offset());
+}
+
+// Reads a committed record from the live ring; false if the slot does not (or no longer) hold record `index`.
+// The fields a job thread may still change (result, end time) are read atomically, the others are final once
+// committed; the commit is checked again after the copy so a slot reused meanwhile is not misread.
+bool read_live_record(const FileHeader* header, uint64_t index, Record* out) {
+  const Record* slot = &ring_of(header)[index % header->capacity];
+  if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != index + 1) return false;
+  std::memcpy(out, slot, offsetof(Record, result));
+  out->result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
+  out->end_ns = __atomic_load_n(&slot->end_ns, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&slot->commit, __ATOMIC_RELAXED) != index + 1) return false;
+  return recorder::record_checksum(*out) == out->checksum;
+}
+
+int32_t live_result(const FileHeader* header, uint64_t index) {
+  const Record* slot = &ring_of(header)[index % header->capacity];
+  const int32_t result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != index + 1) return recorder::kResultPending - 1;  // lapped
+  return result;
+}
+
+bool exchanged(Op op) { return recorder::is_collective(op) || recorder::is_point_to_point(op); }
+
+Fingerprint fingerprint_of(const Record& r, uint64_t index, EventKind kind) {
+  Fingerprint f{};
+  f.comm_id = r.comm_id;
+  f.seq = r.seq;
+  f.count = r.count;
+  f.record_index = index;
+  f.start_ns = r.start_ns;
+  f.caller = r.caller;
+  f.aux = r.aux;
+  f.comm_rank = r.rank;
+  f.nranks = r.nranks;
+  f.peer = r.peer;
+  f.redop = r.redop;
+  f.result = kind == EventKind::kReturned ? r.result : recorder::kResultPending;
+  f.op = r.op;
+  f.dtype = r.dtype;
+  f.kind = static_cast<uint8_t>(kind);
+  f.flags = r.flags;
+  return f;
+}
+
+Fingerprint fingerprint_of(const CommEntry& c, EventKind kind, Op op, uint64_t when_ns) {
+  Fingerprint f{};
+  f.comm_id = c.id;
+  f.start_ns = when_ns;
+  f.aux = c.parent_id;
+  f.comm_rank = c.rank;
+  f.nranks = c.nranks;
+  f.peer = c.color;
+  f.redop = -1;
+  f.result = recorder::kResultPending;
+  f.op = static_cast<uint16_t>(op);
+  f.dtype = -1;
+  f.kind = static_cast<uint8_t>(kind);
+  return f;
+}
+
+Op ending_op(uint16_t state) {
+  switch (static_cast<recorder::CommState>(state)) {
+    case recorder::CommState::kFinalized: return Op::kCommFinalize;
+    case recorder::CommState::kDestroyed: return Op::kCommDestroy;
+    case recorder::CommState::kAborted: return Op::kCommAbort;
+    case recorder::CommState::kRevoked: return Op::kCommRevoke;
+    case recorder::CommState::kLive: break;
+  }
+  return Op::kNone;
+}
+
+exchange::LogSink log_sink() {
+  return [](exchange::LogLevel level, const std::string& message) {
+    LogLevel ours = LogLevel::kInfo;
+    switch (level) {
+      case exchange::LogLevel::kDebug: ours = LogLevel::kDebug; break;
+      case exchange::LogLevel::kInfo: ours = LogLevel::kInfo; break;
+      case exchange::LogLevel::kWarning: ours = LogLevel::kWarn; break;
+      case exchange::LogLevel::kError: ours = LogLevel::kError; break;
+    }
+    // The coordinator hosted here logs each verdict with its report; this rank's own verdict handler logs the
+    // report again, so keep only the coordinator's first line.
+    const size_t newline = message.find('\n');
+    log(ours, newline == std::string::npos ? message.c_str() : message.substr(0, newline).c_str());
+  };
+}
+
+// GPU, driver and versions for the hello, through the driver API when a driver is there (never cudart).
+void describe_gpu(int32_t local_rank, exchange::Hello* hello) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return;
+  using InitFn = int (*)(unsigned);
+  using IntFn = int (*)(int*);
+  using DeviceGetFn = int (*)(int*, int);
+  using NameFn = int (*)(char*, int, int);
+  using MemFn = int (*)(size_t*, int);
+  using AttrFn = int (*)(int*, int, int);
+  using BusFn = int (*)(char*, int, int);
+  auto init = reinterpret_cast<InitFn>(dlsym(cuda, "cuInit"));
+  auto driver_version = reinterpret_cast<IntFn>(dlsym(cuda, "cuDriverGetVersion"));
+  auto device_count = reinterpret_cast<IntFn>(dlsym(cuda, "cuDeviceGetCount"));
+  auto device_get = reinterpret_cast<DeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
+  auto name = reinterpret_cast<NameFn>(dlsym(cuda, "cuDeviceGetName"));
+  auto memory = reinterpret_cast<MemFn>(dlsym(cuda, "cuDeviceTotalMem_v2"));
+  auto attribute = reinterpret_cast<AttrFn>(dlsym(cuda, "cuDeviceGetAttribute"));
+  auto bus = reinterpret_cast<BusFn>(dlsym(cuda, "cuDeviceGetPCIBusId"));
+  if (init == nullptr || init(0) != 0) return;
+  int version = 0;
+  if (driver_version != nullptr && driver_version(&version) == 0)
+    hello->driver_version = std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+  int count = 0;
+  if (device_count == nullptr || device_count(&count) != 0 || count <= 0 || device_get == nullptr) return;
+  int device = 0;
+  if (device_get(&device, local_rank >= 0 ? local_rank % count : 0) != 0) return;
+  char text[256] = {};
+  if (name != nullptr && name(text, sizeof(text) - 1, device) == 0) hello->gpu_name = text;
+  size_t bytes = 0;
+  if (memory != nullptr && memory(&bytes, device) == 0) hello->gpu_memory_bytes = bytes;
+  constexpr int kComputeCapabilityMajor = 75;
+  constexpr int kComputeCapabilityMinor = 76;
+  if (attribute != nullptr) {
+    attribute(&hello->compute_capability_major, kComputeCapabilityMajor, device);
+    attribute(&hello->compute_capability_minor, kComputeCapabilityMinor, device);
+  }
+  std::memset(text, 0, sizeof(text));
+  if (bus != nullptr && bus(text, sizeof(text) - 1, device) == 0) hello->gpu_bus_id = text;
+}
+
+std::string nccl_version_text(int32_t code) {
+  if (code <= 0) return "";
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? (code / 100) % 100 : (code / 100) % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+class Exchange {
+ public:
+  explicit Exchange(const ExchangeSetup& setup, CoordinatorPlan plan)
+      : config_(*setup.config), setup_(setup), plan_(std::move(plan)) {
+    setup_.config = &config_;
+  }
+
+  bool start() {
+    if (plan_.host_here) {
+      exchange::CoordinatorServerOptions options;
+      options.bind_address = plan_.bind_address;
+      options.token = plan_.token;
+      options.run_dir = setup_.run_dir;
+      options.core.on_mismatch = config_.on_mismatch == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort
+                                                                              : exchange::VerdictAction::kWarn;
+      options.core.on_desync = config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort
+                                                                          : exchange::VerdictAction::kWarn;
+      options.core.desync_timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
+      options.log = log_sink();
+      server_ = std::make_unique<exchange::CoordinatorServer>(options);
+      std::string error;
+      if (!server_->start(&error)) {
+        log(LogLevel::kWarn, ("cannot host the coordinator at " + plan_.bind_address + " (" + error +
+                              "): this job runs without the cross-rank checks; set TRAINSCOPE_COORDINATOR")
+                                 .c_str());
+        server_.reset();
+      } else {
+        log(LogLevel::kInfo, ("coordinator listening at " + server_->endpoint()).c_str());
+      }
+    }
+    exchange::ExchangeClientOptions options;
+    options.endpoint = plan_.endpoint;
+    options.hello.token = plan_.token;
+    options.hello.global_rank = setup_.launcher_rank;
+    options.hello.world_size = setup_.world;
+    options.hello.launcher_rank = setup_.launcher_rank;
+    options.hello.pid = setup_.pid;
+    options.hello.host = setup_.host;
+    options.hello.nccl_version = nccl_version_text(setup_.nccl_version);
+    options.hello.flight_recorder_path = setup_.recorder_path;
+    struct utsname names;
+    if (uname(&names) == 0) options.hello.kernel_release = names.release;
+    describe_gpu(setup_.local_rank, &options.hello);
+    options.log = log_sink();
+    options.on_verdict = [this](const exchange::Verdict& verdict) { on_verdict(verdict); };
+    options.inside_calls = [this] { return inside_calls(); };
+    client_ = std::make_unique<exchange::ExchangeClient>(std::move(options));
+    client_->start();
+    pump_ = std::thread([this] { pump_loop(); });
+    return true;
+  }
+
+  // Normal exit: what is left in the recorder goes out, then the goodbye.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (pump_.joinable()) pump_.join();
+    drain();
+    client_->stop();
+    if (server_) {
+      // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be
+      // judged, if they are stuck waiting for this rank), but never hold a healthy job up for long.
+      const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
+      while (server_->stats().peers > 0 && std::chrono::steady_clock::now() < deadline && !aborting_.load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      server_->stop();
+    }
+  }
+
+  // Forked child: the threads are not here, the sockets are the parent's. Leak everything.
+  void abandon() {
+    pump_.detach();
+    (void)client_.release();
+    (void)server_.release();
+  }
+
+ private:
+  void pump_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      drain();
+      lock.lock();
+      wake_.wait_for(lock, kPumpInterval, [this] { return stopping_; });
+    }
+  }
+
+  // Reads whatever the job's threads recorded since the last pass. Order matters to the coordinator: a
+  // communicator's creation goes before its calls, and its end after every call recorded before the end.
+  void drain() {
+    std::lock_guard<std::mutex> drain_lock(drain_mutex_);
+    const FileHeader* header = setup_.recorder;
+    if (header == nullptr) return;
+    const std::vector<uint16_t> states = discover_comms(header);
+    const uint64_t next = __atomic_load_n(&header->next, __ATOMIC_ACQUIRE);
+    if (next > cursor_ + header->capacity) {
+      dropped_ += next - header->capacity - cursor_;  // lapped before we read them
+      cursor_ = next - header->capacity;
+    }
+    while (cursor_ < next) {
+      Record r;
+      if (!read_live_record(header, cursor_, &r)) {
+        if (next - cursor_ >= header->capacity) {  // overwritten meanwhile: lost, move on
+          ++dropped_;
+          ++cursor_;
+          continue;
+        }
+        break;  // still being written: read it on the next pass
+      }
+      const Op op = static_cast<Op>(r.op);
+      if (exchanged(op) && r.comm_id != 0) {
+        client_->push(fingerprint_of(r, cursor_, EventKind::kCall));
+        if (r.result == recorder::kResultPending) {
+          std::lock_guard<std::mutex> lock(pending_mutex_);
+          pending_.push_back({cursor_, r.comm_id, r.seq, r.start_ns, r.op});
+        }
+      }
+      ++cursor_;
+    }
+    // The states were read before `next`: every call recorded before an end is now sent, unless a slot was still
+    // being written, in which case the end waits for the next pass.
+    if (cursor_ == next) push_endings(header, states);
+    // Calls that were still running on the last pass: tell the coordinator those that returned.
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    size_t kept = 0;
+    for (const PendingCall& call : pending_) {
+      const int32_t result = live_result(header, call.index);
+      if (result == recorder::kResultPending) {
+        pending_[kept++] = call;
+      } else if (result >= 0) {
+        Record r;
+        if (read_live_record(header, call.index, &r)) client_->push(fingerprint_of(r, call.index, EventKind::kReturned));
+      }
+    }
+    pending_.resize(kept);
+  }
+
+  // Announces communicators created since the last pass; returns every known communicator's current state.
+  std::vector<uint16_t> discover_comms(const FileHeader* header) {
+    const uint32_t used = std::min(__atomic_load_n(&header->comms_used, __ATOMIC_ACQUIRE), header->max_comms);
+    const CommEntry* comms = comms_of(header);
+    for (uint32_t i = static_cast<uint32_t>(comm_entries_.size()); i < used; ++i) {
+      if (__atomic_load_n(&comms[i].commit, __ATOMIC_ACQUIRE) != uint64_t{i} + 1) break;  // being written
+      CommEntry entry{};
+      std::memcpy(&entry, &comms[i], offsetof(CommEntry, ended_ns));
+      entry.rank = comms[i].rank;
+      entry.nranks = comms[i].nranks;
+      entry.color = comms[i].color;
+      entry.origin = comms[i].origin;
+      comm_entries_.push_back(entry);
+      comm_states_.push_back(static_cast<uint16_t>(recorder::CommState::kLive));
+      client_->push(fingerprint_of(entry, EventKind::kCommCreated, static_cast<Op>(entry.origin), entry.created_ns));
+    }
+    std::vector<uint16_t> states(comm_entries_.size());
+    for (size_t i = 0; i < states.size(); ++i) states[i] = __atomic_load_n(&comms[i].state, __ATOMIC_ACQUIRE);
+    return states;
+  }
+
+  void push_endings(const FileHeader* header, const std::vector<uint16_t>& states) {
+    const CommEntry* comms = comms_of(header);
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (states[i] == comm_states_[i] || ending_op(states[i]) == Op::kNone) continue;
+      comm_states_[i] = states[i];
+      const uint64_t ended = __atomic_load_n(&comms[i].ended_ns, __ATOMIC_RELAXED);
+      client_->push(fingerprint_of(comm_entries_[i], EventKind::kCommEnded, ending_op(states[i]), ended));
+    }
+  }
+
+  std::vector<exchange::HeartbeatCall> inside_calls() {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    std::vector<exchange::HeartbeatCall> calls;
+    for (const PendingCall& call : pending_) calls.push_back({call.comm_id, call.seq, call.start_ns, call.op});
+    return calls;
+  }
+
+  void on_verdict(const exchange::Verdict& verdict) {
+    const bool abort = verdict.action == exchange::VerdictAction::kAbort;
+    const std::string where = verdict.text_path.empty() ? std::string() : " (report: " + verdict.text_path + ")";
+    log(abort ? LogLevel::kError : LogLevel::kWarn,
+        (std::string(exchange::verdict_kind_name(verdict.kind)) + where + "\n" + verdict.text).c_str());
+    if (!abort) return;
+    if (aborting_.exchange(true)) return;
+    log(LogLevel::kError, (std::string("stopping this rank (exit status ") + std::to_string(kVerdictExitCode) +
+                           "): the job cannot go on; set TRAINSCOPE_ON_" +
+                           (verdict.kind == exchange::VerdictKind::kMismatch ? "MISMATCH" : "DESYNC") +
+                           "=warn to report and continue instead")
+                              .c_str());
+    flush_logs();
+    // The rank hosting the coordinator lets the verdict reach the others before it goes.
+    if (server_) server_->stop();
+    _exit(kVerdictExitCode);
+  }
+
+  struct PendingCall {
+    uint64_t index;
+    uint64_t comm_id;
+    uint64_t seq;
+    uint64_t start_ns;
+    uint16_t op;
+  };
+
+  Config config_;
+  ExchangeSetup setup_;
+  CoordinatorPlan plan_;
+  std::unique_ptr<exchange::CoordinatorServer> server_;
+  std::unique_ptr<exchange::ExchangeClient> client_;
+  std::thread pump_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::mutex drain_mutex_;  // the pump and stop() both drain
+  uint64_t cursor_ = 0;
+  uint64_t dropped_ = 0;
+  std::vector<uint16_t> comm_states_;
+  std::vector<CommEntry> comm_entries_;
+  std::mutex pending_mutex_;  // the pump writes, the client's heartbeat reads
+  std::vector<PendingCall> pending_;
+  std::atomic<bool> aborting_{false};
+};
+
+// Leaked on purpose: a verdict may arrive while the process exits, and a forked child must never run its
+// destructor.
+Exchange* g_exchange = nullptr;
+
+bool valid_port(const char* text, int* port) {
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value <= 0 || value > 65535) return false;
+  *port = static_cast<int>(value);
+  return true;
+}
+
+}  // namespace
+
+CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank,
+                                 int32_t world, const char* master_addr, const char* master_port) {
+  CoordinatorPlan plan;
+  // Without a token of its own the job uses one derived from the run id, which every rank agrees on. It keeps
+  // other jobs' ranks out; `trainscope run` sets a random one for real secrecy.
+  plan.token = config.token[0] != '\0' ? std::string(config.token) : "run-" + run_id;
+  if (plan.token.size() < 8) plan.token += std::string(8 - plan.token.size(), '-');
+  switch (config.coordinator_mode) {
+    case CoordinatorMode::kOff:
+      plan.why_disabled = "TRAINSCOPE_COORDINATOR=off";
+      return plan;
+    case CoordinatorMode::kAddress:
+      plan.enabled = true;
+      plan.endpoint = "tcp://" + std::string(config.coordinator_host) + ":" + std::to_string(config.coordinator_port);
+      return plan;
+    case CoordinatorMode::kAuto:
+      break;
+  }
+  int port = 0;
+  if (world <= 1 || launcher_rank < 0) {
+    plan.why_disabled = "a single process (no launcher rank and world size)";
+    return plan;
+  }
+  if (master_addr == nullptr || *master_addr == '\0' || !valid_port(master_port, &port)) {
+    plan.why_disabled = "no MASTER_ADDR/MASTER_PORT to find the coordinator at; set TRAINSCOPE_COORDINATOR";
+    return plan;
+  }
+  const int coordinator_port = port + kCoordinatorPortOffset <= 65535 ? port + kCoordinatorPortOffset
+                                                                      : port - kCoordinatorPortOffset;
+  plan.enabled = true;
+  plan.endpoint = "tcp://" + std::string(master_addr) + ":" + std::to_string(coordinator_port);
+  if (launcher_rank == 0) {
+    plan.host_here = true;
+    plan.bind_address = "tcp://*:" + std::to_string(coordinator_port);
+  }
+  return plan;
+}
+
+void start_exchange(const ExchangeSetup& setup) {
+  if (setup.config == nullptr || g_exchange != nullptr) return;
+  const CoordinatorPlan plan = plan_coordinator(*setup.config, setup.run_id, setup.launcher_rank, setup.world,
+                                                std::getenv("MASTER_ADDR"), std::getenv("MASTER_PORT"));
+  if (!plan.enabled) {
+    log(LogLevel::kDebug, ("cross-rank checks off: " + plan.why_disabled).c_str());
+    return;
+  }
+  if (setup.launcher_rank < 0 || setup.world <= 0) {
+    log(LogLevel::kWarn, ("cross-rank checks off: the coordinator at " + plan.endpoint +
+                          " needs each rank's launcher rank and world size (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, "
+                          "PMI_*, SLURM_PROCID/SLURM_NTASKS)")
+                             .c_str());
+    return;
+  }
+  if (setup.recorder == nullptr) {
+    log(LogLevel::kWarn, "cross-rank checks off: this process has no flight recorder to read its calls from");
+    return;
+  }
+  try {
+    auto exchange = std::make_unique<Exchange>(setup, plan);
+    exchange->start();
+    g_exchange = exchange.release();
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, (std::string("cross-rank checks off: ") + e.what()).c_str());
+  }
+}
+
+void stop_exchange() {
+  if (g_exchange == nullptr) return;
+  try {
+    g_exchange->stop();
+  } catch (...) {
+    // Exit paths never throw into the job.
+  }
+}
+
+void abandon_exchange() {
+  if (g_exchange == nullptr) return;
+  g_exchange->abandon();
+  g_exchange = nullptr;
+}
+
+}  // namespace trainscope::engine
