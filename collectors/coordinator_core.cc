@@ -594,6 +594,12 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   }
   RankInfo& info = rank_info(rank);
   if (info.said_goodbye || info.vanished) return;
+  // After a verdict that stops the job, ranks leave without a goodbye on purpose: that is no news.
+  if (job_stopping_) {
+    info.vanished = true;
+    member_gone(rank, now_ns);
+    return;
+  }
   reports::VanishedReport report;
   report.global_rank = rank;
   report.host = info.hello.host;
@@ -677,6 +683,8 @@ std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
   }
   std::vector<CoreVerdict> verdicts;
   verdicts.swap(ready_);
+  for (const CoreVerdict& verdict : verdicts)
+    if (verdict.action == VerdictAction::kAbort) job_stopping_ = true;
   return verdicts;
 }
 

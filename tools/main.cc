@@ -13,6 +13,7 @@ constexpr const char* kUsage =
     "  env                  print the effective TRAINSCOPE_* configuration and where each value came from\n"
     "  report RUN_DIR       summarise a run directory: ranks, communicators, last calls (--json for JSON)\n"
     "  stats FILE --dtype T abs min/max, inf/nan counts and checksum of a raw tensor dump (--json for JSON)\n"
+    "  run [options] -- CMD  run a job under trainscope with its own coordinator; prints the run's summary\n"
     "  coordinator --bind ADDR --token TOKEN --dir RUN_DIR [--desync-timeout S]\n"
     "                       run the cross-rank coordinator as its own process (multi-node jobs)\n"
     "  version              print the version\n"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(command, "env") == 0) return trainscope::tools::cmd_env(argc - 1, argv + 1);
   if (std::strcmp(command, "report") == 0) return trainscope::tools::cmd_report(argc - 1, argv + 1);
   if (std::strcmp(command, "stats") == 0) return trainscope::tools::cmd_stats(argc - 1, argv + 1);
+  if (std::strcmp(command, "run") == 0) return trainscope::tools::cmd_run(argc - 1, argv + 1);
   if (std::strcmp(command, "coordinator") == 0) return trainscope::tools::cmd_coordinator(argc - 1, argv + 1);
   if (std::strcmp(command, "version") == 0 || std::strcmp(command, "--version") == 0) {
     std::printf("trainscope %s\n", TRAINSCOPE_VERSION);
@@ -40,7 +42,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: env, report, stats, coordinator, version, help\n",
+  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: run, env, report, stats, coordinator, version, help\n",
                command);
   return 2;
 }

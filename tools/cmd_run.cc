@@ -1,0 +1,301 @@
+// `trainscope run [options] -- CMD...`: runs a job under trainscope with its own coordinator. It starts the
+// coordinator, sets LD_PRELOAD and the TRAINSCOPE_* variables for the job, runs the command (torchrun, mpirun,
+// a plain program), waits for it, stops the coordinator, and prints the run's summary.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectors/coordinator_server.h"
+#include "reports/flight_recorder_reader.h"
+#include "shim/config.h"
+#include "tools/commands.h"
+
+extern char** environ;
+
+namespace trainscope::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRunUsage =
+    "usage: trainscope run [options] -- COMMAND [ARGS...]\n"
+    "  --dir DIR              parent of the run directory (default: TRAINSCOPE_DIR or ./trainscope-runs)\n"
+    "  --run-id ID            name of the run directory (default: run-<UTC date and time>-<random>)\n"
+    "  --bind ADDR            where the coordinator listens (default tcp://127.0.0.1:*, any free port; use\n"
+    "                         tcp://0.0.0.0:PORT when ranks on other hosts must reach it)\n"
+    "  --on-mismatch ACTION   abort|warn (default: TRAINSCOPE_ON_MISMATCH, else abort)\n"
+    "  --on-desync ACTION     abort|warn (default: TRAINSCOPE_ON_DESYNC, else abort)\n"
+    "  --desync-timeout S     seconds (default: TRAINSCOPE_DESYNC_TIMEOUT, else 300)\n"
+    "  --library PATH         the preloaded library (default: found beside this command)\n"
+    "The command's exit status is trainscope run's; a job stopped by a verdict exits 86.\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "trainscope run: %s\n%s", message.c_str(), kRunUsage);
+  return 2;
+}
+
+volatile sig_atomic_t g_child = 0;
+
+void forward_signal(int sig) {
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+}
+
+std::string random_hex(size_t bytes) {
+  std::vector<unsigned char> buffer(bytes);
+  size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = getrandom(buffer.data() + got, bytes - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  std::string hex;
+  char digits[3];
+  for (unsigned char b : buffer) {
+    std::snprintf(digits, sizeof(digits), "%02x", b);
+    hex += digits;
+  }
+  return hex;
+}
+
+// The preloaded library: installed beside bin/ in lib/, or in the build tree's shim/.
+std::string find_library() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const char* relative : {"../lib/libtrainscope.so", "../shim/libtrainscope.so"}) {
+    const fs::path candidate = exe.parent_path() / relative;
+    if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  }
+  return "";
+}
+
+bool parse_action(const std::string& text, exchange::VerdictAction* action) {
+  if (text == "abort") {
+    *action = exchange::VerdictAction::kAbort;
+  } else if (text == "warn") {
+    *action = exchange::VerdictAction::kWarn;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+exchange::VerdictAction action_of(VerdictPolicy policy) {
+  return policy == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort : exchange::VerdictAction::kWarn;
+}
+
+// "tcp://127.0.0.1:41234" -> "127.0.0.1:41234", the form TRAINSCOPE_COORDINATOR takes.
+std::string host_port_of(const std::string& endpoint) {
+  std::string rest = endpoint.rfind("tcp://", 0) == 0 ? endpoint.substr(6) : endpoint;
+  if (rest.rfind("0.0.0.0:", 0) == 0 || rest.rfind("*:", 0) == 0) {
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    rest = std::string(host) + rest.substr(rest.find(':'));
+  }
+  return rest;
+}
+
+int exit_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void print_summary(const std::string& run_dir, int status) {
+  std::fprintf(stderr, "\ntrainscope: the job exited with status %d\n", status);
+  std::fprintf(stderr, "trainscope: run directory %s\n", run_dir.c_str());
+  recorder::RunDirectory run;
+  std::string error;
+  if (recorder::read_run_directory(run_dir, &run, &error)) {
+    uint64_t calls = 0;
+    for (const auto& file : run.files) calls += file.records_total();
+    std::fprintf(stderr, "trainscope: %zu processes recorded %llu NCCL calls\n", run.files.size(),
+                 static_cast<unsigned long long>(calls));
+  } else {
+    std::fprintf(stderr, "trainscope: no flight recorder in the run directory (did the job use NCCL?)\n");
+  }
+  std::vector<std::string> reports;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".txt" &&
+        (name.rfind("mismatch-", 0) == 0 || name.rfind("desync-", 0) == 0 || name.rfind("vanished-", 0) == 0))
+      reports.push_back(entry.path().string());
+  }
+  std::sort(reports.begin(), reports.end());
+  if (reports.empty()) {
+    std::fprintf(stderr, "trainscope: no mismatch, desync or vanished rank\n");
+  } else {
+    for (const auto& report : reports) std::fprintf(stderr, "trainscope: report %s\n", report.c_str());
+  }
+  std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  Config config;
+  char error[512];
+  if (!parse_config(environ, &config, error, sizeof(error))) {
+    std::fprintf(stderr, "%s\n", error);
+    return 2;
+  }
+  std::string dir = config.dir;
+  std::string run_id;
+  std::string bind = "tcp://127.0.0.1:*";
+  std::string library;
+  exchange::CoordinatorServerOptions server_options;
+  server_options.core.on_mismatch = action_of(config.on_mismatch);
+  server_options.core.on_desync = action_of(config.on_desync);
+  server_options.core.desync_timeout_ns = uint64_t{config.desync_timeout_seconds} * 1000000000ull;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--") {
+      ++i;
+      break;
+    }
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kRunUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) return usage_error("'" + flag + "' needs a value (or '--' before the command is missing)");
+    const std::string value = argv[++i];
+    if (flag == "--dir") {
+      dir = value;
+    } else if (flag == "--run-id") {
+      run_id = value;
+    } else if (flag == "--bind") {
+      bind = value;
+    } else if (flag == "--library") {
+      library = value;
+    } else if (flag == "--on-mismatch") {
+      if (!parse_action(value, &server_options.core.on_mismatch))
+        return usage_error("--on-mismatch '" + value + "': accepted abort|warn");
+    } else if (flag == "--on-desync") {
+      if (!parse_action(value, &server_options.core.on_desync))
+        return usage_error("--on-desync '" + value + "': accepted abort|warn");
+    } else if (flag == "--desync-timeout") {
+      char* end = nullptr;
+      const unsigned long seconds = std::strtoul(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || seconds == 0 || seconds > kMaxDesyncTimeoutSeconds)
+        return usage_error("--desync-timeout '" + value + "': accepted 1-604800 seconds");
+      server_options.core.desync_timeout_ns = seconds * 1000000000ull;
+    } else {
+      return usage_error("unknown option '" + flag + "'");
+    }
+  }
+  if (i >= argc) return usage_error("no command given after --");
+  if (library.empty()) library = find_library();
+  if (library.empty() || !fs::exists(library))
+    return usage_error("cannot find libtrainscope.so beside this command; pass --library PATH");
+
+  if (run_id.empty()) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::gmtime(&now));
+    run_id = std::string("run-") + stamp + "-" + random_hex(3);
+  }
+  // The run id is checked exactly as the preloaded library will check it.
+  std::string run_id_entry = "TRAINSCOPE_RUN_ID=" + run_id;
+  char* check_env[] = {run_id_entry.data(), nullptr};
+  Config scratch;
+  if (!parse_config(check_env, &scratch, error, sizeof(error))) {
+    std::fprintf(stderr, "%s\n", error);
+    return 2;
+  }
+  std::error_code ec;
+  const fs::path run_dir = fs::absolute(fs::path(dir) / run_id, ec);
+  fs::create_directories(run_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "trainscope run: cannot create %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  chmod(run_dir.c_str(), 0700);
+
+  const std::string token = random_hex(16);
+  server_options.bind_address = bind;
+  server_options.token = token;
+  server_options.run_dir = run_dir.string();
+  server_options.log = [](exchange::LogLevel level, const std::string& message) {
+    if (level == exchange::LogLevel::kDebug) return;
+    // The ranks print each verdict's report; the coordinator's own line is enough here.
+    const size_t newline = message.find('\n');
+    std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());
+  };
+  exchange::CoordinatorServer server(server_options);
+  std::string server_error;
+  if (!server.start(&server_error)) {
+    std::fprintf(stderr, "trainscope run: cannot start the coordinator at %s: %s\n", bind.c_str(),
+                 server_error.c_str());
+    return 1;
+  }
+
+  // The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
+  std::vector<std::string> env;
+  std::string preload = library;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
+      if (entry.size() > 11) preload += ":" + entry.substr(11);
+      continue;
+    }
+    bool ours = false;
+    for (const char* name : {"TRAINSCOPE_COORDINATOR=", "TRAINSCOPE_TOKEN=", "TRAINSCOPE_DIR=", "TRAINSCOPE_RUN_ID="})
+      if (entry.rfind(name, 0) == 0) ours = true;
+    if (!ours) env.push_back(entry);
+  }
+  env.push_back("LD_PRELOAD=" + preload);
+  env.push_back("TRAINSCOPE_COORDINATOR=" + host_port_of(server.endpoint()));
+  env.push_back("TRAINSCOPE_TOKEN=" + token);
+  env.push_back("TRAINSCOPE_DIR=" + run_dir.parent_path().string());
+  env.push_back("TRAINSCOPE_RUN_ID=" + run_id);
+  std::vector<char*> envp;
+  for (auto& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  std::fprintf(stderr, "[trainscope][run] run directory %s, coordinator %s\n", run_dir.c_str(),
+               server.endpoint().c_str());
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
+  pid_t child = -1;
+  const int rc = posix_spawnp(&child, argv[i], nullptr, nullptr, argv + i, envp.data());
+  if (rc != 0) {
+    std::fprintf(stderr, "trainscope run: cannot start '%s': %s\n", argv[i], std::strerror(rc));
+    server.stop();
+    return 127;
+  }
+  g_child = child;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  // Let the last goodbyes and any final verdict arrive (bounded), then stop.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (server.stats().peers > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server.stop();
+  const int code = exit_status(status);
+  print_summary(run_dir.string(), code);
+  return code;
+}
+
+}  // namespace trainscope::tools
