@@ -365,6 +365,7 @@ void CoordinatorServer::run() {
     deliver(s.core.tick(now_ns));
     write_manifest(now_ns, false);
     local.peers = s.peers.size();
+    local.connections = s.rank_by_fd.size();
     local.hellos = s.core.hellos();
     local.core = s.core.stats();
     std::lock_guard<std::mutex> lock(stats_lock_);

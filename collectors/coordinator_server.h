@@ -54,6 +54,7 @@ struct CoordinatorServerStats {
   uint64_t verdicts = 0;
   uint64_t report_errors = 0;  // reports that could not be written
   uint64_t peers = 0;          // authenticated connections now
+  uint64_t connections = 0;    // of those, the ones whose transport is still open (a rank gone drops out at once)
   uint64_t hellos = 0;         // ranks that said hello
   CoreStats core;
 };

@@ -29,7 +29,7 @@ for sanitizer in address thread; do
     -DTRAINSCOPE_BUILD_BENCH=OFF
   echo "== tests under the $sanitizer sanitizer"
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir "build-ci-$sanitizer" --output-on-failure -j "$jobs" -L 'unit|integration|fake'
 done
 echo "== all tests passed"

@@ -245,7 +245,7 @@ class Exchange {
       // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be
       // judged, if they are stuck waiting for this rank), but never hold a healthy job up for long.
       const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
-      while (server_->stats().peers > 0 && std::chrono::steady_clock::now() < deadline && !aborting_.load())
+      while (server_->stats().connections > 0 && std::chrono::steady_clock::now() < deadline && !aborting_.load())
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       server_->stop();
     }
@@ -370,8 +370,14 @@ class Exchange {
                            "=warn to report and continue instead")
                               .c_str());
     flush_logs();
-    // The rank hosting the coordinator lets the verdict reach the others before it goes.
-    if (server_) server_->stop();
+    // The rank hosting the coordinator stays until the others, told of the verdict, have gone (bounded): if it
+    // left first, a rank that had not received the verdict yet would wait alone forever.
+    if (server_) {
+      const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
+      while (server_->stats().connections > 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      server_->stop();
+    }
     _exit(kVerdictExitCode);
   }
 

@@ -290,7 +290,7 @@ int cmd_run(int argc, char** argv) {
   g_child = 0;
   // Let the last goodbyes and any final verdict arrive (bounded), then stop.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (server.stats().peers > 0 && std::chrono::steady_clock::now() < deadline)
+  while (server.stats().connections > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server.stop();
   const int code = exit_status(status);

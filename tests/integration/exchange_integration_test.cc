@@ -1,0 +1,369 @@
+// End-to-end tests of the out-of-band exchange: 4-rank jobs on the CPU stand-in NCCL under the shim, where one
+// rank goes wrong. Each asserts the report's content and that the job ended (or went on, for warn). Every wait
+// is bounded: ts-launch kills a job that outlives its deadline, and polls below stop after a fixed count.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "reports/flight_recorder_reader.h"
+#include "support/subprocess.h"
+
+namespace trainscope {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ProcessOptions;
+using testing::ProcessResult;
+using testing::TempDir;
+
+constexpr int kVerdictExit = 86;
+
+std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
+bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
+
+ProcessOptions job_options(const TempDir& dir) {
+  ProcessOptions options;
+  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
+  options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
+  options.env["TRAINSCOPE_RUN_ID"] = "job";
+  options.env["LD_PRELOAD"] =
+      sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                           "TRAINSCOPE_LOG_RANKS", "TRAINSCOPE_LOG_LEVEL", "TRAINSCOPE_COORDINATOR",
+                           "TRAINSCOPE_TOKEN", "TRAINSCOPE_ON_MISMATCH", "TRAINSCOPE_ON_DESYNC"})
+    options.env[name] = std::nullopt;
+  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
+  options.timeout_seconds = 120;
+  return options;
+}
+
+std::string run_dir(const TempDir& dir) { return dir.path() + "/runs/job"; }
+
+// The text of the one report whose name starts with `prefix`, or "" if there is none.
+std::string report(const TempDir& dir, const std::string& prefix, int* count = nullptr) {
+  std::string text;
+  int found = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir(dir), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && entry.path().extension() == ".txt") {
+      ++found;
+      text = testing::read_file(entry.path());
+      EXPECT_TRUE(fs::exists(fs::path(entry.path()).replace_extension(".json"))) << "no JSON twin of " << name;
+    }
+  }
+  if (count != nullptr) *count = found;
+  return text;
+}
+
+std::vector<std::string> scenario(const std::string& fault, int rank, int step, int steps = 10) {
+  return {TS_LAUNCH, "-n", "4", "--timeout", "60", "--", program("scenario_program"), "--steps",
+          std::to_string(steps), "--fault", fault, "--rank", std::to_string(rank), "--step", std::to_string(step)};
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    port = ntohs(address.sin_port);
+  close(fd);
+  return port;
+}
+
+// Polls `done` up to `attempts` times, 10 ms apart: for files another process writes.
+template <typename Fn>
+bool eventually(Fn done, int attempts = 3000) {
+  for (int i = 0; i < attempts; ++i) {
+    if (done()) return true;
+    usleep(10000);
+  }
+  return done();
+}
+
+// ---- mismatches ----
+
+struct MismatchCase {
+  const char* fault;
+  const char* differs;
+  const char* shapes;  // a line of the report for the faulty rank
+};
+
+class Mismatch : public ::testing::TestWithParam<MismatchCase> {};
+
+TEST_P(Mismatch, IsReportedAndStopsEveryRank) {
+  const MismatchCase& c = GetParam();
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario(c.fault, 2, 3), job_options(dir));
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, kVerdictExit) << job.err;
+  int reports = 0;
+  const std::string text = report(dir, "mismatch-", &reports);
+  EXPECT_EQ(reports, 1);
+  EXPECT_EQ(text.rfind("Cannot apply desired operation due to shape mismatches. All shapes across devices must be "
+                       "valid.\n\nOperation: `",
+                       0),
+            0u)
+      << text;
+  EXPECT_NE(text.find(std::string("Differs in: ") + c.differs), std::string::npos) << text;
+  EXPECT_NE(text.find(c.shapes), std::string::npos) << text;
+  // The main rank printed it; every rank logged that it stopped.
+  EXPECT_NE(job.err.find("Cannot apply desired operation due to shape mismatches"), std::string::npos) << job.err;
+  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+    if (entry.path().extension() == ".log") {
+      EXPECT_NE(testing::read_file(entry.path()).find("stopping this rank (exit status 86)"), std::string::npos)
+          << entry.path();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, Mismatch,
+    ::testing::Values(MismatchCase{"half-count", "count", "  - Process 2: [32768] float32 sum\n"},
+                      MismatchCase{"dtype", "data type", "  - Process 2: [65536] float64 sum\n"},
+                      MismatchCase{"redop", "reduction op", "  - Process 2: [65536] float32 max\n"},
+                      MismatchCase{"root", "root", "  - Process 2: [16] float32 root 1\n"},
+                      MismatchCase{"op", "operation", "  - Process 2: [65536] float32 root 0 `ncclBroadcast`\n"},
+                      MismatchCase{"p2p-count", "count", "  - Process 2: [64] float32 send to rank 3 `ncclSend`\n"}),
+    [](const ::testing::TestParamInfo<MismatchCase>& param_info) {
+      std::string name = param_info.param.fault;
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      return name;
+    });
+
+TEST(Exchange, MismatchInWarnModeIsReportedAndTheJobIsNotStopped) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_ON_MISMATCH"] = "warn";
+  const pid_t launcher = testing::start_process(scenario("half-count", 1, 2), options);
+  ASSERT_GT(launcher, 0);
+  ASSERT_TRUE(eventually([&] { return !report(dir, "mismatch-").empty(); })) << "no mismatch report";
+  // Give the verdict time to reach every rank (the log line is the sign), then check nobody was stopped.
+  ASSERT_TRUE(eventually([&] {
+    int logged = 0;
+    for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+      if (entry.path().extension() == ".log" &&
+          testing::read_file(entry.path()).find("warning: mismatch") != std::string::npos)
+        ++logged;
+    }
+    return logged == 4;
+  }));
+  EXPECT_EQ(kill(launcher, 0), 0) << "the job must go on (here it waits in the mismatched call, as NCCL would)";
+  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+    if (entry.path().extension() == ".log") {
+      EXPECT_EQ(testing::read_file(entry.path()).find("stopping this rank"), std::string::npos) << entry.path();
+    }
+  }
+  kill(-launcher, SIGKILL);
+  testing::wait_process(launcher, 30);
+}
+
+// ---- desyncs and vanished ranks ----
+
+TEST(Exchange, RankThatDestroysItsCommunicatorEarlyIsACertainDesync) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario("early-destroy", 2, 3), job_options(dir));
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, kVerdictExit) << job.err;
+  const std::string text = report(dir, "desync-");
+  EXPECT_NE(text.find("Desync on communicator "), std::string::npos) << text;
+  EXPECT_NE(text.find("some members can never reach this call"), std::string::npos) << text;
+  EXPECT_NE(text.find("Process 2 (communicator rank 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("destroyed the communicator"), std::string::npos) << text;
+  EXPECT_NE(text.find("Waiting in the communicator:"), std::string::npos) << text;
+}
+
+TEST(Exchange, RankThatJustExitsIsACertainDesync) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario("early-exit", 1, 4), job_options(dir));
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, kVerdictExit) << job.err;
+  const std::string text = report(dir, "desync-");
+  EXPECT_NE(text.find("Process 1 (communicator rank 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("exited"), std::string::npos) << text;
+}
+
+TEST(Exchange, SigkilledRankIsReportedAsVanished) {
+  TempDir dir;
+  const pid_t launcher = testing::start_process(
+      {TS_LAUNCH, "-n", "4", "--timeout", "60", "--", program("loop_program"), "--iterations", "0"}, job_options(dir));
+  ASSERT_GT(launcher, 0);
+  // Wait until every rank has said hello to the coordinator (the manifest lists them) and rank 3 is well into
+  // its loop, then kill it.
+  ASSERT_TRUE(eventually([&] {
+    const std::string manifest = testing::read_file(run_dir(dir) + "/manifest.json");
+    size_t ranks = 0;
+    for (size_t at = manifest.find("\"pid\""); at != std::string::npos; at = manifest.find("\"pid\"", at + 1)) ++ranks;
+    return ranks >= 4;
+  }));
+  int victim = -1;
+  ASSERT_TRUE(eventually([&] {
+    recorder::RunDirectory run;
+    std::string error;
+    if (!recorder::read_run_directory(run_dir(dir), &run, &error)) return false;
+    for (const auto& file : run.files) {
+      if (file.header.launcher_rank == 3 && file.records_total() > 100) victim = file.pid();
+    }
+    return victim > 0;
+  }));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const ProcessResult job = testing::wait_process(launcher, 60);
+  EXPECT_FALSE(job.timed_out);
+  const std::string text = report(dir, "vanished-");
+  EXPECT_NE(text.find("3"), std::string::npos) << text;
+  EXPECT_NE(text.find(std::to_string(victim)), std::string::npos) << "the report names the pid: " << text;
+  EXPECT_NE(text.find(".tsrec"), std::string::npos) << "the report points at its flight recorder: " << text;
+  int stopped = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+    if (entry.path().extension() == ".log" &&
+        testing::read_file(entry.path()).find("stopping this rank") != std::string::npos)
+      ++stopped;
+  }
+  EXPECT_EQ(stopped, 3) << "the three survivors were stopped";
+}
+
+// ---- a clean job, the coordinator elsewhere, no coordinator, a wrong token ----
+
+TEST(Exchange, CleanJobOfTenThousandCollectivesPerRankProducesNoReport) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process(
+      {TS_LAUNCH, "-n", "4", "--timeout", "120", "--", program("loop_program"), "--iterations", "10000"},
+      job_options(dir));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  for (const char* kind : {"mismatch-", "desync-", "vanished-"}) EXPECT_EQ(report(dir, kind), "") << kind;
+  EXPECT_EQ(job.err.find("warn"), std::string::npos) << job.err;
+}
+
+class ExternalCoordinator : public ::testing::Test {
+ protected:
+  void start(const std::string& token) {
+    port_ = free_port();
+    ASSERT_GT(port_, 0);
+    ProcessOptions options;
+    options.env["LD_PRELOAD"] = std::nullopt;
+    coordinator_ = testing::start_process({TS_TOOL, "coordinator", "--bind", "tcp://127.0.0.1:" + std::to_string(port_),
+                                           "--token", token, "--dir", coordinator_dir_.path()},
+                                          options);
+    ASSERT_GT(coordinator_, 0);
+  }
+  void TearDown() override {
+    if (coordinator_ > 0) {
+      kill(coordinator_, SIGTERM);
+      testing::wait_process(coordinator_, 30);
+    }
+  }
+  ProcessOptions job_for(const TempDir& dir, const std::string& token) {
+    ProcessOptions options = job_options(dir);
+    options.env["TRAINSCOPE_COORDINATOR"] = "127.0.0.1:" + std::to_string(port_);
+    options.env["TRAINSCOPE_TOKEN"] = token;
+    return options;
+  }
+  TempDir coordinator_dir_;
+  int port_ = -1;
+  pid_t coordinator_ = -1;
+};
+
+TEST_F(ExternalCoordinator, JudgesAJobAndWritesTheManifest) {
+  start("token-0123456789");
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario("half-count", 3, 1), job_for(dir, "token-0123456789"));
+  EXPECT_EQ(job.exit_code, kVerdictExit) << job.err;
+  std::string text;
+  for (const auto& entry : fs::directory_iterator(coordinator_dir_.path())) {
+    if (entry.path().filename().string().rfind("mismatch-", 0) == 0 && entry.path().extension() == ".txt")
+      text = testing::read_file(entry.path());
+  }
+  EXPECT_NE(text.find("  - Process 3: [32768] float32 sum"), std::string::npos) << text;
+  ASSERT_TRUE(fs::exists(coordinator_dir_.path() + "/manifest.json"));
+  EXPECT_NE(testing::read_file(coordinator_dir_.path() + "/manifest.json").find("\"host\""), std::string::npos);
+}
+
+TEST_F(ExternalCoordinator, WrongTokenIsRejectedAndTheJobRunsOn) {
+  start("the-right-token");
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario("none", -1, -1, 20), job_for(dir, "a-wrong-token"));
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+  EXPECT_NE(job.err.find("token"), std::string::npos) << "the main rank says it was refused: " << job.err;
+  EXPECT_FALSE(fs::exists(coordinator_dir_.path() + "/manifest.json"));
+}
+
+TEST_F(ExternalCoordinator, CoordinatorKilledMidRunLeavesTheJobRunning) {
+  start("token-0123456789");
+  TempDir dir;
+  const pid_t launcher = testing::start_process(
+      {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", program("loop_program"), "--iterations", "0"},
+      job_for(dir, "token-0123456789"));
+  ASSERT_GT(launcher, 0);
+  ASSERT_TRUE(eventually([&] { return fs::exists(coordinator_dir_.path() + "/manifest.json"); }));
+  kill(coordinator_, SIGKILL);
+  testing::wait_process(coordinator_, 30);
+  coordinator_ = -1;
+  // The job keeps recording calls: read the recorder twice, the second time it has grown.
+  auto calls = [&] {
+    recorder::RunDirectory run;
+    std::string error;
+    uint64_t total = 0;
+    if (recorder::read_run_directory(run_dir(dir), &run, &error)) {
+      for (const auto& file : run.files) total += file.records_total();
+    }
+    return total;
+  };
+  const uint64_t before = calls();
+  EXPECT_TRUE(eventually([&] { return calls() > before + 10000; }));
+  EXPECT_EQ(kill(launcher, 0), 0) << "the job is still running";
+  kill(-launcher, SIGKILL);
+  testing::wait_process(launcher, 30);
+}
+
+TEST(Exchange, NoCoordinatorReachableTheJobRunsOnAndWarnsOnce) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_COORDINATOR"] = "127.0.0.1:" + std::to_string(free_port());
+  const ProcessResult job = testing::run_process(scenario("none", -1, -1, 20), options);
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+  std::string all;
+  for (const auto& line : testing::split_lines(job.out)) all += line + "\n";
+  EXPECT_NE(all.find("rank 3 finished 20 steps"), std::string::npos) << all;
+}
+
+// ---- trainscope run ----
+
+TEST(Exchange, TrainscopeRunAroundAFourRankJob) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  std::vector<std::string> argv = {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--library", TS_SHIM, "--"};
+  for (const auto& arg : scenario("half-count", 0, 2)) argv.push_back(arg);
+  const ProcessResult run = testing::run_process(argv, options);
+  EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
+  EXPECT_NE(run.err.find("trainscope: the job exited with status 86"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("trainscope: 4 processes recorded"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("/mismatch-"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("vanished"), std::string::npos) << "stopped ranks are not vanished ones: " << run.err;
+
+  const ProcessResult clean = testing::run_process(
+      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--library", TS_SHIM, "--", TS_LAUNCH, "-n", "4", "--",
+       program("scenario_program"), "--steps", "5"},
+      options);
+  EXPECT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_NE(clean.err.find("trainscope: no mismatch, desync or vanished rank"), std::string::npos) << clean.err;
+
+  const ProcessResult bad = testing::run_process({TS_TOOL, "run", "--on-mismatch", "explode", "--", "true"}, options);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("accepted abort|warn"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace trainscope
