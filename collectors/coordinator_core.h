@@ -123,7 +123,8 @@ class CoordinatorCore {
   std::vector<CoreVerdict> ready_;
   std::vector<std::pair<uint64_t, uint64_t>> mismatches_waiting_;  // (comm id, seq) in their grace period
   std::vector<uint64_t> desyncs_waiting_;
-  bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings                          // comm ids whose certain desync waits
+  bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings // comm ids
+                               // whose certain desync waits
   uint64_t next_scan_ns_ = 0;
   CoreStats stats_;
 };

@@ -13,10 +13,10 @@
 namespace trainscope::exchange {
 
 enum class EventKind : uint8_t {
-  kCall = 1,        // an NCCL call was issued (collective, send/recv, split/shrink, group markers are not sent)
-  kReturned = 2,    // the call with this (comm, seq, op) returned; result in `result`
-  kCommCreated = 3, // this rank became member `comm_rank` of `nranks` of communicator `comm_id`
-  kCommEnded = 4,   // this rank finalized/destroyed/aborted/revoked the communicator (`op` says which)
+  kCall = 1,         // an NCCL call was issued (collective, send/recv, split/shrink, group markers are not sent)
+  kReturned = 2,     // the call with this (comm, seq, op) returned; result in `result`
+  kCommCreated = 3,  // this rank became member `comm_rank` of `nranks` of communicator `comm_id`
+  kCommEnded = 4,    // this rank finalized/destroyed/aborted/revoked the communicator (`op` says which)
 };
 
 struct Fingerprint {
@@ -29,14 +29,14 @@ struct Fingerprint {
   uint64_t aux;           // split/shrink: child communicator id
   int32_t comm_rank;      // this rank's rank in the communicator
   int32_t nranks;
-  int32_t peer;           // root for rooted collectives, peer for send/recv, color for split, else -1
-  int32_t redop;          // ncclRedOp_t, or -1
-  int32_t result;         // kReturned: ncclResult_t; otherwise recorder::kResultPending
-  uint32_t stack_id;      // 0 when no stack was captured for this call site
-  uint16_t op;            // recorder::Op
-  int8_t dtype;           // ncclDataType_t or -1
-  uint8_t kind;           // EventKind
-  uint8_t flags;          // recorder::RecordFlags
+  int32_t peer;       // root for rooted collectives, peer for send/recv, color for split, else -1
+  int32_t redop;      // ncclRedOp_t, or -1
+  int32_t result;     // kReturned: ncclResult_t; otherwise recorder::kResultPending
+  uint32_t stack_id;  // 0 when no stack was captured for this call site
+  uint16_t op;        // recorder::Op
+  int8_t dtype;       // ncclDataType_t or -1
+  uint8_t kind;       // EventKind
+  uint8_t flags;      // recorder::RecordFlags
   uint8_t reserved[3];
 };
 static_assert(sizeof(Fingerprint) == 88);

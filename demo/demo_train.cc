@@ -46,11 +46,13 @@ int main(int argc, char** argv) {
   const int right = (job.rank + 1) % job.world;
   const int left = (job.rank + job.world - 1) % job.world;
   for (int step = 0; step < steps; ++step) {
-    for (size_t i = 0; i < kWeights; ++i) grads[i] = 0.001f * static_cast<float>((i + static_cast<size_t>(job.rank + step)) % 13);
+    for (size_t i = 0; i < kWeights; ++i)
+      grads[i] = 0.001f * static_cast<float>((i + static_cast<size_t>(job.rank + step)) % 13);
     for (size_t i = 0; i < kBf16Bucket; ++i) bf16_grads[i] = to_bf16(0.01f * static_cast<float>(i % 5));
     tsprog::check(ncclAllReduce(grads.data(), grads.data(), kWeights, ncclFloat32, ncclAvg, comm, nullptr), "grads");
-    tsprog::check(ncclAllReduce(bf16_grads.data(), bf16_grads.data(), kBf16Bucket, ncclBfloat16, ncclSum, comm, nullptr),
-                  "bf16 grads");
+    tsprog::check(
+        ncclAllReduce(bf16_grads.data(), bf16_grads.data(), kBf16Bucket, ncclBfloat16, ncclSum, comm, nullptr),
+        "bf16 grads");
     for (size_t i = 0; i < kWeights; ++i) weights[i] -= 0.1f * grads[i];
     float loss = 1.0f / static_cast<float>(step + 1) + 0.01f * static_cast<float>(job.rank);
     tsprog::check(ncclAllReduce(&loss, &loss, 1, ncclFloat32, ncclAvg, comm, nullptr), "loss");
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
                     "eval allgather");
     }
     if (job.rank == 0 && (step % 5 == 4 || step == steps - 1))
-      std::printf("step %3d  loss %.4f  weight[1] %.5f\n", step, static_cast<double>(loss), static_cast<double>(weights[1]));
+      std::printf("step %3d  loss %.4f  weight[1] %.5f\n", step, static_cast<double>(loss),
+                  static_cast<double>(weights[1]));
   }
   tsprog::check(ncclCommDestroy(comm), "destroy");
   return 0;

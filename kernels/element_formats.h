@@ -39,8 +39,7 @@ TRAINSCOPE_ELEMENTS_FN std::uint32_t narrow_from_float(float value) {
   // e4m3fn keeps exponent 15 for finite values, so only mantissa 111 there is NaN.
   constexpr std::uint32_t kFirstNonFinite = F.ieee_specials ? kAllOnesExponent : (kAllOnesExponent | ((1u << kM) - 1u));
   constexpr std::uint32_t kOverflow = F.ieee_specials ? kAllOnesExponent : kFirstNonFinite;
-  constexpr std::uint32_t kQuietNan =
-      F.ieee_specials ? (kAllOnesExponent | (1u << (kM - 1))) : kFirstNonFinite;
+  constexpr std::uint32_t kQuietNan = F.ieee_specials ? (kAllOnesExponent | (1u << (kM - 1))) : kFirstNonFinite;
 
   const std::uint32_t bits = float_bits(value);
   const std::uint32_t sign = (bits >> 31) != 0 ? kSignBit : 0u;

@@ -55,33 +55,60 @@ enum class Op : uint16_t {
 // The NCCL function name of an op ("ncclAllReduce"), or "unknown".
 constexpr const char* op_name(Op op) {
   switch (op) {
-    case Op::kNone: return "none";
-    case Op::kGetUniqueId: return "ncclGetUniqueId";
-    case Op::kCommInitRank: return "ncclCommInitRank";
-    case Op::kCommInitRankConfig: return "ncclCommInitRankConfig";
-    case Op::kCommInitAll: return "ncclCommInitAll";
-    case Op::kCommInitRankScalable: return "ncclCommInitRankScalable";
-    case Op::kCommSplit: return "ncclCommSplit";
-    case Op::kCommShrink: return "ncclCommShrink";
-    case Op::kCommFinalize: return "ncclCommFinalize";
-    case Op::kCommDestroy: return "ncclCommDestroy";
-    case Op::kCommAbort: return "ncclCommAbort";
-    case Op::kCommRevoke: return "ncclCommRevoke";
-    case Op::kAllReduce: return "ncclAllReduce";
-    case Op::kReduce: return "ncclReduce";
-    case Op::kBroadcast: return "ncclBroadcast";
-    case Op::kBcast: return "ncclBcast";
-    case Op::kReduceScatter: return "ncclReduceScatter";
-    case Op::kAllGather: return "ncclAllGather";
-    case Op::kAlltoAll: return "ncclAlltoAll";
-    case Op::kGather: return "ncclGather";
-    case Op::kScatter: return "ncclScatter";
-    case Op::kSend: return "ncclSend";
-    case Op::kRecv: return "ncclRecv";
-    case Op::kGroupStart: return "ncclGroupStart";
-    case Op::kGroupEnd: return "ncclGroupEnd";
-    case Op::kGroupSimulateEnd: return "ncclGroupSimulateEnd";
-    case Op::kCount: break;
+    case Op::kNone:
+      return "none";
+    case Op::kGetUniqueId:
+      return "ncclGetUniqueId";
+    case Op::kCommInitRank:
+      return "ncclCommInitRank";
+    case Op::kCommInitRankConfig:
+      return "ncclCommInitRankConfig";
+    case Op::kCommInitAll:
+      return "ncclCommInitAll";
+    case Op::kCommInitRankScalable:
+      return "ncclCommInitRankScalable";
+    case Op::kCommSplit:
+      return "ncclCommSplit";
+    case Op::kCommShrink:
+      return "ncclCommShrink";
+    case Op::kCommFinalize:
+      return "ncclCommFinalize";
+    case Op::kCommDestroy:
+      return "ncclCommDestroy";
+    case Op::kCommAbort:
+      return "ncclCommAbort";
+    case Op::kCommRevoke:
+      return "ncclCommRevoke";
+    case Op::kAllReduce:
+      return "ncclAllReduce";
+    case Op::kReduce:
+      return "ncclReduce";
+    case Op::kBroadcast:
+      return "ncclBroadcast";
+    case Op::kBcast:
+      return "ncclBcast";
+    case Op::kReduceScatter:
+      return "ncclReduceScatter";
+    case Op::kAllGather:
+      return "ncclAllGather";
+    case Op::kAlltoAll:
+      return "ncclAlltoAll";
+    case Op::kGather:
+      return "ncclGather";
+    case Op::kScatter:
+      return "ncclScatter";
+    case Op::kSend:
+      return "ncclSend";
+    case Op::kRecv:
+      return "ncclRecv";
+    case Op::kGroupStart:
+      return "ncclGroupStart";
+    case Op::kGroupEnd:
+      return "ncclGroupEnd";
+    case Op::kGroupSimulateEnd:
+      return "ncclGroupSimulateEnd";
+    case Op::kCount:
+      break;
   }
   return "unknown";
 }
@@ -91,39 +118,39 @@ constexpr bool is_collective(Op op) { return op >= Op::kAllReduce && op <= Op::k
 constexpr bool is_point_to_point(Op op) { return op == Op::kSend || op == Op::kRecv; }
 
 enum RecordFlags : uint8_t {
-  kFlagInPlace = 1u << 0,       // sendbuff == recvbuff (or the op's in-place layout)
-  kFlagInGroup = 1u << 1,       // issued between ncclGroupStart and ncclGroupEnd
-  kFlagUnavailable = 1u << 2,   // the loaded NCCL lacks this function; ncclInvalidUsage was returned
-  kFlagNonBlocking = 1u << 3,   // communicator created with config.blocking = 0
+  kFlagInPlace = 1u << 0,      // sendbuff == recvbuff (or the op's in-place layout)
+  kFlagInGroup = 1u << 1,      // issued between ncclGroupStart and ncclGroupEnd
+  kFlagUnavailable = 1u << 2,  // the loaded NCCL lacks this function; ncclInvalidUsage was returned
+  kFlagNonBlocking = 1u << 3,  // communicator created with config.blocking = 0
 };
 
 // One intercepted call. 128 bytes, two cache lines.
 struct Record {
-  uint64_t commit;     // index + 1 once the fields up to `checksum` are final; 0 while being written
+  uint64_t commit;  // index + 1 once the fields up to `checksum` are final; 0 while being written
   // --- covered by checksum: bytes [8, kChecksummedEnd) ---
-  uint64_t start_ns;   // CLOCK_REALTIME at entry
-  uint64_t comm_id;    // communicator id (see DESIGN "Identity"); 0 for calls without one
-  uint64_t seq;        // 1-based. Collective: per-communicator sequence; send/recv: per (peer, direction);
-                       // Split/Shrink: the parent's split number; else 0
-  uint64_t count;      // element count as passed; InitAll: ndev; Split: key; Shrink: excludeRanksCount
+  uint64_t start_ns;  // CLOCK_REALTIME at entry
+  uint64_t comm_id;   // communicator id (see DESIGN "Identity"); 0 for calls without one
+  uint64_t seq;       // 1-based. Collective: per-communicator sequence; send/recv: per (peer, direction);
+                      // Split/Shrink: the parent's split number; else 0
+  uint64_t count;     // element count as passed; InitAll: ndev; Split: key; Shrink: excludeRanksCount
   uint64_t sendbuff;
   uint64_t recvbuff;
   uint64_t stream;
-  uint64_t caller;     // return address into the caller of the NCCL function
-  uint64_t group;      // number of the outermost ncclGroupStart this call is inside; 0 outside groups
-  uint64_t aux;        // Split/Shrink: the child's communicator id; Revoke: revokeFlags; else 0
-  int32_t rank;        // rank in this communicator
-  int32_t nranks;      // ranks in this communicator
-  int32_t peer;        // root (rooted collectives), peer (send/recv), color (Split), shrinkFlags (Shrink)
-  int32_t redop;       // ncclRedOp_t or kUnknown
-  uint32_t tid;        // kernel thread id of the caller
-  uint16_t op;         // Op
-  int8_t dtype;        // ncclDataType_t or kUnknown
-  uint8_t flags;       // RecordFlags
+  uint64_t caller;  // return address into the caller of the NCCL function
+  uint64_t group;   // number of the outermost ncclGroupStart this call is inside; 0 outside groups
+  uint64_t aux;     // Split/Shrink: the child's communicator id; Revoke: revokeFlags; else 0
+  int32_t rank;     // rank in this communicator
+  int32_t nranks;   // ranks in this communicator
+  int32_t peer;     // root (rooted collectives), peer (send/recv), color (Split), shrinkFlags (Shrink)
+  int32_t redop;    // ncclRedOp_t or kUnknown
+  uint32_t tid;     // kernel thread id of the caller
+  uint16_t op;      // Op
+  int8_t dtype;     // ncclDataType_t or kUnknown
+  uint8_t flags;    // RecordFlags
   // --- end of checksummed bytes ---
-  uint32_t checksum;   // record_checksum() of bytes [8, kChecksummedEnd)
-  int32_t result;      // ncclResult_t once the call returned, kResultPending before
-  uint64_t end_ns;     // CLOCK_REALTIME at return; meaningful only when result != kResultPending
+  uint32_t checksum;  // record_checksum() of bytes [8, kChecksummedEnd)
+  int32_t result;     // ncclResult_t once the call returned, kResultPending before
+  uint64_t end_ns;    // CLOCK_REALTIME at return; meaningful only when result != kResultPending
 };
 static_assert(sizeof(Record) == 128);
 inline constexpr size_t kChecksummedBegin = offsetof(Record, start_ns);
@@ -135,17 +162,17 @@ enum class CommState : uint16_t { kLive = 1, kFinalized = 2, kDestroyed = 3, kAb
 
 // One communicator this process was a member of. Written when it is created; `state` and `ended_ns` change later.
 struct CommEntry {
-  uint64_t commit;      // slot index + 1 once the entry is final
-  uint64_t id;          // communicator id
-  uint64_t parent_id;   // for split/shrink children; 0 otherwise
-  uint64_t handle;      // ncclComm_t value in the recording process
+  uint64_t commit;     // slot index + 1 once the entry is final
+  uint64_t id;         // communicator id
+  uint64_t parent_id;  // for split/shrink children; 0 otherwise
+  uint64_t handle;     // ncclComm_t value in the recording process
   uint64_t created_ns;
-  uint64_t ended_ns;    // 0 while live
+  uint64_t ended_ns;  // 0 while live
   int32_t rank;
   int32_t nranks;
-  int32_t color;        // split color, kUnknown otherwise
-  uint16_t state;       // CommState
-  uint16_t origin;      // Op that created it
+  int32_t color;    // split color, kUnknown otherwise
+  uint16_t state;   // CommState
+  uint16_t origin;  // Op that created it
 };
 static_assert(sizeof(CommEntry) == 64);
 
@@ -158,18 +185,18 @@ struct FileHeader {
   uint32_t header_bytes;
   uint32_t record_bytes;
   uint32_t comm_bytes;
-  uint64_t capacity;        // record slots in the ring
-  uint32_t max_comms;       // comm slots
+  uint64_t capacity;   // record slots in the ring
+  uint32_t max_comms;  // comm slots
   int32_t pid;
-  int32_t launcher_rank;    // from the launcher's environment, kUnknown if none
+  int32_t launcher_rank;  // from the launcher's environment, kUnknown if none
   int32_t launcher_world;
   int32_t local_rank;
-  int32_t global_rank;      // best known global rank: launcher_rank, else rank in the first communicator
-  int32_t nccl_version;     // ncclGetVersion of the loaded NCCL, 0 until known
-  uint32_t state;           // ProcessState
+  int32_t global_rank;   // best known global rank: launcher_rank, else rank in the first communicator
+  int32_t nccl_version;  // ncclGetVersion of the loaded NCCL, 0 until known
+  uint32_t state;        // ProcessState
   uint64_t start_ns;
-  uint64_t next;            // records claimed so far (atomic); the ring holds the last `capacity` of them
-  uint32_t comms_used;      // comm slots claimed (atomic)
+  uint64_t next;        // records claimed so far (atomic); the ring holds the last `capacity` of them
+  uint32_t comms_used;  // comm slots claimed (atomic)
   uint32_t reserved0;
   uint64_t exit_ns;
   char host[64];

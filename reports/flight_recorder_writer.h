@@ -11,9 +11,9 @@
 namespace trainscope::recorder {
 
 struct WriterOptions {
-  const char* path;        // file to create; must not exist (O_EXCL)
-  uint64_t capacity;       // record slots
-  uint32_t max_comms;      // comm slots
+  const char* path;    // file to create; must not exist (O_EXCL)
+  uint64_t capacity;   // record slots
+  uint32_t max_comms;  // comm slots
   int32_t pid;
   int32_t launcher_rank;
   int32_t launcher_world;
@@ -26,8 +26,8 @@ struct WriterOptions {
 
 // What append() hands back so the caller can later store the call's result into the same slot.
 struct Pending {
-  Record* slot;    // nullptr when the writer is not open
-  uint64_t commit; // index + 1 the slot was committed with; complete() checks it so a lapped slot is left alone
+  Record* slot;     // nullptr when the writer is not open
+  uint64_t commit;  // index + 1 the slot was committed with; complete() checks it so a lapped slot is left alone
 };
 
 class Writer {

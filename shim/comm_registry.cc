@@ -67,8 +67,8 @@ CommInfo* register_comm(const void* handle, uint64_t id, uint64_t parent_id, int
     target->adopted = false;
     std::atomic<uint64_t>* counters = nullptr;
     if (nranks > 0 && nranks <= (1 << 24)) {
-      void* mem = mmap(nullptr, sizeof(std::atomic<uint64_t>) * 2 * static_cast<size_t>(nranks),
-                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* mem = mmap(nullptr, sizeof(std::atomic<uint64_t>) * 2 * static_cast<size_t>(nranks), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (mem != MAP_FAILED) counters = static_cast<std::atomic<uint64_t>*>(mem);  // zero-filled by the kernel
     }
     target->peer_seq = counters;

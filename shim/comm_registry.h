@@ -13,7 +13,7 @@
 namespace trainscope::shim {
 
 struct CommInfo {
-  std::atomic<uintptr_t> handle;   // ncclComm_t; 0 = empty slot
+  std::atomic<uintptr_t> handle;  // ncclComm_t; 0 = empty slot
   uint64_t id;
   uint64_t parent_id;
   int32_t rank;
@@ -23,7 +23,7 @@ struct CommInfo {
   std::atomic<uint64_t>* peer_seq;       // 2 * nranks counters: [peer] sends, [nranks + peer] receives
   recorder::CommEntry* entry;            // its row in the flight recorder, or nullptr
   bool nonblocking;
-  bool adopted;                          // first seen in a call, not at creation (created before we started)
+  bool adopted;  // first seen in a call, not at creation (created before we started)
 };
 
 inline constexpr int kMaxLiveComms = 4096;

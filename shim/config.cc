@@ -343,9 +343,8 @@ bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
 
 using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
 constexpr ParseFn kParsers[kConfigVarCount] = {
-    parse_enable,      parse_dir,   parse_run_id,       parse_recorder_records, parse_log_level,
-    parse_log_ranks,   parse_coordinator, parse_token, parse_on_mismatch, parse_on_desync,
-    parse_desync_timeout,
+    parse_enable,      parse_dir,   parse_run_id,      parse_recorder_records, parse_log_level,      parse_log_ranks,
+    parse_coordinator, parse_token, parse_on_mismatch, parse_on_desync,        parse_desync_timeout,
 };
 
 void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {

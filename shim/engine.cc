@@ -28,8 +28,8 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
       trainscope::engine::log(LogLevel::kWarn, ("cannot open the log file " + log_path + ": " + error).c_str());
     }
     if (args->run_dir != nullptr && args->run_dir[0] != '\0' && args->run_dir_error == 0) {
-      const std::string message = std::string("recording to ") + args->run_dir + " (pid " +
-                                  std::to_string(args->pid) + ", host " + args->host + ")";
+      const std::string message = std::string("recording to ") + args->run_dir + " (pid " + std::to_string(args->pid) +
+                                  ", host " + args->host + ")";
       trainscope::engine::log(LogLevel::kInfo, message.c_str());
     }
     trainscope::engine::ExchangeSetup setup;

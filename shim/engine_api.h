@@ -14,20 +14,20 @@ namespace trainscope {
 inline constexpr uint32_t kEngineAbiVersion = 2;
 
 struct EngineStartArgs {
-  uint32_t abi_version;        // kEngineAbiVersion
-  uint32_t size;               // sizeof(EngineStartArgs)
-  const Config* config;        // parsed once by the shim at load; lives as long as the process
-  const char* run_dir;         // "" when it could not be created (run_dir_error says why)
-  int32_t run_dir_error;       // errno of the failed mkdir / recorder creation, 0 if fine
-  const char* recorder_path;   // "" when the flight recorder could not be created
-  const char* log_path;        // this process's log file in the run directory, "" if none
+  uint32_t abi_version;       // kEngineAbiVersion
+  uint32_t size;              // sizeof(EngineStartArgs)
+  const Config* config;       // parsed once by the shim at load; lives as long as the process
+  const char* run_dir;        // "" when it could not be created (run_dir_error says why)
+  int32_t run_dir_error;      // errno of the failed mkdir / recorder creation, 0 if fine
+  const char* recorder_path;  // "" when the flight recorder could not be created
+  const char* log_path;       // this process's log file in the run directory, "" if none
   const char* host;
   int32_t pid;
-  int32_t global_rank;         // -1 until known
-  int32_t launcher_rank;       // -1 when the launcher gave none
+  int32_t global_rank;    // -1 until known
+  int32_t launcher_rank;  // -1 when the launcher gave none
   int32_t world;
-  int32_t nccl_version;        // of the loaded NCCL, 0 if unknown
-  int32_t local_rank;          // -1 when the launcher gave none
+  int32_t nccl_version;  // of the loaded NCCL, 0 if unknown
+  int32_t local_rank;    // -1 when the launcher gave none
   const char* run_id;
   recorder::FileHeader* recorder;  // this process's live flight recorder mapping, nullptr if none
 };

@@ -105,11 +105,16 @@ Fingerprint fingerprint_of(const CommEntry& c, EventKind kind, Op op, uint64_t w
 
 Op ending_op(uint16_t state) {
   switch (static_cast<recorder::CommState>(state)) {
-    case recorder::CommState::kFinalized: return Op::kCommFinalize;
-    case recorder::CommState::kDestroyed: return Op::kCommDestroy;
-    case recorder::CommState::kAborted: return Op::kCommAbort;
-    case recorder::CommState::kRevoked: return Op::kCommRevoke;
-    case recorder::CommState::kLive: break;
+    case recorder::CommState::kFinalized:
+      return Op::kCommFinalize;
+    case recorder::CommState::kDestroyed:
+      return Op::kCommDestroy;
+    case recorder::CommState::kAborted:
+      return Op::kCommAbort;
+    case recorder::CommState::kRevoked:
+      return Op::kCommRevoke;
+    case recorder::CommState::kLive:
+      break;
   }
   return Op::kNone;
 }
@@ -118,10 +123,18 @@ exchange::LogSink log_sink() {
   return [](exchange::LogLevel level, const std::string& message) {
     LogLevel ours = LogLevel::kInfo;
     switch (level) {
-      case exchange::LogLevel::kDebug: ours = LogLevel::kDebug; break;
-      case exchange::LogLevel::kInfo: ours = LogLevel::kInfo; break;
-      case exchange::LogLevel::kWarning: ours = LogLevel::kWarn; break;
-      case exchange::LogLevel::kError: ours = LogLevel::kError; break;
+      case exchange::LogLevel::kDebug:
+        ours = LogLevel::kDebug;
+        break;
+      case exchange::LogLevel::kInfo:
+        ours = LogLevel::kInfo;
+        break;
+      case exchange::LogLevel::kWarning:
+        ours = LogLevel::kWarn;
+        break;
+      case exchange::LogLevel::kError:
+        ours = LogLevel::kError;
+        break;
     }
     // The coordinator hosted here logs each verdict with its report; this rank's own verdict handler logs the
     // report again, so keep only the coordinator's first line.
@@ -194,8 +207,8 @@ class Exchange {
       options.run_dir = setup_.run_dir;
       options.core.on_mismatch = config_.on_mismatch == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort
                                                                               : exchange::VerdictAction::kWarn;
-      options.core.on_desync = config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort
-                                                                          : exchange::VerdictAction::kWarn;
+      options.core.on_desync =
+          config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort : exchange::VerdictAction::kWarn;
       options.core.desync_timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
       options.log = log_sink();
       server_ = std::make_unique<exchange::CoordinatorServer>(options);
@@ -313,7 +326,8 @@ class Exchange {
         pending_[kept++] = call;
       } else if (result >= 0) {
         Record r;
-        if (read_live_record(header, call.index, &r)) client_->push(fingerprint_of(r, call.index, EventKind::kReturned));
+        if (read_live_record(header, call.index, &r))
+          client_->push(fingerprint_of(r, call.index, EventKind::kReturned));
       }
     }
     pending_.resize(kept);
@@ -423,8 +437,8 @@ bool valid_port(const char* text, int* port) {
 
 }  // namespace
 
-CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank,
-                                 int32_t world, const char* master_addr, const char* master_port) {
+CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank, int32_t world,
+                                 const char* master_addr, const char* master_port) {
   CoordinatorPlan plan;
   // Without a token of its own the job uses one derived from the run id, which every rank agrees on. It keeps
   // other jobs' ranks out; `trainscope run` sets a random one for real secrecy.
@@ -450,8 +464,8 @@ CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id
     plan.why_disabled = "no MASTER_ADDR/MASTER_PORT to find the coordinator at; set TRAINSCOPE_COORDINATOR";
     return plan;
   }
-  const int coordinator_port = port + kCoordinatorPortOffset <= 65535 ? port + kCoordinatorPortOffset
-                                                                      : port - kCoordinatorPortOffset;
+  const int coordinator_port =
+      port + kCoordinatorPortOffset <= 65535 ? port + kCoordinatorPortOffset : port - kCoordinatorPortOffset;
   plan.enabled = true;
   plan.endpoint = "tcp://" + std::string(master_addr) + ":" + std::to_string(coordinator_port);
   if (launcher_rank == 0) {

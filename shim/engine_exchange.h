@@ -32,14 +32,14 @@ struct ExchangeSetup {
 // Where the coordinator is, derived from the configuration and the launcher's environment.
 struct CoordinatorPlan {
   bool enabled = false;
-  bool host_here = false;     // this process binds the coordinator (global rank 0 under TRAINSCOPE_COORDINATOR=auto)
-  std::string bind_address;   // when host_here
-  std::string endpoint;       // what every rank connects to
+  bool host_here = false;    // this process binds the coordinator (global rank 0 under TRAINSCOPE_COORDINATOR=auto)
+  std::string bind_address;  // when host_here
+  std::string endpoint;      // what every rank connects to
   std::string token;
-  std::string why_disabled;   // for the log when !enabled
+  std::string why_disabled;  // for the log when !enabled
 };
-CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank,
-                                 int32_t world, const char* master_addr, const char* master_port);
+CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank, int32_t world,
+                                 const char* master_addr, const char* master_port);
 
 // Starts the exchange (never throws; failures are logged and leave the job running without it).
 void start_exchange(const ExchangeSetup& setup);

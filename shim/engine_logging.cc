@@ -26,13 +26,20 @@ LogState* g_state = new LogState;
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kCritical: return spdlog::level::critical;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kCritical:
+      return spdlog::level::critical;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }

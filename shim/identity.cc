@@ -45,8 +45,8 @@ int32_t first_int(char* const* env, const char* const* names, size_t n, const ch
 void sanitize(char* s) {
   for (; *s != '\0'; ++s) {
     const char c = *s;
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) *s = '_';
   }
 }
@@ -58,8 +58,7 @@ bool non_empty(const char* s) { return s != nullptr && *s != '\0'; }
 LauncherIdentity launcher_identity(char* const* env) {
   static const char* const kRanks[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
   static const char* const kWorlds[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
-  static const char* const kLocals[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                        "SLURM_LOCALID"};
+  static const char* const kLocals[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
   LauncherIdentity id;
   id.rank = first_int(env, kRanks, sizeof(kRanks) / sizeof(kRanks[0]), &id.source);
   id.world = first_int(env, kWorlds, sizeof(kWorlds) / sizeof(kWorlds[0]), nullptr);
@@ -67,8 +66,8 @@ LauncherIdentity launcher_identity(char* const* env) {
   return id;
 }
 
-bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid,
-                             char* out, size_t out_len) {
+bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid, char* out,
+                             size_t out_len) {
   int n = -1;
   const char* elastic = find_env(env, "TORCHELASTIC_RUN_ID");
   const char* slurm_job = find_env(env, "SLURM_JOB_ID");

@@ -26,8 +26,8 @@ LauncherIdentity launcher_identity(char* const* env);
 //   MASTER_ADDR + MASTER_PORT                     -> master-<addr>-<port>
 //   otherwise                                     -> local-<host>-pg<process group id>
 // Characters outside [A-Za-z0-9._-] become '_'. Writes a NUL-terminated name; returns false if it did not fit.
-bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid,
-                             char* out, size_t out_len);
+bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid, char* out,
+                             size_t out_len);
 
 // Creates `path` and its missing parents with mode 0700 (like mkdir -p). Returns 0 or an errno value.
 int make_directories(const char* path);

@@ -18,9 +18,9 @@ enum class RealId : int {
   TRAINSCOPE_NCCL_FUNCTIONS(TS_REAL_ID)
 #undef TS_REAL_ID
 #define TS_HELPER_ID(name, params) name,
-  TRAINSCOPE_NCCL_HELPER_FUNCTIONS(TS_HELPER_ID)
+      TRAINSCOPE_NCCL_HELPER_FUNCTIONS(TS_HELPER_ID)
 #undef TS_HELPER_ID
-  kCount
+          kCount
 };
 
 // Resolves (or returns the cached) address of the real function; nullptr if the loaded NCCL lacks it.
@@ -43,6 +43,5 @@ void reset_real_functions();
 }  // namespace trainscope::shim
 
 #define REAL(fn) ::trainscope::shim::real_function(::trainscope::shim::RealId::fn, #fn, &::fn)
-#define REAL_HELPER(fn)                                                         \
-  ::trainscope::shim::real_function(::trainscope::shim::RealId::fn, #fn,       \
-                                    static_cast<decltype(&::fn)>(nullptr))
+#define REAL_HELPER(fn) \
+  ::trainscope::shim::real_function(::trainscope::shim::RealId::fn, #fn, static_cast<decltype(&::fn)>(nullptr))

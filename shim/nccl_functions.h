@@ -9,59 +9,58 @@
 
 #include <nccl.h>
 
-#define TRAINSCOPE_NCCL_FUNCTIONS(X)                                                                           \
-  X(ncclGetUniqueId, kGetUniqueId, (ncclUniqueId * uniqueId))                                                  \
-  X(ncclCommInitRank, kCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))           \
-  X(ncclCommInitRankConfig, kCommInitRankConfig,                                                               \
-    (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))                      \
-  X(ncclCommInitAll, kCommInitAll, (ncclComm_t * comm, int ndev, const int* devlist))                          \
-  X(ncclCommInitRankScalable, kCommInitRankScalable,                                                           \
-    (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config))      \
-  X(ncclCommSplit, kCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) \
-  X(ncclCommShrink, kCommShrink,                                                                               \
-    (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, \
-     int shrinkFlags))                                                                                         \
-  X(ncclCommFinalize, kCommFinalize, (ncclComm_t comm))                                                        \
-  X(ncclCommDestroy, kCommDestroy, (ncclComm_t comm))                                                          \
-  X(ncclCommAbort, kCommAbort, (ncclComm_t comm))                                                              \
-  X(ncclCommRevoke, kCommRevoke, (ncclComm_t comm, int revokeFlags))                                           \
-  X(ncclAllReduce, kAllReduce,                                                                                 \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,              \
-     ncclComm_t comm, cudaStream_t stream))                                                                    \
-  X(ncclReduce, kReduce,                                                                                       \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,    \
-     ncclComm_t comm, cudaStream_t stream))                                                                    \
-  X(ncclBroadcast, kBroadcast,                                                                                 \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,   \
-     cudaStream_t stream))                                                                                     \
-  X(ncclBcast, kBcast,                                                                                         \
-    (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))       \
-  X(ncclReduceScatter, kReduceScatter,                                                                         \
-    (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,          \
-     ncclComm_t comm, cudaStream_t stream))                                                                    \
-  X(ncclAllGather, kAllGather,                                                                                 \
-    (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,         \
-     cudaStream_t stream))                                                                                     \
-  X(ncclAlltoAll, kAlltoAll,                                                                                   \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,             \
-     cudaStream_t stream))                                                                                     \
-  X(ncclGather, kGather,                                                                                       \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,   \
-     cudaStream_t stream))                                                                                     \
-  X(ncclScatter, kScatter,                                                                                     \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,   \
-     cudaStream_t stream))                                                                                     \
-  X(ncclSend, kSend,                                                                                           \
-    (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,                   \
-     cudaStream_t stream))                                                                                     \
-  X(ncclRecv, kRecv,                                                                                           \
-    (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))   \
-  X(ncclGroupStart, kGroupStart, ())                                                                           \
-  X(ncclGroupEnd, kGroupEnd, ())                                                                               \
+#define TRAINSCOPE_NCCL_FUNCTIONS(X)                                                                                   \
+  X(ncclGetUniqueId, kGetUniqueId, (ncclUniqueId * uniqueId))                                                          \
+  X(ncclCommInitRank, kCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))                   \
+  X(ncclCommInitRankConfig, kCommInitRankConfig,                                                                       \
+    (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))                              \
+  X(ncclCommInitAll, kCommInitAll, (ncclComm_t * comm, int ndev, const int* devlist))                                  \
+  X(ncclCommInitRankScalable, kCommInitRankScalable,                                                                   \
+    (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config))              \
+  X(ncclCommSplit, kCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config))       \
+  X(ncclCommShrink, kCommShrink,                                                                                       \
+    (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,         \
+     int shrinkFlags))                                                                                                 \
+  X(ncclCommFinalize, kCommFinalize, (ncclComm_t comm))                                                                \
+  X(ncclCommDestroy, kCommDestroy, (ncclComm_t comm))                                                                  \
+  X(ncclCommAbort, kCommAbort, (ncclComm_t comm))                                                                      \
+  X(ncclCommRevoke, kCommRevoke, (ncclComm_t comm, int revokeFlags))                                                   \
+  X(ncclAllReduce, kAllReduce,                                                                                         \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,     \
+     cudaStream_t stream))                                                                                             \
+  X(ncclReduce, kReduce,                                                                                               \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,            \
+     ncclComm_t comm, cudaStream_t stream))                                                                            \
+  X(ncclBroadcast, kBroadcast,                                                                                         \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,           \
+     cudaStream_t stream))                                                                                             \
+  X(ncclBcast, kBcast,                                                                                                 \
+    (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))               \
+  X(ncclReduceScatter, kReduceScatter,                                                                                 \
+    (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, \
+     cudaStream_t stream))                                                                                             \
+  X(ncclAllGather, kAllGather,                                                                                         \
+    (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,                 \
+     cudaStream_t stream))                                                                                             \
+  X(ncclAlltoAll, kAlltoAll,                                                                                           \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,                     \
+     cudaStream_t stream))                                                                                             \
+  X(ncclGather, kGather,                                                                                               \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,           \
+     cudaStream_t stream))                                                                                             \
+  X(ncclScatter, kScatter,                                                                                             \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,           \
+     cudaStream_t stream))                                                                                             \
+  X(ncclSend, kSend,                                                                                                   \
+    (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))     \
+  X(ncclRecv, kRecv,                                                                                                   \
+    (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))           \
+  X(ncclGroupStart, kGroupStart, ())                                                                                   \
+  X(ncclGroupEnd, kGroupEnd, ())                                                                                       \
   X(ncclGroupSimulateEnd, kGroupSimulateEnd, (ncclSimInfo_t * simInfo))
 
 // Functions the shim calls but does not interpose.
-#define TRAINSCOPE_NCCL_HELPER_FUNCTIONS(X)                   \
-  X(ncclGetVersion, (int* version))                           \
-  X(ncclCommUserRank, (const ncclComm_t comm, int* rank))     \
+#define TRAINSCOPE_NCCL_HELPER_FUNCTIONS(X)               \
+  X(ncclGetVersion, (int* version))                       \
+  X(ncclCommUserRank, (const ncclComm_t comm, int* rank)) \
   X(ncclCommCount, (const ncclComm_t comm, int* count))

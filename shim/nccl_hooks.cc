@@ -24,11 +24,24 @@ using recorder::Record;
 
 size_t dtype_size(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -97,13 +110,20 @@ class Hook {
     if (CommInfo* info = set_comm(comm)) record_.seq = next_collective_seq(info);
     const auto s = reinterpret_cast<uintptr_t>(send);
     const auto r = reinterpret_cast<uintptr_t>(recv);
-    const uintptr_t part = static_cast<uintptr_t>(count) * dtype_size(type) *
-                           static_cast<uintptr_t>(record_.rank > 0 ? record_.rank : 0);
+    const uintptr_t part =
+        static_cast<uintptr_t>(count) * dtype_size(type) * static_cast<uintptr_t>(record_.rank > 0 ? record_.rank : 0);
     bool in_place = s == r;
     switch (static_cast<Op>(record_.op)) {
-      case Op::kAllGather: case Op::kGather: in_place = s == r + part; break;
-      case Op::kReduceScatter: case Op::kScatter: in_place = s + part == r; break;
-      default: break;
+      case Op::kAllGather:
+      case Op::kGather:
+        in_place = s == r + part;
+        break;
+      case Op::kReduceScatter:
+      case Op::kScatter:
+        in_place = s + part == r;
+        break;
+      default:
+        break;
     }
     if (in_place) record_.flags |= recorder::kFlagInPlace;
   }
@@ -130,8 +150,7 @@ class Hook {
       log_message(LogLevel::kError,
                   "%s is not in the loaded NCCL (version %d.%d.%d, code %d): the call returns ncclInvalidUsage; "
                   "it needs NCCL 2.28 or newer",
-                  name, v >= 10000 ? v / 10000 : v / 1000, v >= 10000 ? (v / 100) % 100 : (v / 100) % 10,
-                  v % 100, v);
+                  name, v >= 10000 ? v / 10000 : v / 1000, v >= 10000 ? (v / 100) % 100 : (v / 100) % 10, v % 100, v);
     }
     return finish(ncclInvalidUsage);
   }
@@ -154,8 +173,8 @@ class Hook {
 };
 
 // Registers a communicator that a call created and writes its row in the recorder's communicator table.
-void created(ncclComm_t comm, uint64_t id, uint64_t parent_id, int32_t rank, int32_t nranks, int32_t color,
-             Op origin, bool nonblocking) {
+void created(ncclComm_t comm, uint64_t id, uint64_t parent_id, int32_t rank, int32_t nranks, int32_t color, Op origin,
+             bool nonblocking) {
   if (comm == nullptr) return;
   CommInfo* info = register_comm(comm, id, parent_id, rank, nranks, nonblocking);
   CommEntry entry{};
@@ -196,13 +215,13 @@ void ended(CommInfo* info, ncclComm_t comm, ncclResult_t result, CommState state
 }  // namespace
 }  // namespace trainscope::shim
 
+using trainscope::recorder::Op;
 using trainscope::shim::CommInfo;
 using trainscope::shim::Hook;
-using trainscope::recorder::Op;
 
-#define TS_HOOK_ENTER(fn, op, args)                                         \
-  auto* const real = REAL(fn);                                              \
-  Hook hook(Op::op, __builtin_return_address(0));                           \
+#define TS_HOOK_ENTER(fn, op, args)                                             \
+  auto* const real = REAL(fn);                                                  \
+  Hook hook(Op::op, __builtin_return_address(0));                               \
   if (!hook.recording()) return real != nullptr ? real args : ncclInvalidUsage; \
   if (real == nullptr) return hook.unavailable(#fn)
 
@@ -266,8 +285,7 @@ TS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* de
   using trainscope::shim::g_runtime;
   // All members live in this process, so any id unique to this call will do.
   const uint64_t key[3] = {static_cast<uint64_t>(g_runtime.owner_pid),
-                           g_runtime.initall_counter.fetch_add(1, std::memory_order_relaxed),
-                           r.start_ns};
+                           g_runtime.initall_counter.fetch_add(1, std::memory_order_relaxed), r.start_ns};
   r.comm_id = trainscope::shim::comm_id_from_unique_ids(key, sizeof(key));
   r.nranks = ndev;
   r.count = static_cast<uint64_t>(ndev > 0 ? ndev : 0);
@@ -323,14 +341,14 @@ TS_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, in
 
 // ---- communicator end ----
 
-#define TS_COMM_END_HOOK(fn, op, state)                                               \
-  TS_EXPORT ncclResult_t fn(ncclComm_t comm) {                                        \
-    TS_HOOK_ENTER(fn, op, (comm));                                                    \
-    CommInfo* info = hook.set_comm(comm);                                             \
-    hook.begin();                                                                     \
-    const ncclResult_t result = real(comm);                                           \
+#define TS_COMM_END_HOOK(fn, op, state)                                                  \
+  TS_EXPORT ncclResult_t fn(ncclComm_t comm) {                                           \
+    TS_HOOK_ENTER(fn, op, (comm));                                                       \
+    CommInfo* info = hook.set_comm(comm);                                                \
+    hook.begin();                                                                        \
+    const ncclResult_t result = real(comm);                                              \
     trainscope::shim::ended(info, comm, result, trainscope::recorder::CommState::state); \
-    return hook.finish(result);                                                       \
+    return hook.finish(result);                                                          \
   }
 TS_COMM_END_HOOK(ncclCommFinalize, kCommFinalize, kFinalized)
 TS_COMM_END_HOOK(ncclCommDestroy, kCommDestroy, kDestroyed)
@@ -404,8 +422,8 @@ TS_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t
   return hook.call(real, sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                  int root, ncclComm_t comm, cudaStream_t stream) {
+TS_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
   TS_HOOK_ENTER(ncclGather, kGather, (sendbuff, recvbuff, count, datatype, root, comm, stream));
   hook.record().peer = root;
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
@@ -422,8 +440,8 @@ TS_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t 
 
 // ---- point to point ----
 
-TS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                                ncclComm_t comm, cudaStream_t stream) {
+TS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                                cudaStream_t stream) {
   TS_HOOK_ENTER(ncclSend, kSend, (sendbuff, count, datatype, peer, comm, stream));
   hook.set_buffers(sendbuff, nullptr, count, datatype, stream);
   hook.record().peer = peer;

@@ -17,11 +17,11 @@ enum class StartState : int { kNotStarted = 0, kStarting = 1, kReady = 2 };
 
 struct Runtime {
   Config config;
-  bool enabled;                       // TRAINSCOPE_ENABLE, fixed at load
-  std::atomic<int> start_state;       // StartState
-  int32_t owner_pid;                  // the process that started (a forked child starts anew)
+  bool enabled;                  // TRAINSCOPE_ENABLE, fixed at load
+  std::atomic<int> start_state;  // StartState
+  int32_t owner_pid;             // the process that started (a forked child starts anew)
   recorder::Writer writer;
-  std::atomic<int32_t> global_rank;   // launcher rank, else rank in the first communicator, else -1
+  std::atomic<int32_t> global_rank;  // launcher rank, else rank in the first communicator, else -1
   int32_t launcher_rank;
   int32_t launcher_world;
   int32_t local_rank;
@@ -58,7 +58,8 @@ extern __thread ThreadState t_thread __attribute__((tls_model("initial-exec")));
 // about once and left out.
 void start_slow_path();
 inline void ensure_started() {
-  if (__builtin_expect(g_runtime.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady), 0))
+  if (__builtin_expect(g_runtime.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady),
+                       0))
     start_slow_path();
 }
 

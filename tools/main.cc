@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(stderr, "trainscope: unknown command '%s'; accepted: run, env, report, stats, coordinator, version, help\n",
+  std::fprintf(stderr,
+               "trainscope: unknown command '%s'; accepted: run, env, report, stats, coordinator, version, help\n",
                command);
   return 2;
 }

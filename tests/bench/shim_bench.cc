@@ -49,7 +49,8 @@ BENCHMARK(BM_AllReduceDirect)->Repetitions(5)->ReportAggregatesOnly(true);
 
 void BM_AllReduceThroughShim(benchmark::State& state) {
   ncclComm_t comm = bench_comm();
-  for (auto _ : state) benchmark::DoNotOptimize(ncclAllReduce(g_buffer, g_buffer, 16, ncclFloat32, ncclSum, comm, nullptr));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(ncclAllReduce(g_buffer, g_buffer, 16, ncclFloat32, ncclSum, comm, nullptr));
 }
 BENCHMARK(BM_AllReduceThroughShim)->Repetitions(5)->ReportAggregatesOnly(true)->Threads(1)->Threads(2);
 

@@ -1,4 +1,5 @@
-/* Extra C entry point of the CPU stand-in libnccl.so.2 that lets tests see which rank is blocked in which call and why. */
+/* Extra C entry point of the CPU stand-in libnccl.so.2 that lets tests see which rank is blocked in which call and why.
+ */
 #ifndef TRAINSCOPE_FAKE_NCCL_DEBUG_H
 #define TRAINSCOPE_FAKE_NCCL_DEBUG_H
 

@@ -32,11 +32,10 @@ ProcessOptions job_options(const TempDir& dir) {
   options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
   options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
   options.env["TRAINSCOPE_RUN_ID"] = "job";
-  options.env["LD_PRELOAD"] =
-      sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+  options.env["LD_PRELOAD"] = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-                           "TRAINSCOPE_LOG_RANKS", "TRAINSCOPE_LOG_LEVEL", "TRAINSCOPE_COORDINATOR",
-                           "TRAINSCOPE_TOKEN", "TRAINSCOPE_ON_MISMATCH", "TRAINSCOPE_ON_DESYNC"})
+                           "TRAINSCOPE_LOG_RANKS", "TRAINSCOPE_LOG_LEVEL", "TRAINSCOPE_COORDINATOR", "TRAINSCOPE_TOKEN",
+                           "TRAINSCOPE_ON_MISMATCH", "TRAINSCOPE_ON_DESYNC"})
     options.env[name] = std::nullopt;
   if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
   options.timeout_seconds = 120;
@@ -63,8 +62,21 @@ std::string report(const TempDir& dir, const std::string& prefix, int* count = n
 }
 
 std::vector<std::string> scenario(const std::string& fault, int rank, int step, int steps = 10) {
-  return {TS_LAUNCH, "-n", "4", "--timeout", "60", "--", program("scenario_program"), "--steps",
-          std::to_string(steps), "--fault", fault, "--rank", std::to_string(rank), "--step", std::to_string(step)};
+  return {TS_LAUNCH,
+          "-n",
+          "4",
+          "--timeout",
+          "60",
+          "--",
+          program("scenario_program"),
+          "--steps",
+          std::to_string(steps),
+          "--fault",
+          fault,
+          "--rank",
+          std::to_string(rank),
+          "--step",
+          std::to_string(step)};
 }
 
 int free_port() {
@@ -353,10 +365,10 @@ TEST(Exchange, TrainscopeRunAroundAFourRankJob) {
   EXPECT_NE(run.err.find("/mismatch-"), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find("vanished"), std::string::npos) << "stopped ranks are not vanished ones: " << run.err;
 
-  const ProcessResult clean = testing::run_process(
-      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--library", TS_SHIM, "--", TS_LAUNCH, "-n", "4", "--",
-       program("scenario_program"), "--steps", "5"},
-      options);
+  const ProcessResult clean =
+      testing::run_process({TS_TOOL, "run", "--dir", dir.path() + "/runs", "--library", TS_SHIM, "--", TS_LAUNCH, "-n",
+                            "4", "--", program("scenario_program"), "--steps", "5"},
+                           options);
   EXPECT_EQ(clean.exit_code, 0) << clean.err;
   EXPECT_NE(clean.err.find("trainscope: no mismatch, desync or vanished rank"), std::string::npos) << clean.err;
 

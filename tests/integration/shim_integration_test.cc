@@ -127,12 +127,31 @@ TEST(ShimLibrary, NeedsNothingButTheCRuntime) {
 }
 
 TEST(ShimLibrary, ExportsExactlyTheInterposedNcclFunctions) {
-  const std::set<std::string> expected = {
-      "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll",
-      "ncclCommInitRankScalable", "ncclCommSplit", "ncclCommShrink", "ncclCommFinalize", "ncclCommDestroy",
-      "ncclCommAbort", "ncclCommRevoke", "ncclAllReduce", "ncclReduce", "ncclBroadcast", "ncclBcast",
-      "ncclReduceScatter", "ncclAllGather", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv",
-      "ncclGroupStart", "ncclGroupEnd", "ncclGroupSimulateEnd"};
+  const std::set<std::string> expected = {"ncclGetUniqueId",
+                                          "ncclCommInitRank",
+                                          "ncclCommInitRankConfig",
+                                          "ncclCommInitAll",
+                                          "ncclCommInitRankScalable",
+                                          "ncclCommSplit",
+                                          "ncclCommShrink",
+                                          "ncclCommFinalize",
+                                          "ncclCommDestroy",
+                                          "ncclCommAbort",
+                                          "ncclCommRevoke",
+                                          "ncclAllReduce",
+                                          "ncclReduce",
+                                          "ncclBroadcast",
+                                          "ncclBcast",
+                                          "ncclReduceScatter",
+                                          "ncclAllGather",
+                                          "ncclAlltoAll",
+                                          "ncclGather",
+                                          "ncclScatter",
+                                          "ncclSend",
+                                          "ncclRecv",
+                                          "ncclGroupStart",
+                                          "ncclGroupEnd",
+                                          "ncclGroupSimulateEnd"};
   std::set<std::string> exported;
   for (const auto& name : read_elf_dynamic(TS_SHIM).exported)
     if (!sanitized() || name.rfind("nccl", 0) == 0) exported.insert(name);
@@ -147,8 +166,9 @@ TEST_P(MultiRank, SameResultsWithAndWithoutShimAndRecorderHoldsEveryCallInOrder)
   const int ranks = GetParam();
   TempDir plain_dir;
   TempDir shim_dir;
-  const std::vector<std::string> argv_plain = {TS_LAUNCH, "-n", std::to_string(ranks), "--", program("collectives_program"),
-                                               "--iterations", "3", "--count", "5000"};
+  const std::vector<std::string> argv_plain = {
+      TS_LAUNCH, "-n",  std::to_string(ranks), "--", program("collectives_program"), "--iterations", "3",
+      "--count", "5000"};
   const ProcessResult plain = testing::run_process(argv_plain, job_options(plain_dir, false));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_FALSE(fs::exists(plain_dir.path() + "/runs"));
@@ -206,8 +226,8 @@ TEST(Shim, DisabledIsAPurePassThrough) {
   TempDir dir;
   ProcessOptions options = job_options(dir, true);
   options.env["TRAINSCOPE_ENABLE"] = "0";
-  const ProcessResult result = testing::run_process(
-      {TS_LAUNCH, "-n", "2", "--", program("collectives_program"), "--iterations", "1"}, options);
+  const ProcessResult result =
+      testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program"), "--iterations", "1"}, options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_FALSE(fs::exists(dir.path() + "/runs"));
   EXPECT_EQ(result.err.find("[trainscope]"), std::string::npos) << result.err;
@@ -216,8 +236,10 @@ TEST(Shim, DisabledIsAPurePassThrough) {
 TEST(Shim, ThreadsWithCommInitAll) {
   TempDir plain_dir;
   TempDir shim_dir;
-  const ProcessResult plain = testing::run_process({program("threads_program"), "4", "40"}, job_options(plain_dir, false));
-  const ProcessResult shimmed = testing::run_process({program("threads_program"), "4", "40"}, job_options(shim_dir, true));
+  const ProcessResult plain =
+      testing::run_process({program("threads_program"), "4", "40"}, job_options(plain_dir, false));
+  const ProcessResult shimmed =
+      testing::run_process({program("threads_program"), "4", "40"}, job_options(shim_dir, true));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(shimmed.exit_code, 0) << shimmed.err;
   EXPECT_EQ(plain.out, shimmed.out);
@@ -278,12 +300,12 @@ TEST(Shim, ForkedChildrenNeverWriteTheParentsRecorder) {
     std::vector<std::string> ops;
     for (const auto& call : file.records) ops.push_back(recorder::op_name(static_cast<Op>(call.record.op)));
     if (file.pid() == parent_pid) {
-      EXPECT_EQ(ops, (std::vector<std::string>{"ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce",
-                                               "ncclAllReduce", "ncclCommDestroy"}));
+      EXPECT_EQ(ops, (std::vector<std::string>{"ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclAllReduce",
+                                               "ncclCommDestroy"}));
     } else {
       EXPECT_EQ(file.pid(), child_pid);
-      EXPECT_EQ(ops, (std::vector<std::string>{"ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce",
-                                               "ncclCommDestroy"}));
+      EXPECT_EQ(ops,
+                (std::vector<std::string>{"ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy"}));
     }
     EXPECT_EQ(file.torn_records, 0u);
   }
@@ -399,11 +421,13 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
 }
 
 TEST(Shim, InvalidConfigurationStopsTheJobBeforeItRuns) {
-  const std::vector<std::pair<std::string, std::string>> invalid = {
-      {"TRAINSCOPE_ENABLE", "maybe"},           {"TRAINSCOPE_LOG_LEVEL", "loud"},
-      {"TRAINSCOPE_LOG_RANKS", "0,x"},          {"TRAINSCOPE_RECORDER_RECORDS", "12abc"},
-      {"TRAINSCOPE_RECORDER_RECORDS", "1"},     {"TRAINSCOPE_RUN_ID", "a/b"},
-      {"TRAINSCOPE_DIR", ""}};
+  const std::vector<std::pair<std::string, std::string>> invalid = {{"TRAINSCOPE_ENABLE", "maybe"},
+                                                                    {"TRAINSCOPE_LOG_LEVEL", "loud"},
+                                                                    {"TRAINSCOPE_LOG_RANKS", "0,x"},
+                                                                    {"TRAINSCOPE_RECORDER_RECORDS", "12abc"},
+                                                                    {"TRAINSCOPE_RECORDER_RECORDS", "1"},
+                                                                    {"TRAINSCOPE_RUN_ID", "a/b"},
+                                                                    {"TRAINSCOPE_DIR", ""}};
   for (const auto& [name, value] : invalid) {
     SCOPED_TRACE(name + "=" + value);
     TempDir dir;
@@ -420,10 +444,14 @@ TEST(Shim, InvalidConfigurationStopsTheJobBeforeItRuns) {
 TEST(Shim, RunDirectoryThatCannotBeCreatedWarnsOnceAndTheJobRunsOn) {
   TempDir dir;
   const std::string blocker = dir.path() + "/a-file";
-  { FILE* f = std::fopen(blocker.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  {
+    FILE* f = std::fopen(blocker.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
   TempDir plain_dir;
-  const ProcessResult plain = testing::run_process(
-      {TS_LAUNCH, "-n", "2", "--", program("collectives_program")}, job_options(plain_dir, false));
+  const ProcessResult plain =
+      testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program")}, job_options(plain_dir, false));
   ProcessOptions options = job_options(dir, true);
   options.env["TRAINSCOPE_DIR"] = blocker + "/runs";  // below a regular file: mkdir fails with ENOTDIR
   const ProcessResult result =
@@ -440,8 +468,7 @@ TEST(Shim, LogsOnTheMainRankByDefaultAndEveryRankToItsFile) {
   TempDir dir;
   ProcessOptions options = job_options(dir, true);
   options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
-  ProcessResult result =
-      testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, options);
+  ProcessResult result = testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.err.find("[trainscope][rank 0] info: recording to "), std::string::npos) << result.err;
   EXPECT_EQ(result.err.find("[trainscope][rank 1]"), std::string::npos) << result.err;

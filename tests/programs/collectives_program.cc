@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   std::vector<int> isend(count), irecv(count);
   unsigned long long h = tsprog::digest(nullptr, 0);
   for (int it = 0; it < iterations; ++it) {
-    for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>((me + 1) * 0.5 + static_cast<double>(i % 97) + it);
+    for (size_t i = 0; i < send.size(); ++i)
+      send[i] = static_cast<float>((me + 1) * 0.5 + static_cast<double>(i % 97) + it);
     for (size_t i = 0; i < count; ++i) {
       dsend[i] = me * 1.25 + static_cast<double>(i);
       isend[i] = me * 3 + static_cast<int>(i % 11) + it;
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
     tsprog::check(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, comm, nullptr), "allreduce");
     h = tsprog::digest(recv.data(), count * sizeof(float), h);
     note("ncclAllReduce", count, ncclFloat64, -1);
-    tsprog::check(ncclAllReduce(dsend.data(), drecv.data(), count, ncclFloat64, ncclMax, comm, nullptr), "allreduce max");
+    tsprog::check(ncclAllReduce(dsend.data(), drecv.data(), count, ncclFloat64, ncclMax, comm, nullptr),
+                  "allreduce max");
     h = tsprog::digest(drecv.data(), count * sizeof(double), h);
     note("ncclReduce", count, ncclInt32, 0);
     tsprog::check(ncclReduce(isend.data(), irecv.data(), count, ncclInt32, ncclSum, 0, comm, nullptr), "reduce");
@@ -78,7 +80,8 @@ int main(int argc, char** argv) {
     tsprog::check(ncclAllGather(send.data(), recv.data(), count, ncclFloat32, comm, nullptr), "allgather");
     h = tsprog::digest(recv.data(), recv.size() * sizeof(float), h);
     note("ncclReduceScatter", count, ncclFloat32, -1);
-    tsprog::check(ncclReduceScatter(send.data(), recv.data(), count, ncclFloat32, ncclSum, comm, nullptr), "reducescatter");
+    tsprog::check(ncclReduceScatter(send.data(), recv.data(), count, ncclFloat32, ncclSum, comm, nullptr),
+                  "reducescatter");
     h = tsprog::digest(recv.data(), count * sizeof(float), h);
     note("ncclAlltoAll", count, ncclFloat32, -1);
     tsprog::check(ncclAlltoAll(send.data(), recv.data(), count, ncclFloat32, comm, nullptr), "alltoall");
@@ -107,7 +110,8 @@ int main(int argc, char** argv) {
   note("ncclCommSplit", static_cast<size_t>(me), -1, me % 2);
   tsprog::check(ncclCommSplit(comm, me % 2, me, &half_comm, nullptr), "split");
   note("ncclAllReduce", count, ncclFloat32, -1);
-  tsprog::check(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, half_comm, nullptr), "child allreduce");
+  tsprog::check(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, ncclSum, half_comm, nullptr),
+                "child allreduce");
   h = tsprog::digest(recv.data(), count * sizeof(float), h);
   note("ncclCommDestroy", 0, -1, -1);
   tsprog::check(ncclCommDestroy(half_comm), "destroy child");

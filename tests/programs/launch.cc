@@ -13,10 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <array>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
       auto& buf = buffers[static_cast<size_t>(d)];
       for (int it = 0; it < iterations; ++it) {
         for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<float>(d + 1 + static_cast<int>(i % 7));
-        tsprog::check(ncclAllReduce(buf.data(), buf.data(), kCount, ncclFloat32, ncclSum, comms[static_cast<size_t>(d)],
-                                    nullptr),
-                      "threaded allreduce");
+        tsprog::check(
+            ncclAllReduce(buf.data(), buf.data(), kCount, ncclFloat32, ncclSum, comms[static_cast<size_t>(d)], nullptr),
+            "threaded allreduce");
       }
       digests[static_cast<size_t>(d)] = tsprog::digest(buf.data(), kCount * sizeof(float));
     });

@@ -11,7 +11,7 @@
 namespace trainscope::testing {
 
 struct ProcessResult {
-  int exit_code = -1;    // exit status, 128 + signal if killed by one
+  int exit_code = -1;  // exit status, 128 + signal if killed by one
   bool timed_out = false;
   std::string out;
   std::string err;

@@ -49,7 +49,7 @@ TEST_F(CommRegistry, PeerSequencesArePerPeerAndDirection) {
   EXPECT_EQ(next_peer_seq(info, 1, false), 2u);
   EXPECT_EQ(next_peer_seq(info, 1, true), 1u);
   EXPECT_EQ(next_peer_seq(info, 2, false), 1u);
-  EXPECT_EQ(next_peer_seq(info, 3, false), 0u);   // out of range: no number
+  EXPECT_EQ(next_peer_seq(info, 3, false), 0u);  // out of range: no number
   EXPECT_EQ(next_peer_seq(info, -1, true), 0u);
 }
 

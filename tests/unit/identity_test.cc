@@ -70,8 +70,7 @@ TEST(LauncherIdentity, MissingOrMalformedValuesAreUnknown) {
 TEST(RunId, FollowsTheLaunchersJobIdentityInOrder) {
   EXPECT_EQ(run_id({"TORCHELASTIC_RUN_ID=abc123", "SLURM_JOB_ID=9", "MASTER_ADDR=h", "MASTER_PORT=1"}),
             "torchelastic-abc123");
-  EXPECT_EQ(run_id({"TORCHELASTIC_RUN_ID=none", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"}),
-            "master-10.0.0.1-29500");
+  EXPECT_EQ(run_id({"TORCHELASTIC_RUN_ID=none", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"}), "master-10.0.0.1-29500");
   EXPECT_EQ(run_id({"SLURM_JOB_ID=77", "SLURM_STEP_ID=2"}), "slurm-77.2");
   EXPECT_EQ(run_id({"SLURM_JOB_ID=77"}), "slurm-77");
   EXPECT_EQ(run_id({"OMPI_MCA_ess_base_jobid=1234"}), "mpi-1234");

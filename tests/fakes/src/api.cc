@@ -168,7 +168,8 @@ ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, 
   if (nranks < 1 || nranks > kMaxRanks) {
     return report(ncclInvalidArgument, "%s: nranks %d outside 1..%d", call, nranks, kMaxRanks);
   }
-  if (rank < 0 || rank >= nranks) return report(ncclInvalidArgument, "%s: rank %d outside 0..%d", call, rank, nranks - 1);
+  if (rank < 0 || rank >= nranks)
+    return report(ncclInvalidArgument, "%s: rank %d outside 0..%d", call, rank, nranks - 1);
   if (!is_our_id(id)) return report(ncclInvalidArgument, "%s: unique id did not come from ncclGetUniqueId", call);
   std::string error;
   ncclComm* comm = nullptr;
@@ -197,7 +198,8 @@ TSFAKE_API(ncclResult_t, ncclGetVersion, int* version) {
 
 namespace tsfake {
 namespace {
-// Internal callers use this rather than ncclGetUniqueId so that a preloaded shim does not see a call the user never made.
+// Internal callers use this rather than ncclGetUniqueId so that a preloaded shim does not see a call the user never
+// made.
 ncclResult_t make_unique_id(ncclUniqueId* uniqueId) {
   std::memset(uniqueId, 0, sizeof(*uniqueId));
   std::uint64_t random_bits[2] = {0, 0};
@@ -323,15 +325,24 @@ TSFAKE_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
 
 TSFAKE_API(const char*, ncclGetErrorString, ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -422,12 +433,16 @@ TSFAKE_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar
   premul.live = true;
   premul.datatype = datatype;
   // "Device" scalars are host memory here; like NCCL they are read when the collective runs, not now.
-  if (residence == ncclScalarDevice) premul.device_scalar = scalar;
-  else std::memcpy(premul.scalar, scalar, datatype_size(datatype));
+  if (residence == ncclScalarDevice)
+    premul.device_scalar = scalar;
+  else
+    std::memcpy(premul.scalar, scalar, datatype_size(datatype));
   std::size_t slot = 0;
   while (slot < comm->premulsum_ops.size() && comm->premulsum_ops[slot].live) ++slot;
-  if (slot == comm->premulsum_ops.size()) comm->premulsum_ops.push_back(premul);
-  else comm->premulsum_ops[slot] = premul;
+  if (slot == comm->premulsum_ops.size())
+    comm->premulsum_ops.push_back(premul);
+  else
+    comm->premulsum_ops[slot] = premul;
   *op = static_cast<ncclRedOp_t>(static_cast<int>(ncclNumOps) + static_cast<int>(slot));
   return ncclSuccess;
 }
@@ -472,12 +487,12 @@ TSFAKE_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, si
 TSFAKE_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
-  return run_reducing(comm, collective(CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, -1),
-                      op, "ncclReduceScatter");
+  return run_reducing(comm, collective(CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, -1), op,
+                      "ncclReduceScatter");
 }
 
-TSFAKE_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
-           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+TSFAKE_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+           ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
   return run_collective(comm, collective(CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, -1),
                         "ncclAllGather");

@@ -1,7 +1,7 @@
 // Declares an NCCL entry point the way NCCL does: `ncclX` exported, plus `pncclX` as an alias for profilers.
 #pragma once
 
-#define TSFAKE_API(ret, func, ...)                                                                   \
+#define TSFAKE_API(ret, func, ...)                                                                          \
   extern "C" __attribute__((visibility("default"))) __attribute__((alias(#func))) ret p##func(__VA_ARGS__); \
   extern "C" __attribute__((visibility("default"))) ret func(__VA_ARGS__)
 

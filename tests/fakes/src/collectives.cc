@@ -10,15 +10,24 @@ namespace tsfake {
 
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "ncclAllReduce";
-    case CollectiveKind::kReduce: return "ncclReduce";
-    case CollectiveKind::kBroadcast: return "ncclBroadcast";
-    case CollectiveKind::kReduceScatter: return "ncclReduceScatter";
-    case CollectiveKind::kAllGather: return "ncclAllGather";
-    case CollectiveKind::kAlltoAll: return "ncclAlltoAll";
-    case CollectiveKind::kGather: return "ncclGather";
-    case CollectiveKind::kScatter: return "ncclScatter";
-    case CollectiveKind::kCommSplit: return "ncclCommSplit";
+    case CollectiveKind::kAllReduce:
+      return "ncclAllReduce";
+    case CollectiveKind::kReduce:
+      return "ncclReduce";
+    case CollectiveKind::kBroadcast:
+      return "ncclBroadcast";
+    case CollectiveKind::kReduceScatter:
+      return "ncclReduceScatter";
+    case CollectiveKind::kAllGather:
+      return "ncclAllGather";
+    case CollectiveKind::kAlltoAll:
+      return "ncclAlltoAll";
+    case CollectiveKind::kGather:
+      return "ncclGather";
+    case CollectiveKind::kScatter:
+      return "ncclScatter";
+    case CollectiveKind::kCommSplit:
+      return "ncclCommSplit";
   }
   return "unknown collective";
 }
@@ -32,9 +41,9 @@ bool moves_per_destination(CollectiveKind kind) {
 }
 
 std::string describe(const CollectiveDescriptor& d) {
-  std::string text = "count=" + std::to_string(d.count) + " " +
-                     datatype_name(static_cast<ncclDataType_t>(d.datatype));
-  if (static_cast<OpKind>(d.op_kind) != OpKind::kNone) text += std::string(" op=") + op_kind_name(static_cast<OpKind>(d.op_kind));
+  std::string text = "count=" + std::to_string(d.count) + " " + datatype_name(static_cast<ncclDataType_t>(d.datatype));
+  if (static_cast<OpKind>(d.op_kind) != OpKind::kNone)
+    text += std::string(" op=") + op_kind_name(static_cast<OpKind>(d.op_kind));
   if (d.root >= 0) text += " root=" + std::to_string(d.root);
   return text;
 }
@@ -97,14 +106,13 @@ class Collective final : public Operation {
 
   std::string name() const { return std::string(collective_name(args_.kind)) + " #" + std::to_string(sequence_); }
 
-  CollectiveDescriptor& descriptor_of(int rank) {
-    return comm_->segment->rank(rank).descriptors[sequence_ & 1];
-  }
+  CollectiveDescriptor& descriptor_of(int rank) { return comm_->segment->rank(rank).descriptors[sequence_ & 1]; }
 
   void post_descriptor() {
     CollectiveDescriptor& d = descriptor_of(comm_->rank);
     std::atomic_ref<std::uint32_t>(d.kind).store(static_cast<std::uint32_t>(args_.kind), std::memory_order_relaxed);
-    std::atomic_ref<std::uint32_t>(d.datatype).store(static_cast<std::uint32_t>(args_.datatype), std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(d.datatype)
+        .store(static_cast<std::uint32_t>(args_.datatype), std::memory_order_relaxed);
     std::atomic_ref<std::uint32_t>(d.op_kind).store(static_cast<std::uint32_t>(args_.op), std::memory_order_relaxed);
     std::atomic_ref<std::int32_t>(d.root).store(args_.root, std::memory_order_relaxed);
     std::atomic_ref<std::uint64_t>(d.count).store(args_.count, std::memory_order_relaxed);
@@ -143,10 +151,14 @@ class Collective final : public Operation {
         return false;
       }
       const char* field = nullptr;
-      if (theirs.count != mine.count) field = "count";
-      else if (theirs.datatype != mine.datatype) field = "datatype";
-      else if (theirs.op_kind != mine.op_kind) field = "reduction op";
-      else if (theirs.root != mine.root) field = "root";
+      if (theirs.count != mine.count)
+        field = "count";
+      else if (theirs.datatype != mine.datatype)
+        field = "datatype";
+      else if (theirs.op_kind != mine.op_kind)
+        field = "reduction op";
+      else if (theirs.root != mine.root)
+        field = "root";
       if (field != nullptr) {
         reason_ = name() + " mismatch in " + field + ": rank " + std::to_string(comm_->rank) + " has " +
                   describe(mine) + ", rank " + std::to_string(r) + " has " + describe(theirs);
@@ -211,11 +223,19 @@ class Collective final : public Operation {
       case CollectiveKind::kReduce:
       case CollectiveKind::kAllGather:
       case CollectiveKind::kGather:
-      case CollectiveKind::kCommSplit: source = send_at(offset); break;
-      case CollectiveKind::kBroadcast: source = is_root ? send_at(offset) : nullptr; break;
+      case CollectiveKind::kCommSplit:
+        source = send_at(offset);
+        break;
+      case CollectiveKind::kBroadcast:
+        source = is_root ? send_at(offset) : nullptr;
+        break;
       case CollectiveKind::kReduceScatter:
-      case CollectiveKind::kAlltoAll: source = send_at(block() * args_.count + offset); break;
-      case CollectiveKind::kScatter: source = is_root ? send_at(block() * args_.count + offset) : nullptr; break;
+      case CollectiveKind::kAlltoAll:
+        source = send_at(block() * args_.count + offset);
+        break;
+      case CollectiveKind::kScatter:
+        source = is_root ? send_at(block() * args_.count + offset) : nullptr;
+        break;
     }
     if (source != nullptr) {
       // Each rank scales its own input, so peers never need each other's PreMulSum scalar.
@@ -244,11 +264,15 @@ class Collective final : public Operation {
     const int nranks = comm_->nranks;
     const auto own_block = static_cast<std::size_t>(me);
     switch (args_.kind) {
-      case CollectiveKind::kAllReduce: reduce_staged(recv_at(offset), length); break;
+      case CollectiveKind::kAllReduce:
+        reduce_staged(recv_at(offset), length);
+        break;
       case CollectiveKind::kReduce:
         if (me == args_.root) reduce_staged(recv_at(offset), length);
         break;
-      case CollectiveKind::kBroadcast: std::memcpy(recv_at(offset), staging_of(args_.root), bytes); break;
+      case CollectiveKind::kBroadcast:
+        std::memcpy(recv_at(offset), staging_of(args_.root), bytes);
+        break;
       case CollectiveKind::kReduceScatter:
         if (block() == own_block) reduce_staged(recv_at(offset), length);
         break;

@@ -62,8 +62,7 @@ class WaitForMembers final : public Operation {
 // A child communicator: attach to its segment once its name and shape are known, then wait for its members.
 class JoinChild {
  public:
-  StepResult join(const std::string& name, int nranks, int rank, ncclComm** newcomm,
-                  ncclResult_t* failure) {
+  StepResult join(const std::string& name, int nranks, int rank, ncclComm** newcomm, ncclResult_t* failure) {
     if (child_ == nullptr) {
       std::string error;
       const ncclResult_t result = attach_comm(name, nranks, rank, &child_, &error);
@@ -151,13 +150,12 @@ class Split final : public Operation {
 
 class Shrink final : public Operation {
  public:
-  Shrink(ncclComm* comm, std::vector<int> excluded, ncclComm** newcomm)
-      : Operation(comm), newcomm_(newcomm) {
+  Shrink(ncclComm* comm, std::vector<int> excluded, ncclComm** newcomm) : Operation(comm), newcomm_(newcomm) {
     std::sort(excluded.begin(), excluded.end());
     excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
     child_nranks_ = comm->nranks - static_cast<int>(excluded.size());
-    child_rank_ = comm->rank - static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), comm->rank) -
-                                                excluded.begin());
+    child_rank_ = comm->rank -
+                  static_cast<int>(std::lower_bound(excluded.begin(), excluded.end(), comm->rank) - excluded.begin());
     // Only survivors call shrink, so the name comes from what they share: the shrink count and the excluded set.
     child_name_ = comm->segment->name() + ".k" + std::to_string(++comm->shrinks_called) + "x";
     std::uint64_t hash = 1469598103934665603ull;

@@ -11,9 +11,9 @@ extern "C" __attribute__((visibility("default"))) int tsfake_stuck_state(const n
                                                                          size_t len) {
   if (buf != nullptr && len > 0) buf[0] = '\0';
   if (id == nullptr) return -1;
-  const std::string name(id->internal + tsfake::kUniqueIdNameOffset,
-                         strnlen(id->internal + tsfake::kUniqueIdNameOffset,
-                                 NCCL_UNIQUE_ID_BYTES - tsfake::kUniqueIdNameOffset));
+  const std::string name(
+      id->internal + tsfake::kUniqueIdNameOffset,
+      strnlen(id->internal + tsfake::kUniqueIdNameOffset, NCCL_UNIQUE_ID_BYTES - tsfake::kUniqueIdNameOffset));
   std::unique_ptr<tsfake::SharedSegment> segment(tsfake::SharedSegment::observe(name));
   if (!segment) return -1;
   std::string report;

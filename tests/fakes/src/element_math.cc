@@ -65,12 +65,21 @@ void reduce_typed(void* accumulator, const void* input, std::size_t count, OpKin
     switch (kind) {
       case OpKind::kSum:
       case OpKind::kAvg:
-      case OpKind::kPreMulSum: r = wrap_add(x, y); break;
-      case OpKind::kProd: r = wrap_mul(x, y); break;
+      case OpKind::kPreMulSum:
+        r = wrap_add(x, y);
+        break;
+      case OpKind::kProd:
+        r = wrap_mul(x, y);
+        break;
       // NaN wins, as it does in NCCL's device max/min on floating types.
-      case OpKind::kMax: r = (x != x) ? x : ((y != y) ? y : (y > x ? y : x)); break;
-      case OpKind::kMin: r = (x != x) ? x : ((y != y) ? y : (y < x ? y : x)); break;
-      case OpKind::kNone: break;
+      case OpKind::kMax:
+        r = (x != x) ? x : ((y != y) ? y : (y > x ? y : x));
+        break;
+      case OpKind::kMin:
+        r = (x != x) ? x : ((y != y) ? y : (y < x ? y : x));
+        break;
+      case OpKind::kNone:
+        break;
     }
     const S stored = Format::store(r);
     std::memcpy(static_cast<char*>(accumulator) + i * sizeof(S), &stored, sizeof(S));
@@ -112,19 +121,44 @@ using E5M2 = NarrowFloat<std::uint8_t, el::fp8_e5m2_to_float, el::float_to_fp8_e
 template <typename Visitor>
 void dispatch(ncclDataType_t datatype, Visitor&& visit) {
   switch (datatype) {
-    case ncclInt8: visit(Native<std::int8_t>{}); break;
-    case ncclUint8: visit(Native<std::uint8_t>{}); break;
-    case ncclInt32: visit(Native<std::int32_t>{}); break;
-    case ncclUint32: visit(Native<std::uint32_t>{}); break;
-    case ncclInt64: visit(Native<std::int64_t>{}); break;
-    case ncclUint64: visit(Native<std::uint64_t>{}); break;
-    case ncclFloat16: visit(Half{}); break;
-    case ncclFloat32: visit(Native<float>{}); break;
-    case ncclFloat64: visit(Native<double>{}); break;
-    case ncclBfloat16: visit(Bfloat16{}); break;
-    case ncclFloat8e4m3: visit(E4M3{}); break;
-    case ncclFloat8e5m2: visit(E5M2{}); break;
-    default: break;
+    case ncclInt8:
+      visit(Native<std::int8_t>{});
+      break;
+    case ncclUint8:
+      visit(Native<std::uint8_t>{});
+      break;
+    case ncclInt32:
+      visit(Native<std::int32_t>{});
+      break;
+    case ncclUint32:
+      visit(Native<std::uint32_t>{});
+      break;
+    case ncclInt64:
+      visit(Native<std::int64_t>{});
+      break;
+    case ncclUint64:
+      visit(Native<std::uint64_t>{});
+      break;
+    case ncclFloat16:
+      visit(Half{});
+      break;
+    case ncclFloat32:
+      visit(Native<float>{});
+      break;
+    case ncclFloat64:
+      visit(Native<double>{});
+      break;
+    case ncclBfloat16:
+      visit(Bfloat16{});
+      break;
+    case ncclFloat8e4m3:
+      visit(E4M3{});
+      break;
+    case ncclFloat8e5m2:
+      visit(E5M2{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -137,34 +171,46 @@ std::size_t datatype_size(ncclDataType_t datatype) {
     case ncclInt8:
     case ncclUint8:
     case ncclFloat8e4m3:
-    case ncclFloat8e5m2: return 1;
+    case ncclFloat8e5m2:
+      return 1;
     case ncclFloat16:
-    case ncclBfloat16: return 2;
+    case ncclBfloat16:
+      return 2;
     case ncclInt32:
     case ncclUint32:
-    case ncclFloat32: return 4;
+    case ncclFloat32:
+      return 4;
     case ncclInt64:
     case ncclUint64:
-    case ncclFloat64: return 8;
-    default: return 0;
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 const char* datatype_name(ncclDataType_t datatype) {
-  static const char* const kNames[] = {"int8",    "uint8",   "int32",    "uint32",     "int64",      "uint64",
-                                       "float16", "float32", "float64",  "bfloat16",   "float8e4m3", "float8e5m2"};
+  static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                                       "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
   return is_valid_datatype(datatype) ? kNames[datatype] : "invalid";
 }
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kSum: return "sum";
-    case OpKind::kProd: return "prod";
-    case OpKind::kMax: return "max";
-    case OpKind::kMin: return "min";
-    case OpKind::kAvg: return "avg";
-    case OpKind::kPreMulSum: return "premulsum";
-    case OpKind::kNone: return "none";
+    case OpKind::kSum:
+      return "sum";
+    case OpKind::kProd:
+      return "prod";
+    case OpKind::kMax:
+      return "max";
+    case OpKind::kMin:
+      return "min";
+    case OpKind::kAvg:
+      return "avg";
+    case OpKind::kPreMulSum:
+      return "premulsum";
+    case OpKind::kNone:
+      return "none";
   }
   return "invalid";
 }

@@ -71,8 +71,10 @@ ncclResult_t run_to_completion(std::vector<std::unique_ptr<Operation>>& operatio
     for (std::size_t i = 0; i < operations.size(); ++i) {
       if (done[i]) continue;
       SharedSegment* s = operations[i]->comm()->segment;
-      if (sleep_on == nullptr) sleep_on = s;
-      else if (s->name() != sleep_on->name()) many_segments = true;
+      if (sleep_on == nullptr)
+        sleep_on = s;
+      else if (s->name() != sleep_on->name())
+        many_segments = true;
     }
     const std::uint32_t seen = sleep_on->doorbell_value();
 

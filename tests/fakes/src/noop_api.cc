@@ -118,7 +118,9 @@ TSFAKE_API(ncclResult_t, ncclReduce, const void*, void*, size_t, ncclDataType_t,
            cudaStream_t) {
   return ncclSuccess;
 }
-TSFAKE_API(ncclResult_t, ncclBcast, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
+TSFAKE_API(ncclResult_t, ncclBcast, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+  return ncclSuccess;
+}
 TSFAKE_API(ncclResult_t, ncclBroadcast, const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
   return ncclSuccess;
 }

@@ -15,8 +15,12 @@ std::string describe_message(std::uint64_t count, std::uint64_t datatype) {
 class Send final : public Operation {
  public:
   Send(ncclComm* comm, const void* buff, std::size_t count, ncclDataType_t datatype, int peer)
-      : Operation(comm), buff_(static_cast<const unsigned char*>(buff)), count_(count), datatype_(datatype),
-        peer_(peer), bytes_(count * datatype_size(datatype)) {}
+      : Operation(comm),
+        buff_(static_cast<const unsigned char*>(buff)),
+        count_(count),
+        datatype_(datatype),
+        peer_(peer),
+        bytes_(count * datatype_size(datatype)) {}
 
   StepResult step() override {
     Channel& channel = comm_->segment->channel(comm_->rank, peer_);
@@ -97,7 +101,11 @@ class Send final : public Operation {
 class Recv final : public Operation {
  public:
   Recv(ncclComm* comm, void* buff, std::size_t count, ncclDataType_t datatype, int peer)
-      : Operation(comm), buff_(static_cast<unsigned char*>(buff)), count_(count), datatype_(datatype), peer_(peer),
+      : Operation(comm),
+        buff_(static_cast<unsigned char*>(buff)),
+        count_(count),
+        datatype_(datatype),
+        peer_(peer),
         bytes_(count * datatype_size(datatype)) {}
 
   StepResult step() override {
@@ -117,7 +125,8 @@ class Recv final : public Operation {
         return StepResult::kWaiting;
       }
       const MessageDescriptor& d = channel.send_descriptors[message_ % kMaxMessagesInFlight];
-      const std::uint64_t count = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(d.count)).load(std::memory_order_relaxed);
+      const std::uint64_t count =
+          std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(d.count)).load(std::memory_order_relaxed);
       const std::uint64_t datatype =
           std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(d.datatype)).load(std::memory_order_relaxed);
       // A pair that disagrees never completes, like real NCCL; the reason stays on record for observers.
@@ -173,8 +182,7 @@ std::unique_ptr<Operation> make_send(ncclComm* comm, const void* buff, std::size
   return std::make_unique<Send>(comm, buff, count, datatype, peer);
 }
 
-std::unique_ptr<Operation> make_recv(ncclComm* comm, void* buff, std::size_t count, ncclDataType_t datatype,
-                                     int peer) {
+std::unique_ptr<Operation> make_recv(ncclComm* comm, void* buff, std::size_t count, ncclDataType_t datatype, int peer) {
   return std::make_unique<Recv>(comm, buff, count, datatype, peer);
 }
 

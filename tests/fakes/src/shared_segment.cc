@@ -19,7 +19,9 @@ namespace {
 constexpr int kJoinAttempts = 2000;  // each attempt sleeps up to 5 ms: a creator that vanished fails the join in ~10 s
 constexpr int kJoinAttemptMs = 5;
 
-std::size_t round_up(std::size_t value, std::size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+std::size_t round_up(std::size_t value, std::size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 std::size_t header_bytes() { return round_up(sizeof(SegmentHeader), 64); }
 std::size_t slots_bytes(int nranks) { return sizeof(RankSlot) * static_cast<std::size_t>(nranks); }
@@ -98,7 +100,7 @@ ncclResult_t SharedSegment::join(const std::string& name, int nranks, SharedSegm
       sleep_ms(kJoinAttemptMs);
       continue;
     }
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < header_bytes()) {
       close(fd);
       sleep_ms(kJoinAttemptMs);
@@ -136,7 +138,7 @@ ncclResult_t SharedSegment::join(const std::string& name, int nranks, SharedSegm
 SharedSegment* SharedSegment::observe(const std::string& name) {
   int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) return nullptr;
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < header_bytes()) {
     close(fd);
     return nullptr;

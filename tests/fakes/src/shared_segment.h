@@ -40,8 +40,8 @@ enum class BlockState : std::uint32_t { kRunning = 0, kWaiting = 1 };
 struct alignas(64) RankSlot {
   std::uint32_t arrived;
   std::uint32_t block_state;
-  std::uint64_t posted_ticket;    // staging chunks this rank has published
-  std::uint64_t consumed_ticket;  // staging chunks this rank has finished reading
+  std::uint64_t posted_ticket;          // staging chunks this rank has published
+  std::uint64_t consumed_ticket;        // staging chunks this rank has finished reading
   CollectiveDescriptor descriptors[2];  // indexed by sequence parity; peers can lag by at most one collective
   char stuck_reason[kStuckReasonBytes];
   alignas(64) unsigned char staging[kStagingBytes];

@@ -58,7 +58,9 @@ void disagree(const BlockingCase& c, int rank, int n, const ncclUniqueId& id, Ra
     case Disagreement::kOp:
       r = ncclAllReduce(in.data(), out.data(), 8, ncclFloat32, odd ? ncclMax : ncclSum, comm, nullptr);
       break;
-    case Disagreement::kRoot: r = ncclBroadcast(in.data(), out.data(), 8, ncclFloat32, odd ? 1 : 0, comm, nullptr); break;
+    case Disagreement::kRoot:
+      r = ncclBroadcast(in.data(), out.data(), 8, ncclFloat32, odd ? 1 : 0, comm, nullptr);
+      break;
     case Disagreement::kCollective:
       r = odd ? ncclBroadcast(in.data(), out.data(), 8, ncclFloat32, 0, comm, nullptr)
               : ncclAllReduce(in.data(), out.data(), 8, ncclFloat32, ncclSum, comm, nullptr);
@@ -87,7 +89,8 @@ class BlockingTest : public ::testing::TestWithParam<BlockingCase> {};
 TEST_P(BlockingTest, BlocksForeverAndReportsWhy) {
   const BlockingCase c = GetParam();
   RankProcesses ranks;
-  ranks.start(c.nranks, [c](int rank, int n, const ncclUniqueId& id, RankChecks& check) { disagree(c, rank, n, id, check); });
+  ranks.start(c.nranks,
+              [c](int rank, int n, const ncclUniqueId& id, RankChecks& check) { disagree(c, rank, n, id, check); });
   const std::string needle = "rank " + std::to_string(c.detecting_rank) + ": ";
   bool seen = false;
   const std::string state = poll_stuck_state(
@@ -120,7 +123,10 @@ void interrupt_blocked_call(bool revoke, RankChecks& check) {
   });
   bool seen = false;
   const std::string state = poll_stuck_state(
-      id, [](int n, const std::string& text) { return n == 1 && text.find("waiting for rank 1 to join") != std::string::npos; },
+      id,
+      [](int n, const std::string& text) {
+        return n == 1 && text.find("waiting for rank 1 to join") != std::string::npos;
+      },
       &seen);
   check(seen, "rank 0 reported as blocked: " + state);
   if (revoke) {
@@ -146,8 +152,8 @@ void interrupt_blocked_call(bool revoke, RankChecks& check) {
 }
 
 TEST(Interrupts, AbortFromAnotherThreadUnblocksTheCall) {
-  EXPECT_EQ(run_ranks(1, [](int, int, const ncclUniqueId&, RankChecks& check) { interrupt_blocked_call(false, check); }),
-            "");
+  EXPECT_EQ(
+      run_ranks(1, [](int, int, const ncclUniqueId&, RankChecks& check) { interrupt_blocked_call(false, check); }), "");
 }
 
 TEST(Interrupts, RevokeFromAnotherThreadUnblocksTheCall) {
@@ -156,17 +162,18 @@ TEST(Interrupts, RevokeFromAnotherThreadUnblocksTheCall) {
 }
 
 TEST(Rendezvous, JoiningASegmentWhoseCreatorVanishedFailsInsteadOfHanging) {
-  EXPECT_EQ(run_ranks(1, [](int, int, const ncclUniqueId& id, RankChecks& check) {
-              // A name whose creator died before sizing it, so it is never initialised.
-              const char* name = id.internal + TSFAKE_UNIQUE_ID_NAME_OFFSET;
-              const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-              if (!check(fd >= 0, "create stale segment")) return;
-              close(fd);
-              ncclComm_t comm = nullptr;
-              check(ncclCommInitRank(&comm, 2, id, 1) == ncclSystemError, "join fails with a system error");
-              check(comm == nullptr, "no communicator");
-              shm_unlink(name);
-            }),
+  EXPECT_EQ(run_ranks(1,
+                      [](int, int, const ncclUniqueId& id, RankChecks& check) {
+                        // A name whose creator died before sizing it, so it is never initialised.
+                        const char* name = id.internal + TSFAKE_UNIQUE_ID_NAME_OFFSET;
+                        const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+                        if (!check(fd >= 0, "create stale segment")) return;
+                        close(fd);
+                        ncclComm_t comm = nullptr;
+                        check(ncclCommInitRank(&comm, 2, id, 1) == ncclSystemError, "join fails with a system error");
+                        check(comm == nullptr, "no communicator");
+                        shm_unlink(name);
+                      }),
             "");
 }
 

@@ -18,8 +18,8 @@ namespace {
 enum class Coll { kAllReduce, kReduce, kBroadcast, kReduceScatter, kAllGather, kAlltoAll, kGather, kScatter };
 
 const char* coll_name(Coll c) {
-  static const char* const kNames[] = {"AllReduce", "Reduce", "Broadcast", "ReduceScatter",
-                                       "AllGather", "AlltoAll", "Gather", "Scatter"};
+  static const char* const kNames[] = {"AllReduce", "Reduce",   "Broadcast", "ReduceScatter",
+                                       "AllGather", "AlltoAll", "Gather",    "Scatter"};
   return kNames[static_cast<int>(c)];
 }
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
@@ -49,11 +49,21 @@ std::string describe(const Case& c) {
 
 ncclResult_t make_op(const Case& c, int rank, ncclComm_t comm, Bytes& scalar, ncclRedOp_t* op) {
   switch (c.op) {
-    case TestOp::kSum: *op = ncclSum; return ncclSuccess;
-    case TestOp::kProd: *op = ncclProd; return ncclSuccess;
-    case TestOp::kMax: *op = ncclMax; return ncclSuccess;
-    case TestOp::kMin: *op = ncclMin; return ncclSuccess;
-    case TestOp::kAvg: *op = ncclAvg; return ncclSuccess;
+    case TestOp::kSum:
+      *op = ncclSum;
+      return ncclSuccess;
+    case TestOp::kProd:
+      *op = ncclProd;
+      return ncclSuccess;
+    case TestOp::kMax:
+      *op = ncclMax;
+      return ncclSuccess;
+    case TestOp::kMin:
+      *op = ncclMin;
+      return ncclSuccess;
+    case TestOp::kAvg:
+      *op = ncclAvg;
+      return ncclSuccess;
     case TestOp::kPreMulSum:
       scalar = premul_scalar(c.datatype, rank);
       return ncclRedOpCreatePreMulSum(op, scalar.data(), c.datatype,
@@ -69,8 +79,10 @@ Bytes expected_output(const Case& c, int rank, int nranks, const std::vector<Byt
   Bytes out;
   switch (c.coll) {
     case Coll::kAllReduce:
-    case Coll::kReduce: return reference_reduce(c.datatype, c.op, inputs, c.count);
-    case Coll::kBroadcast: return inputs[static_cast<std::size_t>(c.root)];
+    case Coll::kReduce:
+      return reference_reduce(c.datatype, c.op, inputs, c.count);
+    case Coll::kBroadcast:
+      return inputs[static_cast<std::size_t>(c.root)];
     case Coll::kReduceScatter: {
       Bytes all = reference_reduce(c.datatype, c.op, inputs, c.count * static_cast<std::size_t>(nranks));
       return Bytes(all.begin() + static_cast<long>(rank * block), all.begin() + static_cast<long>((rank + 1) * block));
@@ -158,7 +170,9 @@ void run_case(const Case& c, int rank, int nranks, ncclComm_t comm, RankChecks& 
     if (!check.nccl(make_op(c, rank, comm, scalar, &op), "create op for " + describe(c))) return;
   }
   switch (c.coll) {
-    case Coll::kAllReduce: status = ncclAllReduce(sendbuff, recvbuff, c.count, c.datatype, op, comm, nullptr); break;
+    case Coll::kAllReduce:
+      status = ncclAllReduce(sendbuff, recvbuff, c.count, c.datatype, op, comm, nullptr);
+      break;
     case Coll::kReduce:
       status = ncclReduce(sendbuff, recvbuff, c.count, c.datatype, op, c.root, comm, nullptr);
       break;
@@ -169,10 +183,18 @@ void run_case(const Case& c, int rank, int nranks, ncclComm_t comm, RankChecks& 
     case Coll::kReduceScatter:
       status = ncclReduceScatter(sendbuff, recvbuff, c.count, c.datatype, op, comm, nullptr);
       break;
-    case Coll::kAllGather: status = ncclAllGather(sendbuff, recvbuff, c.count, c.datatype, comm, nullptr); break;
-    case Coll::kAlltoAll: status = ncclAlltoAll(sendbuff, recvbuff, c.count, c.datatype, comm, nullptr); break;
-    case Coll::kGather: status = ncclGather(sendbuff, recvbuff, c.count, c.datatype, c.root, comm, nullptr); break;
-    case Coll::kScatter: status = ncclScatter(sendbuff, recvbuff, c.count, c.datatype, c.root, comm, nullptr); break;
+    case Coll::kAllGather:
+      status = ncclAllGather(sendbuff, recvbuff, c.count, c.datatype, comm, nullptr);
+      break;
+    case Coll::kAlltoAll:
+      status = ncclAlltoAll(sendbuff, recvbuff, c.count, c.datatype, comm, nullptr);
+      break;
+    case Coll::kGather:
+      status = ncclGather(sendbuff, recvbuff, c.count, c.datatype, c.root, comm, nullptr);
+      break;
+    case Coll::kScatter:
+      status = ncclScatter(sendbuff, recvbuff, c.count, c.datatype, c.root, comm, nullptr);
+      break;
   }
   if (c.op == TestOp::kPreMulSum && reduces(c.coll)) check.nccl(ncclRedOpDestroy(op, comm), "ncclRedOpDestroy");
   if (!check.nccl(status, describe(c))) return;
@@ -208,15 +230,15 @@ TEST_P(CollectiveTest, MatchesReferenceForEveryTypeOpSizeAndPlacement) {
   EXPECT_EQ(problems, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllCollectives, CollectiveTest,
-    ::testing::Combine(::testing::Values(Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kReduceScatter,
-                                         Coll::kAllGather, Coll::kAlltoAll, Coll::kGather, Coll::kScatter),
-                       ::testing::Values(2, 4)),
-    [](const ::testing::TestParamInfo<std::tuple<Coll, int>>& case_info) {
-      return std::string(coll_name(std::get<0>(case_info.param))) + "_" + std::to_string(std::get<1>(case_info.param)) +
-             "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(AllCollectives, CollectiveTest,
+                         ::testing::Combine(::testing::Values(Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast,
+                                                              Coll::kReduceScatter, Coll::kAllGather, Coll::kAlltoAll,
+                                                              Coll::kGather, Coll::kScatter),
+                                            ::testing::Values(2, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<Coll, int>>& case_info) {
+                           return std::string(coll_name(std::get<0>(case_info.param))) + "_" +
+                                  std::to_string(std::get<1>(case_info.param)) + "ranks";
+                         });
 
 }  // namespace
 }  // namespace tsfake_test

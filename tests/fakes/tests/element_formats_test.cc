@@ -73,8 +73,8 @@ std::vector<std::uint32_t> positive_finite(const Format& f) {
 // Reference rounding: nearest representable by search, ties to the even encoding, past the top to overflow.
 std::uint32_t reference_round(const Format& f, const std::vector<std::uint32_t>& encodings, float x) {
   const std::uint32_t sign = std::signbit(x) ? sign_bit(f) : 0u;
-  const std::uint32_t overflow = f.ieee_specials ? (((1u << f.exponent_bits) - 1) << f.mantissa_bits)
-                                                 : (sign_bit(f) - 1);  // e4m3fn: NaN
+  const std::uint32_t overflow =
+      f.ieee_specials ? (((1u << f.exponent_bits) - 1) << f.mantissa_bits) : (sign_bit(f) - 1);  // e4m3fn: NaN
   const double magnitude = std::fabs(static_cast<double>(x));
   if (std::isinf(x)) return sign | overflow;
   const std::uint32_t top = encodings.back();
@@ -98,9 +98,12 @@ std::uint32_t reference_round(const Format& f, const std::vector<std::uint32_t>&
     lo_value = reference_value(f, lo);
   }
   std::uint32_t chosen = 0;
-  if (magnitude - lo_value < hi_value - magnitude) chosen = lo;
-  else if (magnitude - lo_value > hi_value - magnitude) chosen = hi;
-  else chosen = (lo % 2 == 0) ? lo : hi;
+  if (magnitude - lo_value < hi_value - magnitude)
+    chosen = lo;
+  else if (magnitude - lo_value > hi_value - magnitude)
+    chosen = hi;
+  else
+    chosen = (lo % 2 == 0) ? lo : hi;
   if (chosen == top + 1) return sign | overflow;
   return sign | chosen;
 }
@@ -194,9 +197,9 @@ TEST(ElementFormats, DocumentedLimits) {
   EXPECT_EQ(el::float_to_fp8_e5m2(61440.0f), 0x7c);  // tie at the top rounds to even = infinity
   EXPECT_EQ(el::float_to_half(65520.0f), 0x7c00);
   EXPECT_EQ(el::float_to_half(65519.0f), 0x7bff);
-  EXPECT_EQ(el::float_to_half(5.9604645e-08f), 0x0001);     // smallest subnormal
-  EXPECT_EQ(el::float_to_half(2.9802322e-08f), 0x0000);     // exactly half of it: ties to even zero
-  EXPECT_EQ(el::float_to_half(2.9802326e-08f), 0x0001);     // just above half
+  EXPECT_EQ(el::float_to_half(5.9604645e-08f), 0x0001);                        // smallest subnormal
+  EXPECT_EQ(el::float_to_half(2.9802322e-08f), 0x0000);                        // exactly half of it: ties to even zero
+  EXPECT_EQ(el::float_to_half(2.9802326e-08f), 0x0001);                        // just above half
   EXPECT_EQ(el::float_to_bfloat16(el::float_from_bits(0x3f808000u)), 0x3f80);  // tie, even stays
   EXPECT_EQ(el::float_to_bfloat16(el::float_from_bits(0x3f818000u)), 0x3f82);  // tie, odd rounds up
 }

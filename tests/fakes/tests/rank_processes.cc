@@ -40,7 +40,8 @@ std::string RankProcesses::wait_all(int deadline_seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_seconds);
   for (std::size_t i = 0; i < children_.size(); ++i) {
     // pidfds become readable when the child exits: a bounded wait without sleeping.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd fd{pidfds_[i], POLLIN, 0};
     int ready = 0;
     do {
@@ -105,8 +106,6 @@ std::string poll_stuck_state(const ncclUniqueId& id, const std::function<bool(in
   return text;
 }
 
-void unlink_segment(const ncclUniqueId& id) {
-  shm_unlink(id.internal + TSFAKE_UNIQUE_ID_NAME_OFFSET);
-}
+void unlink_segment(const ncclUniqueId& id) { shm_unlink(id.internal + TSFAKE_UNIQUE_ID_NAME_OFFSET); }
 
 }  // namespace tsfake_test

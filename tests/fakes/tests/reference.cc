@@ -20,10 +20,16 @@ bool is_signed_int(ncclDataType_t t) { return t == ncclInt8 || t == ncclInt32 ||
 double load_float(ncclDataType_t t, const unsigned char* p) {
   std::uint16_t h = 0;
   switch (t) {
-    case ncclFloat16: std::memcpy(&h, p, 2); return static_cast<double>(el::half_to_float(h));
-    case ncclBfloat16: std::memcpy(&h, p, 2); return static_cast<double>(el::bfloat16_to_float(h));
-    case ncclFloat8e4m3: return static_cast<double>(el::fp8_e4m3_to_float(*p));
-    case ncclFloat8e5m2: return static_cast<double>(el::fp8_e5m2_to_float(*p));
+    case ncclFloat16:
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(el::half_to_float(h));
+    case ncclBfloat16:
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(el::bfloat16_to_float(h));
+    case ncclFloat8e4m3:
+      return static_cast<double>(el::fp8_e4m3_to_float(*p));
+    case ncclFloat8e5m2:
+      return static_cast<double>(el::fp8_e5m2_to_float(*p));
     case ncclFloat32: {
       float f = 0;
       std::memcpy(&f, p, 4);
@@ -43,20 +49,36 @@ void store_float(ncclDataType_t t, unsigned char* p, double value) {
   const auto f = static_cast<float>(value);
   std::uint16_t h = 0;
   switch (t) {
-    case ncclFloat16: h = el::float_to_half(f); std::memcpy(p, &h, 2); break;
-    case ncclBfloat16: h = el::float_to_bfloat16(f); std::memcpy(p, &h, 2); break;
-    case ncclFloat8e4m3: *p = el::float_to_fp8_e4m3(f); break;
-    case ncclFloat8e5m2: *p = el::float_to_fp8_e5m2(f); break;
-    case ncclFloat32: std::memcpy(p, &f, 4); break;
-    default: std::memcpy(p, &value, 8); break;
+    case ncclFloat16:
+      h = el::float_to_half(f);
+      std::memcpy(p, &h, 2);
+      break;
+    case ncclBfloat16:
+      h = el::float_to_bfloat16(f);
+      std::memcpy(p, &h, 2);
+      break;
+    case ncclFloat8e4m3:
+      *p = el::float_to_fp8_e4m3(f);
+      break;
+    case ncclFloat8e5m2:
+      *p = el::float_to_fp8_e5m2(f);
+      break;
+    case ncclFloat32:
+      std::memcpy(p, &f, 4);
+      break;
+    default:
+      std::memcpy(p, &value, 8);
+      break;
   }
 }
 
 // Integers travel as uint64: wrapping arithmetic modulo 2^64 truncates to the same result as the narrow type's.
 std::uint64_t load_int(ncclDataType_t t, const unsigned char* p) {
   switch (t) {
-    case ncclInt8: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int8_t>(*p)));
-    case ncclUint8: return *p;
+    case ncclInt8:
+      return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int8_t>(*p)));
+    case ncclUint8:
+      return *p;
     case ncclInt32: {
       std::int32_t v = 0;
       std::memcpy(&v, p, 4);
@@ -79,22 +101,28 @@ void store_int(ncclDataType_t t, unsigned char* p, std::uint64_t v) { std::memcp
 
 double apply_float(TestOp op, double a, double b) {
   switch (op) {
-    case TestOp::kProd: return a * b;
-    case TestOp::kMax: return std::isnan(a) ? a : (std::isnan(b) ? b : (b > a ? b : a));
-    case TestOp::kMin: return std::isnan(a) ? a : (std::isnan(b) ? b : (b < a ? b : a));
-    default: return a + b;
+    case TestOp::kProd:
+      return a * b;
+    case TestOp::kMax:
+      return std::isnan(a) ? a : (std::isnan(b) ? b : (b > a ? b : a));
+    case TestOp::kMin:
+      return std::isnan(a) ? a : (std::isnan(b) ? b : (b < a ? b : a));
+    default:
+      return a + b;
   }
 }
 
 std::uint64_t apply_int(ncclDataType_t t, TestOp op, std::uint64_t a, std::uint64_t b) {
   switch (op) {
-    case TestOp::kProd: return a * b;
+    case TestOp::kProd:
+      return a * b;
     case TestOp::kMax:
     case TestOp::kMin: {
       const bool b_greater = is_signed_int(t) ? static_cast<std::int64_t>(b) > static_cast<std::int64_t>(a) : b > a;
       return (op == TestOp::kMax) == b_greater ? b : a;
     }
-    default: return a + b;
+    default:
+      return a + b;
   }
 }
 
@@ -105,13 +133,17 @@ std::size_t element_size(ncclDataType_t t) {
     case ncclInt8:
     case ncclUint8:
     case ncclFloat8e4m3:
-    case ncclFloat8e5m2: return 1;
+    case ncclFloat8e5m2:
+      return 1;
     case ncclFloat16:
-    case ncclBfloat16: return 2;
+    case ncclBfloat16:
+      return 2;
     case ncclInt32:
     case ncclUint32:
-    case ncclFloat32: return 4;
-    default: return 8;
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -130,7 +162,8 @@ Bytes make_input(ncclDataType_t t, std::size_t count, int rank, int salt) {
   const std::size_t size = element_size(t);
   Bytes out(count * size);
   for (std::size_t i = 0; i < count; ++i) {
-    const long k = static_cast<long>((static_cast<std::size_t>(rank + 1) * 31 + i * 17 + static_cast<std::size_t>(salt) * 7) % 61);
+    const long k =
+        static_cast<long>((static_cast<std::size_t>(rank + 1) * 31 + i * 17 + static_cast<std::size_t>(salt) * 7) % 61);
     if (is_float(t)) {
       store_float(t, &out[i * size], static_cast<double>(k - 30) / 8.0);  // off-grid for fp8, so inputs round too
     } else if (is_signed_int(t)) {
@@ -144,8 +177,10 @@ Bytes make_input(ncclDataType_t t, std::size_t count, int rank, int salt) {
 
 Bytes premul_scalar(ncclDataType_t t, int rank) {
   Bytes out(element_size(t));
-  if (is_float(t)) store_float(t, out.data(), 0.75 * (rank + 1));
-  else store_int(t, out.data(), static_cast<std::uint64_t>(rank + 2));
+  if (is_float(t))
+    store_float(t, out.data(), 0.75 * (rank + 1));
+  else
+    store_int(t, out.data(), static_cast<std::uint64_t>(rank + 2));
   return out;
 }
 
@@ -162,8 +197,10 @@ Bytes reference_reduce(ncclDataType_t t, TestOp op, const std::vector<Bytes>& in
       const unsigned char* in = &inputs[static_cast<std::size_t>(r)][i * size];
       if (op == TestOp::kPreMulSum) {
         const Bytes& scalar = scalars[static_cast<std::size_t>(r)];
-        if (is_float(t)) store_float(t, scaled.data(), load_float(t, in) * load_float(t, scalar.data()));
-        else store_int(t, scaled.data(), load_int(t, in) * load_int(t, scalar.data()));
+        if (is_float(t))
+          store_float(t, scaled.data(), load_float(t, in) * load_float(t, scalar.data()));
+        else
+          store_int(t, scaled.data(), load_int(t, in) * load_int(t, scalar.data()));
         in = scaled.data();
       }
       if (r == 0) {

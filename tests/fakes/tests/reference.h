@@ -15,8 +15,8 @@ using Bytes = std::vector<unsigned char>;
 enum class TestOp { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
 inline constexpr TestOp kAllTestOps[] = {TestOp::kSum, TestOp::kProd, TestOp::kMax,
                                          TestOp::kMin, TestOp::kAvg,  TestOp::kPreMulSum};
-inline constexpr ncclDataType_t kAllDatatypes[] = {ncclInt8,    ncclUint8,   ncclInt32,    ncclUint32,
-                                                   ncclInt64,   ncclUint64,  ncclFloat16,  ncclFloat32,
+inline constexpr ncclDataType_t kAllDatatypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                                   ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                                    ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
 std::size_t element_size(ncclDataType_t datatype);
