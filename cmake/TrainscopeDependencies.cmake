@@ -12,6 +12,9 @@ add_library(trainscope_nccl_headers INTERFACE)
 target_include_directories(trainscope_nccl_headers SYSTEM INTERFACE ${NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
 
 find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+# libunwind (the nongnu one, Debian libunwind-dev): cheap local stack walks for the reports.
+pkg_check_modules(libunwind REQUIRED IMPORTED_TARGET libunwind)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)

@@ -2,6 +2,10 @@
 // would be. Each rank broadcasts the initial weights from rank 0, then for every step all-reduces its gradient
 // buckets (fp32 and bf16), averages the loss, and passes activations to its neighbour in a pipeline group;
 // every few steps it all-gathers a small evaluation shard.
+//
+//   demo_train [STEPS] [--mismatch-at STEP]
+// With --mismatch-at, rank 1 all-reduces only half of its gradient bucket at that step: the classic shape bug
+// that makes every other rank hang in real NCCL.
 #include <nccl.h>
 
 #include <cmath>
@@ -24,9 +28,17 @@ uint16_t to_bf16(float f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
+  int steps = 20;
+  int mismatch_at = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--mismatch-at") == 0 && i + 1 < argc) {
+      mismatch_at = std::atoi(argv[++i]);
+    } else {
+      steps = std::atoi(argv[i]);
+    }
+  }
   if (steps < 1 || steps > 100000) {
-    std::fprintf(stderr, "usage: demo_train [STEPS 1..100000]\n");
+    std::fprintf(stderr, "usage: demo_train [STEPS 1..100000] [--mismatch-at STEP]\n");
     return 2;
   }
   const tsprog::Job job = tsprog::job();
@@ -49,7 +61,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < kWeights; ++i)
       grads[i] = 0.001f * static_cast<float>((i + static_cast<size_t>(job.rank + step)) % 13);
     for (size_t i = 0; i < kBf16Bucket; ++i) bf16_grads[i] = to_bf16(0.01f * static_cast<float>(i % 5));
-    tsprog::check(ncclAllReduce(grads.data(), grads.data(), kWeights, ncclFloat32, ncclAvg, comm, nullptr), "grads");
+    const size_t bucket = step == mismatch_at && job.rank == 1 ? kWeights / 2 : kWeights;
+    tsprog::check(ncclAllReduce(grads.data(), grads.data(), bucket, ncclFloat32, ncclAvg, comm, nullptr), "grads");
     tsprog::check(
         ncclAllReduce(bf16_grads.data(), bf16_grads.data(), kBf16Bucket, ncclBfloat16, ncclSum, comm, nullptr),
         "bf16 grads");

@@ -6,6 +6,7 @@
 #include "shim/engine_api.h"
 #include "shim/engine_exchange.h"
 #include "shim/engine_logging.h"
+#include "shim/engine_stacks.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -67,11 +68,20 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   trainscope::engine::flush_logs();
 }
 
+TS_ENGINE_EXPORT void trainscope_engine_note_call_site(uint64_t call_site) {
+  try {
+    trainscope::engine::capture_call_site_stack(call_site);
+  } catch (...) {
+    // A stack is a nicety of the report: never worth an exception in the job.
+  }
+}
+
 TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
 TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
   trainscope::engine::abandon_exchange();
+  trainscope::engine::abandon_stacks();
   trainscope::engine::abandon_logging();
   g_started = false;
 }

@@ -43,6 +43,9 @@ void trainscope_engine_log(int level, const char* message);
 void trainscope_engine_set_rank(int32_t global_rank);
 // Normal process exit: flush and stop background work.
 void trainscope_engine_stop(void);
+// First call from a call site (the return address into the caller of an NCCL function): capture its stack.
+// Called on the job's thread, once per call site.
+void trainscope_engine_note_call_site(uint64_t call_site);
 // Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
 void trainscope_engine_fork_prepare(void);
 void trainscope_engine_fork_parent(void);

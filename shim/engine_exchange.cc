@@ -13,11 +13,13 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
 #include "shim/engine_logging.h"
+#include "shim/engine_stacks.h"
 
 namespace trainscope::engine {
 
@@ -306,7 +308,13 @@ class Exchange {
       }
       const Op op = static_cast<Op>(r.op);
       if (exchanged(op) && r.comm_id != 0) {
-        client_->push(fingerprint_of(r, cursor_, EventKind::kCall));
+        Fingerprint f = fingerprint_of(r, cursor_, EventKind::kCall);
+        f.stack_id = stack_id_of(r.caller);
+        // The coordinator learns a stack once, before the first fingerprint that uses it; it is symbolised
+        // here, on this thread, never on the job's.
+        if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second)
+          client_->define_stack(f.stack_id, symbolised_stack(f.stack_id));
+        client_->push(f);
         if (r.result == recorder::kResultPending) {
           std::lock_guard<std::mutex> lock(pending_mutex_);
           pending_.push_back({cursor_, r.comm_id, r.seq, r.start_ns, r.op});
@@ -415,6 +423,7 @@ class Exchange {
   std::mutex drain_mutex_;  // the pump and stop() both drain
   uint64_t cursor_ = 0;
   uint64_t dropped_ = 0;
+  std::unordered_set<uint32_t> defined_stacks_;
   std::vector<uint16_t> comm_states_;
   std::vector<CommEntry> comm_entries_;
   std::mutex pending_mutex_;  // the pump writes, the client's heartbeat reads

@@ -8,6 +8,7 @@
 // Nothing on this path allocates, locks, or logs.
 #include <string.h>
 
+#include "shim/call_sites.h"
 #include "shim/comm_registry.h"
 #include "shim/interception.h"
 #include "shim/runtime.h"
@@ -108,6 +109,7 @@ class Hook {
                   cudaStream_t stream) {
     set_buffers(send, recv, count, type, stream);
     if (CommInfo* info = set_comm(comm)) record_.seq = next_collective_seq(info);
+    note_call_site();
     const auto s = reinterpret_cast<uintptr_t>(send);
     const auto r = reinterpret_cast<uintptr_t>(recv);
     const uintptr_t part =
@@ -126,6 +128,12 @@ class Hook {
         break;
     }
     if (in_place) record_.flags |= recorder::kFlagInPlace;
+  }
+
+  // The first call from a call site has its stack captured (once, on this thread) for the reports.
+  void note_call_site() {
+    auto note = g_runtime.engine_note_call_site;
+    if (note != nullptr && first_sight_of_call_site(record_.caller)) note(record_.caller);
   }
 
   void begin() { pending_ = g_runtime.writer.append(record_); }
@@ -446,6 +454,7 @@ TS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType
   hook.set_buffers(sendbuff, nullptr, count, datatype, stream);
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, false);
+  hook.note_call_site();
   return hook.call(real, sendbuff, count, datatype, peer, comm, stream);
 }
 
@@ -455,6 +464,7 @@ TS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dat
   hook.set_buffers(nullptr, recvbuff, count, datatype, stream);
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, true);
+  hook.note_call_site();
   return hook.call(real, recvbuff, count, datatype, peer, comm, stream);
 }
 

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim/call_sites.h"
 #include "shim/comm_registry.h"
 #include "shim/identity.h"
 #include "shim/interception.h"
@@ -110,6 +111,7 @@ void start_engine(int run_dir_error) {
   load_symbol(handle, "trainscope_engine_fork_prepare", &rt.engine_fork_prepare);
   load_symbol(handle, "trainscope_engine_fork_parent", &rt.engine_fork_parent);
   load_symbol(handle, "trainscope_engine_fork_child", &rt.engine_fork_child);
+  load_symbol(handle, "trainscope_engine_note_call_site", &rt.engine_note_call_site);
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
@@ -190,6 +192,7 @@ void start_locked() {
   rt.engine_fork_prepare = nullptr;
   rt.engine_fork_parent = nullptr;
   rt.engine_fork_child = nullptr;
+  rt.engine_note_call_site = nullptr;
   rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
   if (gethostname(rt.host, sizeof(rt.host)) != 0) snprintf(rt.host, sizeof(rt.host), "unknown");
   rt.host[sizeof(rt.host) - 1] = '\0';
@@ -306,6 +309,8 @@ void fork_child() {
   rt.engine_fork_prepare = nullptr;
   rt.engine_fork_parent = nullptr;
   rt.engine_fork_child = nullptr;
+  rt.engine_note_call_site = nullptr;
+  reset_call_sites();
   t_thread = ThreadState{};
   rt.start_state.store(static_cast<int>(StartState::kNotStarted), std::memory_order_relaxed);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

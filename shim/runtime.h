@@ -40,6 +40,7 @@ struct Runtime {
   decltype(&trainscope_engine_fork_prepare) engine_fork_prepare;
   decltype(&trainscope_engine_fork_parent) engine_fork_parent;
   decltype(&trainscope_engine_fork_child) engine_fork_child;
+  decltype(&trainscope_engine_note_call_site) engine_note_call_site;
 };
 
 extern Runtime g_runtime;

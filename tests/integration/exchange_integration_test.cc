@@ -129,6 +129,9 @@ TEST_P(Mismatch, IsReportedAndStopsEveryRank) {
       << text;
   EXPECT_NE(text.find(std::string("Differs in: ") + c.differs), std::string::npos) << text;
   EXPECT_NE(text.find(c.shapes), std::string::npos) << text;
+  // Each rank's native stack at the call, symbolised.
+  EXPECT_NE(text.find("Native stacks at the call:\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("    #0 main+0x"), std::string::npos) << text;
   // The main rank printed it; every rank logged that it stopped.
   EXPECT_NE(job.err.find("Cannot apply desired operation due to shape mismatches"), std::string::npos) << job.err;
   for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
