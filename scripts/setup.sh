@@ -8,7 +8,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev
   libzmq3-dev cppzmq-dev libunwind-dev
-  clang-format
+  clang-format clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -22,11 +22,20 @@ bench_dir="$(mktemp -d)"
   --benchmark_min_time=0.2 --benchmark_format=console) || echo "benchmarks failed (figures only; not a test)"
 rm -rf "$bench_dir"
 
+echo "== fuzzing the exchange's message decoder (libFuzzer, clang, 60 s)"
+mkdir -p build-ci-fuzz
+CC=clang-14 CXX=clang++-14 bash scripts/build.sh build-ci-fuzz -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_BUILD_FUZZ=ON \
+  -DTRAINSCOPE_BUILD_KERNELS=OFF -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_TESTS=ON --target wire_protocol_fuzz
+mkdir -p build-ci-fuzz/corpus
+build-ci-fuzz/tests/fuzz/wire_protocol_fuzz -max_total_time=60 -print_final_stats=1 build-ci-fuzz/corpus 2>&1 |
+  tail -n 12
+
 for sanitizer in address thread; do
   echo "== $sanitizer sanitizer build"
   mkdir -p "build-ci-$sanitizer"
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
-    -DTRAINSCOPE_BUILD_BENCH=OFF
+    -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=OFF \
+    --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests
   echo "== tests under the $sanitizer sanitizer"
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" \
