@@ -2,6 +2,7 @@
 #include "shim/engine_exchange.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -187,6 +188,32 @@ void describe_gpu(int32_t local_rank, exchange::Hello* hello) {
   if (bus != nullptr && bus(text, sizeof(text) - 1, device) == 0) hello->gpu_bus_id = text;
 }
 
+// The CUDA runtime the job loaded, if it loaded one (we never load it ourselves): its cudaRuntimeGetVersion.
+std::string cuda_runtime_version() {
+  std::string path;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) {
+        const char* name = info->dlpi_name != nullptr ? std::strrchr(info->dlpi_name, '/') : nullptr;
+        if (name != nullptr && std::strncmp(name + 1, "libcudart.so", 12) == 0) {
+          *static_cast<std::string*>(data) = info->dlpi_name;
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return "";
+  void* cudart = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (cudart == nullptr) return "";
+  using VersionFn = int (*)(int*);
+  auto get_version = reinterpret_cast<VersionFn>(dlsym(cudart, "cudaRuntimeGetVersion"));
+  int version = 0;
+  std::string text;
+  if (get_version != nullptr && get_version(&version) == 0 && version > 0)
+    text = std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+  dlclose(cudart);
+  return text;
+}
+
 std::string nccl_version_text(int32_t code) {
   if (code <= 0) return "";
   const int major = code >= 10000 ? code / 10000 : code / 1000;
@@ -237,6 +264,7 @@ class Exchange {
     struct utsname names;
     if (uname(&names) == 0) options.hello.kernel_release = names.release;
     describe_gpu(setup_.local_rank, &options.hello);
+    options.hello.cuda_runtime_version = cuda_runtime_version();
     options.log = log_sink();
     options.on_verdict = [this](const exchange::Verdict& verdict) { on_verdict(verdict); };
     options.inside_calls = [this] { return inside_calls(); };

@@ -209,6 +209,27 @@ TEST(Exchange, RankThatJustExitsIsACertainDesync) {
   EXPECT_NE(text.find("exited"), std::string::npos) << text;
 }
 
+TEST(Exchange, RankAliveButSilentIsAWarningAfterTheTimeoutAndTheJobIsNotStopped) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_DESYNC_TIMEOUT"] = "1";
+  const pid_t launcher = testing::start_process(scenario("hang", 3, 2), options);
+  ASSERT_GT(launcher, 0);
+  std::string text;
+  ASSERT_TRUE(eventually([&] { return !(text = report(dir, "desync-")).empty(); })) << "no desync warning";
+  EXPECT_NE(text.find("Process 3 (communicator rank 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("process still running"), std::string::npos) << text;
+  EXPECT_EQ(text.find("can never reach"), std::string::npos) << "alive but silent is not certain: " << text;
+  EXPECT_EQ(kill(launcher, 0), 0) << "a warning does not stop the job";
+  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+    if (entry.path().extension() == ".log") {
+      EXPECT_EQ(testing::read_file(entry.path()).find("stopping this rank"), std::string::npos) << entry.path();
+    }
+  }
+  kill(-launcher, SIGKILL);
+  testing::wait_process(launcher, 30);
+}
+
 TEST(Exchange, SigkilledRankIsReportedAsVanished) {
   TempDir dir;
   const pid_t launcher = testing::start_process(
