@@ -113,6 +113,30 @@ constexpr const char* op_name(Op op) {
   return "unknown";
 }
 
+// Bytes per element of an ncclDataType_t value (int8 0 ... float8e5m2 11); 0 for anything else.
+constexpr size_t nccl_dtype_bytes(int dtype) {
+  switch (dtype) {
+    case 0:
+    case 1:
+    case 10:
+    case 11:
+      return 1;  // int8, uint8, float8e4m3, float8e5m2
+    case 6:
+    case 9:
+      return 2;  // float16, bfloat16
+    case 2:
+    case 3:
+    case 7:
+      return 4;  // int32, uint32, float32
+    case 4:
+    case 5:
+    case 8:
+      return 8;  // int64, uint64, float64
+    default:
+      return 0;
+  }
+}
+
 // Collectives share one sequence per communicator; sends and receives are numbered per peer and direction.
 constexpr bool is_collective(Op op) { return op >= Op::kAllReduce && op <= Op::kScatter; }
 constexpr bool is_point_to_point(Op op) { return op == Op::kSend || op == Op::kRecv; }

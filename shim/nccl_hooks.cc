@@ -23,29 +23,6 @@ using recorder::CommState;
 using recorder::Op;
 using recorder::Record;
 
-size_t dtype_size(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 // Logs, once per function, that the loaded NCCL lacks a function we interpose.
 std::atomic<bool> g_missing_logged[static_cast<int>(Op::kCount)];
 
@@ -112,8 +89,8 @@ class Hook {
     note_call_site();
     const auto s = reinterpret_cast<uintptr_t>(send);
     const auto r = reinterpret_cast<uintptr_t>(recv);
-    const uintptr_t part =
-        static_cast<uintptr_t>(count) * dtype_size(type) * static_cast<uintptr_t>(record_.rank > 0 ? record_.rank : 0);
+    const uintptr_t part = static_cast<uintptr_t>(count) * recorder::nccl_dtype_bytes(type) *
+                           static_cast<uintptr_t>(record_.rank > 0 ? record_.rank : 0);
     bool in_place = s == r;
     switch (static_cast<Op>(record_.op)) {
       case Op::kAllGather:

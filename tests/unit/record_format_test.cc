@@ -37,3 +37,16 @@ TEST(RecordFormat, EveryOpHasAName) {
 
 }  // namespace
 }  // namespace trainscope::recorder
+
+namespace trainscope::recorder {
+namespace {
+
+TEST(RecordFormat, DtypeBytesFollowNcclH) {
+  const size_t expected[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};  // ncclInt8 ... ncclFloat8e5m2
+  for (int dtype = 0; dtype < 12; ++dtype) EXPECT_EQ(nccl_dtype_bytes(dtype), expected[dtype]) << dtype;
+  EXPECT_EQ(nccl_dtype_bytes(-1), 0u);
+  EXPECT_EQ(nccl_dtype_bytes(12), 0u);
+}
+
+}  // namespace
+}  // namespace trainscope::recorder
