@@ -1,0 +1,202 @@
+// Frame model and every DebugUnderflowOverflow-family report (detection, trace, aborts, overflow streak, near
+// overflow, origin) as text in the seed's exact format, with JSON twins.
+//
+// Pure formatting: the engine fills these plain structs (a watched NCCL call becomes a Frame whose rows are its
+// buffers' statistics); nothing here knows about NCCL, CUDA or the coordinator, so the formats are tested alone.
+//
+// Text formats (DESIGN.md "Reports — exact formats", from transformers' debug_utils.py):
+//   frame header  "                  <name> <kind>"           (17 spaces, a space, name, a space, kind)
+//   tensor row    "%8.2e %8.2e <label>"                      ("     inf" / "     nan" for non-finite values)
+//   missing       "             None <label>"                (f"{'None':>17} {label}")
+//   not a tensor  "     not a tensor <label>"                (f"{'not a tensor':>17} {label}")
+//   empty tensor  "            empty <label>"                (f"{'empty':>17} {label}"; see FrameRowKind)
+// Every function returning text returns whole lines, each ending in '\n'.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/stats.h"
+
+namespace trainscope::reports {
+
+// The column header printed before frames: "abs min  abs max  metadata".
+inline constexpr const char* kFrameColumnHeader = "abs min  abs max  metadata";
+// Frames a detection report keeps by default (transformers' max_frames_to_save).
+inline constexpr std::size_t kDefaultMaxFrames = 21;
+// Fraction of a type's largest finite value at which the near-overflow warning fires by default.
+inline constexpr double kDefaultNearOverflowFraction = 0.9;
+// The variables named by the abort messages.
+inline constexpr const char* kAbortAfterBatchVariable = "TRAINSCOPE_ABORT_AFTER_BATCH";
+inline constexpr const char* kAbortOnNonfiniteVariable = "TRAINSCOPE_ABORT_ON_NONFINITE";
+
+// ---- Frame model -------------------------------------------------------------------------------------------------
+
+enum class FrameRowKind : std::uint8_t {
+  kTensor = 0,      // stats are valid; a tensor with stats.count == 0 prints as kEmpty
+  kNone = 1,        // the tensor is missing (Python's None): "None"
+  kNotATensor = 2,  // something that is not a tensor: "not a tensor"
+  // An empty tensor (zero elements). It has no abs min/max: its statistics hold the empty interval (+inf, -inf),
+  // and printing those would read "     inf     -inf", a false overflow alarm in a report whose very purpose is to
+  // point at infinities. Like None, there is no value to show, so it gets the same right-aligned word treatment:
+  // f"{'empty':>17} {label}" — distinct from None because the buffer exists (it is just zero-sized).
+  kEmpty = 3,
+};
+
+struct FrameRow {
+  std::string label;  // "input[0]", "output", "weight", "output[1]", ...
+  FrameRowKind kind = FrameRowKind::kTensor;
+  stats::TensorStats stats{};  // kTensor / kEmpty only (dtype inside)
+
+  static FrameRow tensor(std::string label, const stats::TensorStats& stats);  // kEmpty when stats.count == 0
+  static FrameRow none(std::string label);
+  static FrameRow not_a_tensor(std::string label);
+  static FrameRow empty(std::string label, stats::DType dtype);
+
+  bool is_tensor() const { return kind == FrameRowKind::kTensor; }
+  bool has_nonfinite() const { return is_tensor() && stats.has_nonfinite(); }
+};
+
+// One observed call: for a watched NCCL call, name "comm 3f2a9c ncclAllReduce #812" and kind "ncclAllReduce".
+struct Frame {
+  std::string name;
+  std::string kind;
+  std::vector<FrameRow> rows;
+
+  bool has_nonfinite() const;
+  // The first row holding a NaN or an infinity; nullptr when none does.
+  const FrameRow* first_nonfinite_row() const;
+};
+
+// The last `capacity` frames of the current batch, oldest first (transformers' frames deque).
+class FrameHistory {
+ public:
+  explicit FrameHistory(std::size_t capacity = kDefaultMaxFrames) : capacity_(capacity) {}
+  void push(Frame frame);  // drops the oldest once full; a capacity of 0 keeps nothing
+  void clear() { frames_.clear(); }
+  std::size_t capacity() const { return capacity_; }
+  const std::deque<Frame>& frames() const { return frames_; }
+  std::vector<Frame> snapshot() const { return {frames_.begin(), frames_.end()}; }
+
+ private:
+  std::size_t capacity_;
+  std::deque<Frame> frames_;
+};
+
+// ---- Frame text --------------------------------------------------------------------------------------------------
+
+std::string format_frame_header(const Frame& frame);  // "                  <name> <kind>\n"
+std::string format_frame_row(const FrameRow& row);    // one row line, '\n'-terminated
+std::string format_frame(const Frame& frame);         // header then rows
+
+// ---- Detection report --------------------------------------------------------------------------------------------
+
+struct DetectionReport {
+  int32_t rank = -1;  // global rank (JSON only: the text is the seed's, per rank)
+  uint64_t batch_number = 0;
+  std::vector<Frame> frames;  // oldest first; only the last max_frames are reported
+  std::size_t max_frames = kDefaultMaxFrames;
+};
+
+// "\nDetected inf/nan during batch_number=N\nLast K forward frames:\nabs min  abs max  metadata\n<frames>",
+// K = the number of frames shown (min(frames, max_frames)), the newest ones.
+std::string format_detection_text(const DetectionReport& report);
+nlohmann::json detection_json(const DetectionReport& report);
+
+// ---- Trace mode --------------------------------------------------------------------------------------------------
+
+// "\n" + 17 spaces + " *** Starting batch number=N ***\n" + the column header line.
+std::string format_trace_batch_start(uint64_t batch_number);
+// One frame as it completes (the same text as format_frame).
+std::string format_trace_frame(const Frame& frame);
+
+// ---- Abort messages ----------------------------------------------------------------------------------------------
+
+// "trainscope: stopping after batch_number=N (TRAINSCOPE_ABORT_AFTER_BATCH)\n"
+std::string format_abort_after_batch(uint64_t batch_number);
+// "trainscope: stopping: inf/nan detected during batch_number=N in <frame name> <row label>
+// (TRAINSCOPE_ABORT_ON_NONFINITE)\n"; the row part is left out when `label` is empty.
+std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label);
+
+// ---- Persistent overflow (DeepSpeed's "OVERFLOW! ... Attempted loss scale: 1, reducing to 1") --------------------
+
+struct OverflowBatch {
+  uint64_t batch_number = 0;
+  std::string first_frame;  // name of the batch's first frame with a non-finite value
+  std::string first_label;  // its first non-finite row ("output"); may be empty
+};
+
+struct OverflowStreakReport {
+  int32_t rank = -1;                   // -1: not shown
+  std::vector<OverflowBatch> batches;  // the consecutive batches, oldest first
+};
+
+std::string format_overflow_streak_text(const OverflowStreakReport& report);
+nlohmann::json overflow_streak_json(const OverflowStreakReport& report);
+
+// ---- Near overflow -----------------------------------------------------------------------------------------------
+
+// Largest finite value of a floating type (fp16 65504, bf16 3.39e38, e4m3fn 448, e5m2 57344, fp32, fp64); 0 for
+// integer types (they cannot overflow to inf).
+double largest_finite_value(stats::DType dtype);
+// PyTorch-style type name used in the warning: "float16", "bfloat16", "float8_e4m3fn", ...
+const char* long_dtype_name(stats::DType dtype);
+
+struct NearOverflow {
+  bool near = false;
+  double fraction = 0;  // finite abs max / largest finite value
+  std::string text;     // "near overflow: <frame> <label> abs max 6.27e+04 is 96% of float16's largest finite
+                        // value 6.55e+04\n"; empty when !near
+};
+
+// Whether the finite abs max of a floating tensor reaches `threshold` of its type's largest finite value.
+NearOverflow check_near_overflow(const stats::TensorStats& stats, std::string_view frame_name, std::string_view label,
+                                 double threshold = kDefaultNearOverflowFraction);
+
+// Warns once per frame name: returns the text the first time a frame name is near overflow, nullopt after.
+class NearOverflowWarner {
+ public:
+  explicit NearOverflowWarner(double threshold = kDefaultNearOverflowFraction) : threshold_(threshold) {}
+  // Checks every tensor row of the frame; at most one warning (the first near row) per frame name, ever.
+  std::optional<std::string> check(const Frame& frame);
+
+ private:
+  double threshold_;
+  std::unordered_set<std::string> warned_;
+};
+
+// ---- Origin report (coordinator side) ----------------------------------------------------------------------------
+
+enum class NonfiniteWhere : std::uint8_t { kInput = 0, kOutput = 1 };
+enum class NonfiniteKind : std::uint8_t { kInf = 0, kNan = 1 };
+
+// One rank's first frame with a non-finite value.
+struct FirstNonfinite {
+  int32_t rank = -1;
+  uint64_t batch_number = 0;
+  uint64_t comm_id = 0;
+  uint64_t call_number = 0;
+  std::string op;  // NCCL function ("ncclAllReduce"); printed as "all-reduce"
+  NonfiniteWhere where = NonfiniteWhere::kOutput;
+  NonfiniteKind kind = NonfiniteKind::kInf;
+};
+
+// "ncclAllReduce" -> "all-reduce", "ncclReduceScatter" -> "reduce-scatter", ...; unknown names unchanged.
+std::string collective_phrase(std::string_view nccl_op);
+// {0,1,2,4,5,6,7} -> "0–2 and 4–7" (en dash); runs of three or more become ranges.
+std::string format_rank_list(std::vector<int32_t> ranks);
+
+// "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0–2 and 4–7 first saw it in that call's output\n",
+// then one line per other group of ranks that first saw a value elsewhere. Empty input: "" (nothing to report).
+std::string format_origin_text(const std::vector<FirstNonfinite>& firsts);
+nlohmann::json origin_json(const std::vector<FirstNonfinite>& firsts);
+
+}  // namespace trainscope::reports

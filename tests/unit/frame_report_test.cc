@@ -1,0 +1,469 @@
+// Golden tests of the frame reports: the seed's DebugUnderflowOverflow example character by character, trace mode,
+// aborts, overflow streak, near overflow, origin, and their JSON twins.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/frame_report.h"
+
+namespace trainscope::reports {
+namespace {
+
+using stats::DType;
+using stats::TensorStats;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+TensorStats make_stats(double abs_min, double abs_max, DType dtype = DType::kFloat16) {
+  TensorStats s;
+  s.dtype = dtype;
+  s.count = 1024;
+  s.abs_min = abs_min;
+  s.abs_max = abs_max;
+  s.finite_abs_min = abs_min;
+  s.finite_abs_max = abs_max;
+  if (std::isnan(abs_max)) {
+    s.nan_count = 1;
+    s.first_nonfinite = 7;
+    s.finite_abs_max = 1.0;
+    s.finite_abs_min = 0.0;
+  } else if (std::isinf(abs_max)) {
+    s.pos_inf_count = 1;
+    s.first_nonfinite = 3;
+    s.finite_abs_max = 6.0e4;
+  }
+  return s;
+}
+
+FrameRow row(const char* label, double abs_min, double abs_max) {
+  return FrameRow::tensor(label, make_stats(abs_min, abs_max));
+}
+
+Frame frame(const char* name, const char* kind, std::vector<FrameRow> rows) {
+  return Frame{name, kind, std::move(rows)};
+}
+
+// The frames of the seed's example (fp16 google/mt5-small), oldest first; the seed elides 12 frames as "[...]".
+std::vector<Frame> seed_frames_before_elision() {
+  return {frame("encoder.block.1.layer.1.DenseReluDense.dropout", "Dropout",
+                {row("input[0]", 0.00e+00, 2.57e+02), row("output", 0.00e+00, 2.85e+02)})};
+}
+
+std::vector<Frame> seed_frames_after_elision() {
+  return {
+      frame("encoder.block.2.layer.0", "T5LayerSelfAttention",
+            {row("input[0]", 6.78e-04, 3.15e+03), row("output[0]", 2.65e-04, 3.42e+03), FrameRow::none("output[1]"),
+             row("output[2]", 2.25e-01, 1.00e+04)}),
+      frame(
+          "encoder.block.2.layer.1.layer_norm", "T5LayerNorm",
+          {row("weight", 8.69e-02, 4.18e-01), row("input[0]", 2.65e-04, 3.42e+03), row("output", 1.79e-06, 4.65e+00)}),
+      frame(
+          "encoder.block.2.layer.1.DenseReluDense.wi_0", "Linear",
+          {row("weight", 2.17e-07, 4.50e+00), row("input[0]", 1.79e-06, 4.65e+00), row("output", 2.68e-06, 3.70e+01)}),
+      frame(
+          "encoder.block.2.layer.1.DenseReluDense.wi_1", "Linear",
+          {row("weight", 8.08e-07, 2.66e+01), row("input[0]", 1.79e-06, 4.65e+00), row("output", 1.27e-04, 2.37e+02)}),
+      frame("encoder.block.2.layer.1.DenseReluDense.dropout", "Dropout",
+            {row("input[0]", 0.00e+00, 8.76e+03), row("output", 0.00e+00, 9.74e+03)}),
+      frame(
+          "encoder.block.2.layer.1.DenseReluDense.wo", "Linear",
+          {row("weight", 1.01e-06, 6.44e+00), row("input[0]", 0.00e+00, 9.74e+03), row("output", 3.18e-04, 6.27e+04)}),
+      frame("encoder.block.2.layer.1.DenseReluDense", "T5DenseGatedGeluDense",
+            {row("input[0]", 1.79e-06, 4.65e+00), row("output", 3.18e-04, 6.27e+04)}),
+      frame("encoder.block.2.layer.1.dropout", "Dropout",
+            {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.00e+00, kInf)}),
+  };
+}
+
+Frame filler(int i) { return frame(("elided." + std::to_string(i)).c_str(), "Filler", {row("output", 1.0, 2.0)}); }
+
+// Replaces the text of the elided frames with the seed's "[...]" line.
+std::string elide(std::string text, const std::vector<Frame>& elided) {
+  std::string block;
+  for (const Frame& f : elided) block += format_frame(f);
+  const std::size_t at = text.find(block);
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) text.replace(at, block.size(), "[...]\n");
+  return text;
+}
+
+// Copied from the seed (first section, the fp16 google/mt5-small example), preceded by the report's blank line.
+const char* const kSeedDetection =
+    "\n"
+    "Detected inf/nan during batch_number=0\n"
+    "Last 21 forward frames:\n"
+    "abs min  abs max  metadata\n"
+    "                  encoder.block.1.layer.1.DenseReluDense.dropout Dropout\n"
+    "0.00e+00 2.57e+02 input[0]\n"
+    "0.00e+00 2.85e+02 output\n"
+    "[...]\n"
+    "                  encoder.block.2.layer.0 T5LayerSelfAttention\n"
+    "6.78e-04 3.15e+03 input[0]\n"
+    "2.65e-04 3.42e+03 output[0]\n"
+    "             None output[1]\n"
+    "2.25e-01 1.00e+04 output[2]\n"
+    "                  encoder.block.2.layer.1.layer_norm T5LayerNorm\n"
+    "8.69e-02 4.18e-01 weight\n"
+    "2.65e-04 3.42e+03 input[0]\n"
+    "1.79e-06 4.65e+00 output\n"
+    "                  encoder.block.2.layer.1.DenseReluDense.wi_0 Linear\n"
+    "2.17e-07 4.50e+00 weight\n"
+    "1.79e-06 4.65e+00 input[0]\n"
+    "2.68e-06 3.70e+01 output\n"
+    "                  encoder.block.2.layer.1.DenseReluDense.wi_1 Linear\n"
+    "8.08e-07 2.66e+01 weight\n"
+    "1.79e-06 4.65e+00 input[0]\n"
+    "1.27e-04 2.37e+02 output\n"
+    "                  encoder.block.2.layer.1.DenseReluDense.dropout Dropout\n"
+    "0.00e+00 8.76e+03 input[0]\n"
+    "0.00e+00 9.74e+03 output\n"
+    "                  encoder.block.2.layer.1.DenseReluDense.wo Linear\n"
+    "1.01e-06 6.44e+00 weight\n"
+    "0.00e+00 9.74e+03 input[0]\n"
+    "3.18e-04 6.27e+04 output\n"
+    "                  encoder.block.2.layer.1.DenseReluDense T5DenseGatedGeluDense\n"
+    "1.79e-06 4.65e+00 input[0]\n"
+    "3.18e-04 6.27e+04 output\n"
+    "                  encoder.block.2.layer.1.dropout Dropout\n"
+    "3.18e-04 6.27e+04 input[0]\n"
+    "0.00e+00      inf output\n";
+
+// Copied from the seed (trace mode, trace_batch_nums=[1, 3]).
+const char* const kSeedTrace =
+    "\n"
+    "                  *** Starting batch number=1 ***\n"
+    "abs min  abs max  metadata\n"
+    "                  shared Embedding\n"
+    "1.01e-06 7.92e+02 weight\n"
+    "0.00e+00 2.47e+04 input[0]\n"
+    "5.36e-05 7.92e+02 output\n"
+    "[...]\n"
+    "                  decoder.dropout Dropout\n"
+    "1.60e-07 2.27e+01 input[0]\n"
+    "0.00e+00 2.52e+01 output\n"
+    "                  decoder T5Stack\n"
+    "     not a tensor output\n"
+    "                  lm_head Linear\n"
+    "1.01e-06 7.92e+02 weight\n"
+    "0.00e+00 1.11e+00 input[0]\n"
+    "6.06e-02 8.39e+01 output\n"
+    "                   T5ForConditionalGeneration\n"
+    "     not a tensor output\n"
+    "\n"
+    "                  *** Starting batch number=3 ***\n"
+    "abs min  abs max  metadata\n"
+    "                  shared Embedding\n"
+    "1.01e-06 7.92e+02 weight\n"
+    "0.00e+00 2.78e+04 input[0]\n"
+    "5.36e-05 7.92e+02 output\n"
+    "[...]\n";
+
+TEST(FrameReportTest, SeedDetectionExampleCharacterByCharacter) {
+  // 4 older frames that the 21-frame limit drops, then the seed's 21 frames (1 + 12 elided + 8).
+  FrameHistory history;
+  EXPECT_EQ(history.capacity(), 21u);
+  for (int i = 0; i < 4; ++i) history.push(filler(100 + i));
+  for (Frame& f : seed_frames_before_elision()) history.push(f);
+  std::vector<Frame> elided;
+  for (int i = 0; i < 12; ++i) elided.push_back(filler(i));
+  for (Frame& f : elided) history.push(f);
+  for (Frame& f : seed_frames_after_elision()) history.push(f);
+  ASSERT_EQ(history.frames().size(), 21u);
+
+  DetectionReport report;
+  report.rank = 0;
+  report.batch_number = 0;
+  report.frames = history.snapshot();
+  EXPECT_EQ(elide(format_detection_text(report), elided), kSeedDetection);
+
+  // The report itself applies the limit too: all 25 frames in, the same 21 out.
+  DetectionReport all = report;
+  all.frames.clear();
+  for (int i = 0; i < 4; ++i) all.frames.push_back(filler(100 + i));
+  for (const Frame& f : report.frames) all.frames.push_back(f);
+  EXPECT_EQ(format_detection_text(all), format_detection_text(report));
+  EXPECT_EQ(detection_json(all)["frames_dropped"], 4);
+}
+
+TEST(FrameReportTest, SeedTraceExampleCharacterByCharacter) {
+  std::string text = format_trace_batch_start(1);
+  text += format_trace_frame(frame(
+      "shared", "Embedding",
+      {row("weight", 1.01e-06, 7.92e+02), row("input[0]", 0.00e+00, 2.47e+04), row("output", 5.36e-05, 7.92e+02)}));
+  text += "[...]\n";
+  text += format_trace_frame(
+      frame("decoder.dropout", "Dropout", {row("input[0]", 1.60e-07, 2.27e+01), row("output", 0.00e+00, 2.52e+01)}));
+  text += format_trace_frame(frame("decoder", "T5Stack", {FrameRow::not_a_tensor("output")}));
+  text += format_trace_frame(frame(
+      "lm_head", "Linear",
+      {row("weight", 1.01e-06, 7.92e+02), row("input[0]", 0.00e+00, 1.11e+00), row("output", 6.06e-02, 8.39e+01)}));
+  text += format_trace_frame(frame("", "T5ForConditionalGeneration", {FrameRow::not_a_tensor("output")}));
+  text += format_trace_batch_start(3);
+  text += format_trace_frame(frame(
+      "shared", "Embedding",
+      {row("weight", 1.01e-06, 7.92e+02), row("input[0]", 0.00e+00, 2.78e+04), row("output", 5.36e-05, 7.92e+02)}));
+  text += "[...]\n";
+  EXPECT_EQ(text, kSeedTrace);
+}
+
+TEST(FrameReportTest, RowFormats) {
+  EXPECT_EQ(format_frame_row(row("output", 0.0, kInf)), "0.00e+00      inf output\n");
+  EXPECT_EQ(format_frame_row(row("output", kNan, kNan)), "     nan      nan output\n");
+  EXPECT_EQ(format_frame_row(FrameRow::none("output[1]")), "             None output[1]\n");
+  EXPECT_EQ(format_frame_row(FrameRow::not_a_tensor("output")), "     not a tensor output\n");
+  // An empty tensor: a word in the value columns, never the empty interval's "inf -inf".
+  TensorStats empty;
+  empty.dtype = DType::kFloat16;
+  empty.count = 0;
+  empty.abs_min = kInf;
+  empty.abs_max = -kInf;
+  const FrameRow from_stats = FrameRow::tensor("input[0]", empty);
+  EXPECT_EQ(from_stats.kind, FrameRowKind::kEmpty);
+  EXPECT_EQ(format_frame_row(from_stats), "            empty input[0]\n");
+  EXPECT_EQ(format_frame_row(FrameRow::empty("input[0]", DType::kBfloat16)), "            empty input[0]\n");
+  EXPECT_FALSE(from_stats.has_nonfinite());
+  EXPECT_EQ(format_frame_header(frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce", {})),
+            "                  comm 3f2a9c ncclAllReduce #812 ncclAllReduce\n");
+}
+
+TEST(FrameReportTest, NcclFrameWithNanAndFirstNonfiniteRow) {
+  const Frame f = frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce",
+                        {row("input[0]", 1.0e-03, 2.0e+01), row("output", kNan, kNan)});
+  EXPECT_TRUE(f.has_nonfinite());
+  ASSERT_NE(f.first_nonfinite_row(), nullptr);
+  EXPECT_EQ(f.first_nonfinite_row()->label, "output");
+  DetectionReport report;
+  report.batch_number = 12;
+  report.frames = {f};
+  EXPECT_EQ(format_detection_text(report),
+            "\n"
+            "Detected inf/nan during batch_number=12\n"
+            "Last 1 forward frames:\n"
+            "abs min  abs max  metadata\n"
+            "                  comm 3f2a9c ncclAllReduce #812 ncclAllReduce\n"
+            "1.00e-03 2.00e+01 input[0]\n"
+            "     nan      nan output\n");
+}
+
+TEST(FrameReportTest, EmptyFramesAndLimits) {
+  DetectionReport report;
+  report.batch_number = 5;
+  EXPECT_EQ(format_detection_text(report),
+            "\nDetected inf/nan during batch_number=5\nLast 0 forward frames:\nabs min  abs max  metadata\n");
+  report.frames = {filler(1), filler(2), filler(3)};
+  report.max_frames = 2;
+  EXPECT_EQ(format_detection_text(report),
+            "\nDetected inf/nan during batch_number=5\nLast 2 forward frames:\n"
+            "abs min  abs max  metadata\n" +
+                format_frame(filler(2)) + format_frame(filler(3)));
+  report.max_frames = 0;
+  EXPECT_NE(format_detection_text(report).find("Last 0 forward frames:\n"), std::string::npos);
+
+  FrameHistory none(0);
+  none.push(filler(1));
+  EXPECT_TRUE(none.frames().empty());
+  FrameHistory two(2);
+  for (int i = 0; i < 5; ++i) two.push(filler(i));
+  ASSERT_EQ(two.frames().size(), 2u);
+  EXPECT_EQ(two.frames().front().name, "elided.3");
+  EXPECT_EQ(two.frames().back().name, "elided.4");
+  two.clear();
+  EXPECT_TRUE(two.frames().empty());
+}
+
+TEST(FrameReportTest, DetectionJson) {
+  DetectionReport report;
+  report.rank = 3;
+  report.batch_number = 12;
+  TensorStats empty;
+  empty.count = 0;
+  report.frames = {frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce",
+                         {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.0, kInf), FrameRow::none("output[1]"),
+                          FrameRow::tensor("output[2]", empty)})};
+  const nlohmann::json j = detection_json(report);
+  EXPECT_EQ(j["kind"], "inf_nan_detected");
+  EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["batch_number"], 12);
+  EXPECT_EQ(j["frames_dropped"], 0);
+  ASSERT_EQ(j["frames"].size(), 1u);
+  const nlohmann::json& f = j["frames"][0];
+  EXPECT_EQ(f["name"], "comm 3f2a9c ncclAllReduce #812");
+  EXPECT_EQ(f["kind"], "ncclAllReduce");
+  EXPECT_EQ(f["has_nonfinite"], true);
+  EXPECT_EQ(f["rows"][0]["dtype"], "fp16");
+  EXPECT_DOUBLE_EQ(f["rows"][0]["abs_max"].get<double>(), 6.27e+04);
+  EXPECT_EQ(f["rows"][1]["abs_max"], "inf");
+  EXPECT_EQ(f["rows"][1]["pos_inf_count"], 1);
+  EXPECT_EQ(f["rows"][2], (nlohmann::json{{"label", "output[1]"}, {"kind", "none"}}));
+  EXPECT_EQ(f["rows"][3]["kind"], "empty");
+  EXPECT_EQ(f["rows"][3]["count"], 0);
+  EXPECT_FALSE(f["rows"][3].contains("abs_max"));
+  // NaN is spelled, never null.
+  report.frames = {frame("x", "y", {row("output", kNan, kNan)})};
+  EXPECT_EQ(detection_json(report)["frames"][0]["rows"][0]["abs_min"], "nan");
+}
+
+TEST(FrameReportTest, AbortMessages) {
+  EXPECT_EQ(format_abort_after_batch(3), "trainscope: stopping after batch_number=3 (TRAINSCOPE_ABORT_AFTER_BATCH)\n");
+  EXPECT_EQ(format_nonfinite_abort(12, "comm 3f2a9c ncclAllReduce #812", "output"),
+            "trainscope: stopping: inf/nan detected during batch_number=12 in comm 3f2a9c ncclAllReduce #812 output "
+            "(TRAINSCOPE_ABORT_ON_NONFINITE)\n");
+  EXPECT_EQ(format_nonfinite_abort(12, "", ""),
+            "trainscope: stopping: inf/nan detected during batch_number=12 (TRAINSCOPE_ABORT_ON_NONFINITE)\n");
+}
+
+TEST(FrameReportTest, OverflowStreak) {
+  OverflowStreakReport report;
+  report.rank = 0;
+  report.batches = {{27, "comm 3f2a9c ncclAllReduce #812", "output"},
+                    {28, "comm 3f2a9c ncclAllReduce #845", "output"},
+                    {29, "comm 3f2a9c ncclAllReduce #878", "input[0]"}};
+  EXPECT_EQ(format_overflow_streak_text(report),
+            "trainscope: OVERFLOW! non-finite values in 3 consecutive batches (batch_number=27 to 29) on rank 0:\n"
+            "  batch_number=27: first in comm 3f2a9c ncclAllReduce #812 output\n"
+            "  batch_number=28: first in comm 3f2a9c ncclAllReduce #845 output\n"
+            "  batch_number=29: first in comm 3f2a9c ncclAllReduce #878 input[0]\n"
+            "The loss scaler is not getting past the overflow (DeepSpeed logs \"OVERFLOW! ... Attempted loss scale: 1, "
+            "reducing to 1\"). Remedies:\n"
+            "  - use bf16 instead of fp16 if your hardware supports it (TPU, Ampere GPUs or newer), or fp32;\n"
+            "  - with DeepSpeed fp16, raise \"initial_scale_power\" in the config (32 usually works);\n"
+            "  - switch the overflowing part to fp32 a few steps before the values grow too large (or disable mixed "
+            "precision there).\n");
+  const nlohmann::json j = overflow_streak_json(report);
+  EXPECT_EQ(j["kind"], "overflow_streak");
+  EXPECT_EQ(j["consecutive_batches"], 3);
+  EXPECT_EQ(j["batches"][2]["batch_number"], 29);
+  EXPECT_EQ(j["batches"][2]["first_frame"], "comm 3f2a9c ncclAllReduce #878");
+  EXPECT_EQ(j["batches"][2]["first_label"], "input[0]");
+  EXPECT_EQ(j["remedies"].size(), 3u);
+
+  OverflowStreakReport single;
+  single.batches = {{4, "comm 01 ncclBroadcast #2", ""}};
+  const std::string prefix =
+      "trainscope: OVERFLOW! non-finite values in 1 consecutive batch (batch_number=4):\n"
+      "  batch_number=4: first in comm 01 ncclBroadcast #2\n"
+      "The loss scaler";
+  EXPECT_EQ(format_overflow_streak_text(single).substr(0, prefix.size()), prefix);
+}
+
+TEST(FrameReportTest, NearOverflow) {
+  const NearOverflow near =
+      check_near_overflow(make_stats(3.18e-04, 6.27e+04), "comm 3f2a9c ncclAllReduce #812", "output");
+  EXPECT_TRUE(near.near);
+  EXPECT_NEAR(near.fraction, 6.27e4 / 65504.0, 1e-12);
+  EXPECT_EQ(near.text,
+            "near overflow: comm 3f2a9c ncclAllReduce #812 output abs max 6.27e+04 is 96% of float16's largest finite "
+            "value 6.55e+04\n");
+  EXPECT_FALSE(check_near_overflow(make_stats(0, 5.0e4), "f", "output").near);  // 76%
+  EXPECT_TRUE(check_near_overflow(make_stats(0, 5.0e4), "f", "output", 0.75).near);
+  EXPECT_TRUE(check_near_overflow(make_stats(0, 416, DType::kFloat8E4M3), "f", "output").near);   // 93%
+  EXPECT_FALSE(check_near_overflow(make_stats(0, 400, DType::kFloat8E4M3), "f", "output").near);  // 89%
+  EXPECT_TRUE(check_near_overflow(make_stats(0, 57344, DType::kFloat8E5M2), "f", "o")
+                  .text.find("is 100% of "
+                             "float8_e5m2's") != std::string::npos);
+  EXPECT_TRUE(check_near_overflow(make_stats(0, 3.2e38, DType::kBfloat16), "f", "o").near);
+  EXPECT_FALSE(check_near_overflow(make_stats(0, 3.0e38, DType::kFloat32), "f", "o").near);
+  EXPECT_FALSE(check_near_overflow(make_stats(0, 1e9, DType::kInt32), "f", "o").near);
+  EXPECT_DOUBLE_EQ(largest_finite_value(DType::kFloat16), 65504.0);
+  EXPECT_DOUBLE_EQ(largest_finite_value(DType::kFloat8E4M3), 448.0);
+  EXPECT_DOUBLE_EQ(largest_finite_value(DType::kFloat8E5M2), 57344.0);
+  EXPECT_NEAR(largest_finite_value(DType::kBfloat16), 3.39e38, 0.01e38);
+  // The finite abs max counts: an inf elsewhere in the tensor does not hide a near-overflow finite value.
+  TensorStats with_inf = make_stats(0, kInf);  // finite_abs_max 6.0e4
+  EXPECT_TRUE(check_near_overflow(with_inf, "f", "o").near);
+  TensorStats all_inf = with_inf;
+  all_inf.count = 1;
+  EXPECT_FALSE(check_near_overflow(all_inf, "f", "o").near);  // no finite element
+  TensorStats empty;
+  EXPECT_FALSE(check_near_overflow(empty, "f", "o").near);
+
+  NearOverflowWarner warner;
+  const Frame hot = frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce",
+                          {FrameRow::none("input[0]"), row("input[1]", 0, 1.0), row("output", 0, 6.27e+04)});
+  const std::optional<std::string> first = warner.check(hot);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, near.text);
+  EXPECT_FALSE(warner.check(hot).has_value());  // once per frame name
+  EXPECT_FALSE(warner.check(frame("cold", "k", {row("output", 0, 1.0)})).has_value());
+  EXPECT_TRUE(warner.check(frame("other", "k", {row("output", 0, 6.5e4)})).has_value());
+}
+
+FirstNonfinite first_seen(int32_t rank, NonfiniteWhere where, NonfiniteKind kind = NonfiniteKind::kInf,
+                          uint64_t call = 812, uint64_t batch = 12, const char* op = "ncclAllReduce") {
+  return FirstNonfinite{rank, batch, 0x3f2a9c, call, op, where, kind};
+}
+
+TEST(FrameReportTest, RankLists) {
+  EXPECT_EQ(format_rank_list({0, 1, 2, 4, 5, 6, 7}), "0\u20132 and 4\u20137");
+  EXPECT_EQ(format_rank_list({5}), "5");
+  EXPECT_EQ(format_rank_list({1, 0}), "0 and 1");
+  EXPECT_EQ(format_rank_list({0, 1, 2, 5, 9, 10, 11, 12}), "0\u20132, 5 and 9\u201312");
+  EXPECT_EQ(format_rank_list({3, 3, 4}), "3 and 4");
+  EXPECT_EQ(format_rank_list({}), "");
+  EXPECT_EQ(collective_phrase("ncclAllReduce"), "all-reduce");
+  EXPECT_EQ(collective_phrase("ncclReduceScatter"), "reduce-scatter");
+  EXPECT_EQ(collective_phrase("myKernel"), "myKernel");
+}
+
+TEST(FrameReportTest, OriginIssueExample) {
+  std::vector<FirstNonfinite> firsts;
+  for (int32_t rank = 7; rank >= 0; --rank)
+    firsts.push_back(first_seen(rank, rank == 3 ? NonfiniteWhere::kInput : NonfiniteWhere::kOutput));
+  EXPECT_EQ(format_origin_text(firsts),
+            "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and 4\u20137 first saw it in that "
+            "call's output\n");
+  const nlohmann::json j = origin_json(firsts);
+  EXPECT_EQ(j["kind"], "nonfinite_origin");
+  EXPECT_EQ(j["origin"]["call_number"], 812);
+  EXPECT_EQ(j["origin"]["communicator"], "3f2a9c");
+  EXPECT_EQ(j["origin"]["op"], "ncclAllReduce");
+  EXPECT_EQ(j["origin"]["produced_by_collective"], false);
+  EXPECT_EQ(j["origin"]["senders"], nlohmann::json::array({3}));
+  EXPECT_EQ(j["origin"]["receivers"], nlohmann::json::array({0, 1, 2, 4, 5, 6, 7}));
+  ASSERT_EQ(j["firsts"].size(), 8u);
+  EXPECT_EQ(j["firsts"][3]["where"], "input");
+  EXPECT_EQ(j["firsts"][0]["where"], "output");
+  EXPECT_EQ(j["text"], format_origin_text(firsts));
+}
+
+TEST(FrameReportTest, OriginEarlierBatchWinsAndOthersAreListed) {
+  std::vector<FirstNonfinite> firsts = {
+      first_seen(0, NonfiniteWhere::kOutput, NonfiniteKind::kNan, 40, 11),
+      first_seen(1, NonfiniteWhere::kInput, NonfiniteKind::kNan, 40, 11),
+      first_seen(2, NonfiniteWhere::kInput, NonfiniteKind::kInf, 40, 11),
+      first_seen(3, NonfiniteWhere::kOutput, NonfiniteKind::kNan, 41, 11, "ncclBroadcast"),
+      first_seen(4, NonfiniteWhere::kInput, NonfiniteKind::kInf, 812, 12),  // later batch: not the origin
+      first_seen(5, NonfiniteWhere::kInput, NonfiniteKind::kInf, 812, 12),
+  };
+  EXPECT_EQ(format_origin_text(firsts),
+            "ranks 1 and 2 sent inf and nan in all-reduce call #40 in batch 11; rank 0 first saw it in that call's "
+            "output\n"
+            "rank 3 first saw nan in the output of broadcast call #41 in batch 11\n"
+            "ranks 4 and 5 sent inf in all-reduce call #812 in batch 12\n");
+}
+
+TEST(FrameReportTest, OriginProducedByTheCollective) {
+  // Every input finite, every output inf: the fp16 sum itself overflowed.
+  std::vector<FirstNonfinite> firsts;
+  for (int32_t rank = 0; rank < 4; ++rank) firsts.push_back(first_seen(rank, NonfiniteWhere::kOutput));
+  EXPECT_EQ(format_origin_text(firsts),
+            "no rank sent inf/nan in all-reduce call #812 in batch 12: its inputs were finite, and ranks 0\u20133 "
+            "first saw inf in its output\n");
+  EXPECT_EQ(origin_json(firsts)["origin"]["produced_by_collective"], true);
+  EXPECT_EQ(origin_json(firsts)["origin"]["senders"], nlohmann::json::array());
+}
+
+TEST(FrameReportTest, OriginEmpty) {
+  EXPECT_EQ(format_origin_text({}), "");
+  const nlohmann::json j = origin_json({});
+  EXPECT_TRUE(j["origin"].is_null());
+  EXPECT_TRUE(j["firsts"].empty());
+}
+
+}  // namespace
+}  // namespace trainscope::reports
