@@ -1,0 +1,248 @@
+// Batch tracking: the step-marker parser and the auto / nvtx / collective / every trackers (see batch_tracker.h).
+#include "collectors/batch_tracker.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "reports/flight_record_format.h"
+
+namespace trainscope::batch {
+namespace {
+
+constexpr std::uint64_t kMaxEvery = 1000000000ull;
+constexpr std::size_t kMaxBoundaries = 4096;
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 29;
+  return h;
+}
+
+bool fail(const std::string& text, const std::string& problem, std::string* error) {
+  if (error != nullptr) {
+    *error = "TRAINSCOPE_STEP_MARKER='" + text + "': " + problem + "; accepted: " + step_marker_forms() +
+             " (N from 1 to 1000000000, REGEX an ECMAScript regular expression)";
+  }
+  return false;
+}
+
+bool compile(const std::string& pattern, std::unique_ptr<std::regex>* out, std::string* what) {
+  try {
+    *out = std::make_unique<std::regex>(pattern, std::regex::ECMAScript | std::regex::optimize);
+    return true;
+  } catch (const std::regex_error& e) {
+    if (what != nullptr) *what = e.what();
+    return false;
+  }
+}
+
+}  // namespace
+
+const char* step_marker_forms() { return "auto|nvtx:REGEX|collective:REGEX|every:N"; }
+
+bool parse_step_marker(const std::string& text, StepMarker* marker, std::string* error) {
+  StepMarker result;
+  if (text == "auto") {
+    result.kind = MarkerKind::kAuto;
+  } else if (text.rfind("nvtx:", 0) == 0 || text.rfind("collective:", 0) == 0) {
+    const bool nvtx = text[0] == 'n';
+    result.kind = nvtx ? MarkerKind::kNvtx : MarkerKind::kCollective;
+    result.pattern = text.substr(nvtx ? 5 : 11);
+    if (result.pattern.empty())
+      return fail(text, std::string(nvtx ? "nvtx:" : "collective:") + " needs a regex", error);
+    std::unique_ptr<std::regex> compiled;
+    std::string what;
+    if (!compile(result.pattern, &compiled, &what)) {
+      return fail(text, "invalid regex '" + result.pattern + "': " + what, error);
+    }
+  } else if (text.rfind("every:", 0) == 0) {
+    const std::string digits = text.substr(6);
+    if (digits.empty() || digits.size() > 10 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return fail(text, "every: needs a whole number of calls", error);
+    }
+    const std::uint64_t n = std::strtoull(digits.c_str(), nullptr, 10);
+    if (n < 1 || n > kMaxEvery) return fail(text, "every:N out of range", error);
+    result.kind = MarkerKind::kEvery;
+    result.every = n;
+  } else {
+    return fail(text, "unknown step marker", error);
+  }
+  if (marker != nullptr) *marker = result;
+  return true;
+}
+
+std::uint64_t call_signature(const CallInfo& call) {
+  std::uint64_t h = mix(0x7472616e73636f70ull, call.op);
+  h = mix(h, call.comm_id);
+  h = mix(h, call.count);
+  return mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(call.dtype)));
+}
+
+BatchTracker::BatchTracker(const StepMarker& marker, const AutoOptions& options) : marker_(marker), options_(options) {
+  options_.max_period = std::max<std::uint32_t>(options_.max_period, 1);
+  options_.confirmations = std::max<std::uint32_t>(options_.confirmations, 2);
+  if (marker_.kind == MarkerKind::kNvtx || marker_.kind == MarkerKind::kCollective) {
+    compile(marker_.pattern, &regex_, nullptr);
+  }
+  if (marker_.kind == MarkerKind::kAuto) {
+    history_.assign(static_cast<std::size_t>(options_.max_period) + 1, 0);
+    run_.assign(static_cast<std::size_t>(options_.max_period) + 1, 0);
+  }
+}
+
+BatchEvent BatchTracker::start_batch(std::uint64_t batch) {
+  batch_ = batch;
+  BatchEvent event;
+  event.new_batch = true;
+  event.batch = batch_;
+  return event;
+}
+
+BatchEvent BatchTracker::on_collective(const CallInfo& call) {
+  switch (marker_.kind) {
+    case MarkerKind::kAuto:
+      return auto_step(call_signature(call));
+    case MarkerKind::kCollective: {
+      if (!regex_) break;
+      const bool matched = std::regex_search(recorder::op_name(static_cast<recorder::Op>(call.op)), *regex_);
+      const bool starts = matched && !previous_matched_;
+      previous_matched_ = matched;
+      if (starts) return start_batch(markers_seen_++);
+      break;
+    }
+    case MarkerKind::kEvery: {
+      if (!have_first_comm_) {
+        have_first_comm_ = true;
+        first_comm_ = call.comm_id;
+      }
+      if (call.comm_id != first_comm_) break;
+      const std::uint64_t k = first_comm_calls_++;
+      if (k % marker_.every == 0) return start_batch(k / marker_.every);
+      break;
+    }
+    case MarkerKind::kNvtx:
+      break;
+  }
+  BatchEvent event;
+  event.batch = batch_;
+  return event;
+}
+
+BatchEvent BatchTracker::on_range_push(std::string_view name) {
+  if (marker_.kind == MarkerKind::kNvtx && regex_ && std::regex_search(name.begin(), name.end(), *regex_)) {
+    return start_batch(markers_seen_++);
+  }
+  BatchEvent event;
+  event.batch = batch_;
+  return event;
+}
+
+BatchEvent BatchTracker::auto_step(std::uint64_t sig) {
+  const std::uint64_t n = calls_++;
+  const std::uint64_t limit = std::min<std::uint64_t>(options_.max_period, n);
+  const std::uint64_t c1 = options_.confirmations - 1;
+  // Update the runs and find the confirmed periods with the longest runs: overall, and longer than the lock.
+  std::uint32_t best = 0;
+  std::uint32_t best_longer = 0;
+  for (std::uint64_t p = 1; p <= limit; ++p) {
+    std::uint64_t& run = run_[p];
+    run = (sig == hist_at(n - p)) ? run + 1 : 0;
+    if (run != 0 && run >= c1 * p && run + p >= options_.min_confirm_calls) {
+      if (best == 0 || run > run_[best]) best = static_cast<std::uint32_t>(p);
+      if (p > locked_period_ && (best_longer == 0 || run > run_[best_longer])) {
+        best_longer = static_cast<std::uint32_t>(p);
+      }
+    }
+  }
+  history_[n % history_.size()] = sig;
+
+  BatchEvent event;
+  if (n == 0) {
+    boundaries_.push_back({0, 0});
+    event.new_batch = true;
+    event.batch = 0;
+    return event;
+  }
+
+  if (locked_period_ != 0) {
+    const std::uint32_t p = locked_period_;
+    const std::uint32_t expected = phase_;
+    std::int64_t matched = -1;
+    if (sig == cycle_[expected]) {
+      matched = expected;
+    } else if (p > 1 && sig == cycle_[(expected + 1) % p]) {
+      matched = (expected + 1) % p;  // one call missing
+      ++cycle_misses_;
+    } else {
+      ++consecutive_misses_;  // an extra call
+      ++cycle_misses_;
+    }
+    bool lost = consecutive_misses_ > options_.max_noise;
+    if (matched >= 0) {
+      consecutive_misses_ = 0;
+      phase_ = static_cast<std::uint32_t>((matched + 1) % p);
+      if (expected == 0 || matched == 0) {
+        if (cycle_misses_ > options_.max_noise + p / 4) {
+          lost = true;
+        } else {
+          cycle_misses_ = 0;
+          ++batch_;
+          boundaries_.push_back({n, batch_});
+          if (boundaries_.size() > kMaxBoundaries) boundaries_.pop_front();
+          event.new_batch = true;
+        }
+      }
+    }
+    if (lost) {
+      locked_period_ = 0;
+      event.new_batch = false;
+      event.period_lost = true;
+    } else if (best_longer != 0 && run_[best_longer] > run_[p]) {
+      event.new_batch = lock(best_longer, n);
+      event.renumbered = true;
+    }
+  } else if (best != 0) {
+    event.new_batch = lock(best, n);
+    event.renumbered = true;
+  }
+  event.batch = batch_;
+  return event;
+}
+
+bool BatchTracker::lock(std::uint32_t period, std::uint64_t n) {
+  const std::uint64_t p = period;
+  const std::uint64_t span_start = n + 1 - run_[p] - p;  // positions [span_start, n] are p-periodic
+  cycle_.assign(p, 0);
+  for (std::uint64_t j = n + 1 - p; j <= n; ++j) cycle_[(j - span_start) % p] = hist_at(j);
+
+  // Renumber from the last boundary at or before the span's start; later ones were counted on a wrong period.
+  while (boundaries_.size() > 1 && boundaries_.back().position > span_start) boundaries_.pop_back();
+  const Boundary base = boundaries_.back();
+  std::uint64_t batch = base.batch;
+  std::uint64_t first_start = span_start;
+  if (span_start > base.position &&
+      static_cast<double>(span_start - base.position) < options_.prologue_fraction * static_cast<double>(p)) {
+    first_start = span_start + p;  // a short prologue: merged into the base batch with the first cycle
+  }
+  if (first_start <= base.position) first_start += ((base.position - first_start) / p + 1) * p;
+  bool starts_here = false;
+  if (first_start <= n) {
+    const std::uint64_t cycles = (n - first_start) / p + 1;
+    batch += cycles;
+    const std::uint64_t last_start = first_start + (cycles - 1) * p;
+    boundaries_.push_back({last_start, batch});
+    if (boundaries_.size() > kMaxBoundaries) boundaries_.pop_front();
+    starts_here = last_start == n;
+  }
+  batch_ = batch;
+  locked_period_ = period;
+  phase_ = static_cast<std::uint32_t>((n - span_start + 1) % p);
+  consecutive_misses_ = 0;
+  cycle_misses_ = 0;
+  return starts_here;
+}
+
+}  // namespace trainscope::batch

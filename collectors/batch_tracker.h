@@ -1,0 +1,150 @@
+// Batch tracking without code changes: where a training batch starts, from NCCL calls or NVTX ranges.
+//
+// TRAINSCOPE_STEP_MARKER chooses the source (parse_step_marker):
+//   auto              the period of the job's collective sequence (see "auto" below)
+//   nvtx:REGEX        a range push whose name matches REGEX (std::regex ECMAScript, regex_search) starts a batch
+//   collective:REGEX  the first call of a matching NCCL function (op_name, e.g. ncclAllGather) after a call that
+//                     did not match starts a batch
+//   every:N           every N calls on the first communicator seen (calls 0, N, 2N ... start batches)
+// Batch numbers count from 0 as in transformers' DebugUnderflowOverflow. With nvtx/collective markers, calls
+// before the first marker belong to batch 0 and the first marker starts batch 0 (a prologue); marker k starts
+// batch k. With auto/every, the first call starts batch 0.
+//
+// Not thread-safe: one background thread feeds it records in order (on_collective, on_range_push).
+//
+// ---- auto ------------------------------------------------------------------------------------------------------
+// Every call gives a 64-bit signature (op, communicator, count, dtype). For each candidate period P
+// (1..max_period) the tracker keeps run[P], the number of consecutive latest calls with sig[n] == sig[n-P] — an
+// O(max_period) update per call on the background thread, nothing on the job's threads.
+//   - A period P is *confirmed* when the last `confirmations` x P calls are `confirmations` copies of one block
+//     (run[P] >= (confirmations-1) x P) and they span at least min_confirm_calls calls. Among confirmed periods the
+//     one with the longest run wins (ties: the smallest), so multiples of the true period never win.
+//   - Learning (no period): the first confirmed period is locked. Its batch boundary (the "period's first call") is
+//     the start of the repeating span: the first call from which the stream has been P-periodic. A first step that
+//     differs (warm-up, DDP's bucket rebuild, initial broadcasts) lies before that span.
+//   - Locked: calls are matched against the learnt cycle with a phase pointer; a call equal to the expected one
+//     advances, a call equal to the one after it is taken as one missing call, anything else is an extra call
+//     (noise) and is absorbed. More than max_noise extra calls in a row, or more than max_noise + P/4 misses in one
+//     cycle, unlock (back to learning, the batch number stays until a period is learnt again: a phase change).
+//   - While locked, a *longer* confirmed period whose run is longer than the locked one's replaces it. This is how
+//     the step period beats the micro-batch period under gradient accumulation (A A A A B, A = micro-batch):
+//     the micro-batch period locks first (3 micro-batches), but the step period, once confirmed (3 steps), explains
+//     a longer history (its run covers all steps, the micro-batch run restarts at every B) and takes over.
+//     Shorter periods never replace a lock directly (noise would otherwise let a sub-period win); they are learnt
+//     only after an unlock.
+//   - Numbering: before the first lock every call is batch 0. At a lock the number is *recomputed* from the last
+//     batch boundary at or before the new span's start: + 1 for the span start itself (unless the calls between
+//     that boundary and the span start are fewer than prologue_fraction x P: a short prologue such as an initial
+//     broadcast, merged into the batch) + one per further cycle start. Numbers are corrected forward only in the
+//     counter: events already returned (and reports made from them) keep the numbers they had. So the first
+//     `confirmations` batches are reported late (the lock event says renumbered), and under gradient accumulation
+//     the numbers counted on micro-batches before the step period is confirmed are too high until the correction.
+// Limits: the phase of a cycle is a guess (the start of the repeating span); a job that starts mid-cycle or whose
+// new phase repeats the previous phase's last calls gets a shifted boundary. Periods above max_period (default
+// 4096 calls) are never found. A step whose collective sequence varies from step to step (data-dependent
+// collectives, MoE routing with changing counts) has no period: use nvtx: or collective: markers.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainscope::batch {
+
+enum class MarkerKind { kAuto, kNvtx, kCollective, kEvery };
+
+struct StepMarker {
+  MarkerKind kind = MarkerKind::kAuto;
+  std::string pattern;      // nvtx / collective: the regex source
+  std::uint64_t every = 0;  // every: N
+};
+
+// The accepted forms, for error messages: "auto|nvtx:REGEX|collective:REGEX|every:N".
+const char* step_marker_forms();
+
+// Parses TRAINSCOPE_STEP_MARKER. On failure returns false and sets *error to a one-line message naming the value
+// and the accepted forms (an invalid regex gives the regex library's error).
+bool parse_step_marker(const std::string& text, StepMarker* marker, std::string* error);
+
+// One NCCL call as the tracker needs it (from a recorder::Record).
+struct CallInfo {
+  std::uint16_t op = 0;  // recorder::Op
+  std::uint64_t comm_id = 0;
+  std::uint64_t count = 0;
+  std::int32_t dtype = -1;  // ncclDataType_t or -1
+};
+
+// The auto signature of a call: a 64-bit hash of op, communicator, count and dtype.
+std::uint64_t call_signature(const CallInfo& call);
+
+// What one fed call or range changed.
+struct BatchEvent {
+  bool new_batch = false;    // this call / range starts batch `batch`
+  bool renumbered = false;   // auto: a period was (re)learnt and the current number was recomputed
+  bool period_lost = false;  // auto: the locked period stopped matching (numbering frozen until relearnt)
+  std::uint64_t batch = 0;   // the current batch after this call
+};
+
+struct AutoOptions {
+  std::uint32_t max_period = 4096;
+  std::uint32_t confirmations = 3;      // copies of the cycle needed to lock (>= 2)
+  std::uint32_t min_confirm_calls = 8;  // and at least this many calls in the repeating span
+  std::uint32_t max_noise = 3;          // extra calls in a row absorbed while locked
+  double prologue_fraction = 0.5;       // see "Numbering" above
+};
+
+class BatchTracker {
+ public:
+  // `marker` must come from parse_step_marker (a regex that fails to compile here makes the tracker inert).
+  explicit BatchTracker(const StepMarker& marker, const AutoOptions& options = {});
+
+  // Every NCCL collective / point-to-point call, in record order.
+  BatchEvent on_collective(const CallInfo& call);
+  // Every NVTX range push (any thread), in order with the calls.
+  BatchEvent on_range_push(std::string_view name);
+
+  std::uint64_t current_batch() const { return batch_; }
+  // auto: the locked period in calls, 0 while learning.
+  std::uint32_t period() const { return locked_period_; }
+  const StepMarker& marker() const { return marker_; }
+
+ private:
+  BatchEvent auto_step(std::uint64_t sig);
+  bool lock(std::uint32_t period, std::uint64_t position);  // true when `position` starts a batch
+  std::uint64_t hist_at(std::uint64_t position) const { return history_[position % history_.size()]; }
+  BatchEvent start_batch(std::uint64_t batch);
+
+  StepMarker marker_;
+  AutoOptions options_;
+  std::unique_ptr<std::regex> regex_;
+  std::uint64_t batch_ = 0;
+  std::uint64_t markers_seen_ = 0;
+
+  // collective:
+  bool previous_matched_ = false;
+  // every:
+  bool have_first_comm_ = false;
+  std::uint64_t first_comm_ = 0;
+  std::uint64_t first_comm_calls_ = 0;
+
+  // auto:
+  std::uint64_t calls_ = 0;             // signatures seen
+  std::vector<std::uint64_t> history_;  // ring of the last max_period + 1 signatures
+  std::vector<std::uint64_t> run_;      // run_[P], P = 1..max_period
+  std::uint32_t locked_period_ = 0;
+  std::vector<std::uint64_t> cycle_;  // the locked cycle, cycle_[0] = the batch's first call
+  std::uint32_t phase_ = 0;           // index in cycle_ of the next expected call
+  std::uint32_t consecutive_misses_ = 0;
+  std::uint32_t cycle_misses_ = 0;
+  struct Boundary {
+    std::uint64_t position;
+    std::uint64_t batch;
+  };
+  std::deque<Boundary> boundaries_;  // batch starts (position of the first call), oldest first, bounded
+};
+
+}  // namespace trainscope::batch

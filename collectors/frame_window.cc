@@ -1,0 +1,116 @@
+// Per-rank frame window: detection, streaks, near-overflow, trace batches, abort-after-batch (see frame_window.h).
+#include "collectors/frame_window.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace trainscope::frames {
+
+bool Frame::has_nonfinite() const {
+  for (const FrameRow& row : rows) {
+    if (row.kind == RowKind::kTensor && row.stats.has_nonfinite()) return true;
+  }
+  return false;
+}
+
+double dtype_max_finite(stats::DType type) {
+  switch (type) {
+    case stats::DType::kFloat64:
+      return std::numeric_limits<double>::max();
+    case stats::DType::kFloat32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    case stats::DType::kFloat16:
+      return 65504.0;
+    case stats::DType::kBfloat16:
+      return 3.3895313892515355e38;
+    case stats::DType::kFloat8E4M3:
+      return 448.0;
+    case stats::DType::kFloat8E5M2:
+      return 57344.0;
+    default:
+      return 0;
+  }
+}
+
+FrameWindow::FrameWindow(FrameWindowOptions options) : options_(std::move(options)) {
+  if (options_.max_frames == 0) options_.max_frames = 1;
+  if (options_.streak_batches == 0) options_.streak_batches = 1;
+}
+
+void FrameWindow::change_batch(std::uint64_t batch, FrameUpdate* update) {
+  if (batch == batch_) return;
+  // Close the current batch for the streak.
+  if (!traced(batch_)) {
+    if (batch_first_nonfinite_) {
+      streak_.push_back({batch_, std::move(*batch_first_nonfinite_)});
+      if (streak_.size() > options_.streak_batches) streak_.erase(streak_.begin());
+    } else {
+      streak_.clear();
+      streak_reported_ = false;
+    }
+  }
+  if (batch != batch_ + 1 || traced(batch)) {  // a gap, a renumbering or a traced batch breaks the streak
+    streak_.clear();
+    streak_reported_ = false;
+  }
+  batch_first_nonfinite_.reset();
+  batch_traced_started_ = false;
+  if (options_.abort_after_batch && !aborted_ && batch > *options_.abort_after_batch) {
+    aborted_ = true;
+    update->abort_now = true;
+  }
+  batch_ = batch;
+}
+
+FrameUpdate FrameWindow::on_batch_start(std::uint64_t batch) {
+  FrameUpdate update;
+  change_batch(batch, &update);
+  return update;
+}
+
+FrameUpdate FrameWindow::add_frame(Frame frame) {
+  FrameUpdate update;
+  if (frame.batch != batch_) change_batch(frame.batch, &update);
+  window_.push_back(frame);
+  while (window_.size() > options_.max_frames) window_.pop_front();
+
+  if (traced(frame.batch)) {
+    update.trace_batch_start = !batch_traced_started_;
+    batch_traced_started_ = true;
+    update.trace_frame = std::move(frame);
+    return update;
+  }
+
+  for (const FrameRow& row : frame.rows) {
+    if (row.kind != RowKind::kTensor || near_reported_.count(frame.name) != 0) continue;
+    const stats::DType type =
+        (row.dtype >= 0 && row.dtype < stats::kDTypeCount) ? static_cast<stats::DType>(row.dtype) : row.stats.dtype;
+    const double limit = dtype_max_finite(type);
+    if (limit <= 0 || row.stats.finite_count() == 0) continue;
+    if (row.stats.finite_abs_max >= options_.near_overflow_fraction * limit) {
+      near_reported_.insert(frame.name);
+      update.near_overflow.push_back({frame.name, row.label, frame.batch, row.stats.finite_abs_max, limit});
+    }
+  }
+
+  if (frame.has_nonfinite()) {
+    if (!detected_) {
+      detected_ = true;
+      update.detection = Detection{frame.batch, std::vector<Frame>(window_.begin(), window_.end())};
+    }
+    if (!batch_first_nonfinite_) {
+      batch_first_nonfinite_ = frame;
+      if (!streak_reported_ && streak_.size() + 1 >= options_.streak_batches) {
+        streak_reported_ = true;
+        PersistentOverflow persistent;
+        persistent.batches = streak_;
+        persistent.batches.push_back({frame.batch, frame});
+        update.persistent = std::move(persistent);
+      }
+    }
+  }
+  return update;
+}
+
+}  // namespace trainscope::frames

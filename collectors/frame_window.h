@@ -1,0 +1,119 @@
+// Per-rank frame window: the last K frames, inf/nan detection, persistent-overflow streaks, near-overflow, tracing.
+//
+// One FrameWindow per rank, fed in order by the engine's background thread: on_batch_start(b) when the batch
+// tracker says batch b starts, add_frame(frame) as each frame's statistics complete. Plain structs come out; the
+// text is written by reports/frame_report.h.
+//   - window: the last max_frames frames (TRAINSCOPE_MAX_FRAMES, default 21), oldest first.
+//   - detection: the first frame, outside trace batches, with a non-finite value in any row; reported once, with
+//     the window at that moment (this frame last).
+//   - persistent overflow: non-finite values in `streak_batches` consecutive batch numbers (default 5), reported
+//     once per streak with each batch and its first non-finite frame; a batch that ends clean, or a gap in the
+//     numbers, resets the streak. Trace batches are not counted.
+//   - near-overflow: a row whose finite abs max reaches near_overflow_fraction (default 0.9) of its dtype's largest
+//     finite value; reported once per frame name. Off in trace batches, like detection.
+//   - trace batches: frames of these batches are returned for emission as they complete (the first one with
+//     trace_batch_start, for the "*** Starting batch number=N ***" header); detection is off within them.
+//   - abort-after-batch N: abort_now is returned once, when batch N has ended (a batch > N starts or a frame of a
+//     later batch arrives).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/stats.h"
+
+namespace trainscope::frames {
+
+enum class RowKind { kTensor, kNone, kNotATensor };
+
+struct FrameRow {
+  std::string label;  // "input[0]", "output", "weight", ...
+  RowKind kind = RowKind::kTensor;
+  stats::TensorStats stats;  // meaningful for kTensor
+  int dtype = -1;            // stats::DType as an int; -1: take stats.dtype
+};
+
+struct Frame {
+  std::string name;  // "encoder.block.2.layer.1.dropout", "ncclAllReduce#812"
+  std::string kind;  // "Dropout", "comm 3f2a9c"
+  std::uint64_t batch = 0;
+  std::vector<FrameRow> rows;
+  bool has_nonfinite() const;
+};
+
+struct FrameWindowOptions {
+  std::uint32_t max_frames = 21;
+  std::uint32_t streak_batches = 5;
+  double near_overflow_fraction = 0.9;
+  std::set<std::uint64_t> trace_batches;
+  std::optional<std::uint64_t> abort_after_batch;
+};
+
+struct Detection {
+  std::uint64_t batch = 0;
+  std::vector<Frame> frames;  // oldest first, the detecting frame last
+};
+
+struct StreakBatch {
+  std::uint64_t batch = 0;
+  Frame first_nonfinite;
+};
+struct PersistentOverflow {
+  std::vector<StreakBatch> batches;  // oldest first
+};
+
+struct NearOverflow {
+  std::string frame_name;
+  std::string label;
+  std::uint64_t batch = 0;
+  double abs_max = 0;  // the row's finite abs max
+  double limit = 0;    // the dtype's largest finite value
+};
+
+// What one call produced.
+struct FrameUpdate {
+  std::optional<Detection> detection;
+  std::optional<PersistentOverflow> persistent;
+  std::vector<NearOverflow> near_overflow;
+  bool trace_batch_start = false;    // the first traced frame of its batch: emit the batch header first
+  std::optional<Frame> trace_frame;  // a frame of a trace batch, to emit now
+  bool abort_now = false;            // batch abort_after_batch has ended
+};
+
+// The largest finite value of a float dtype (fp16 65504, bf16 3.3895e38, e4m3 448, e5m2 57344, fp32/fp64 max);
+// 0 for integers.
+double dtype_max_finite(stats::DType type);
+
+class FrameWindow {
+ public:
+  explicit FrameWindow(FrameWindowOptions options = {});
+
+  FrameUpdate on_batch_start(std::uint64_t batch);
+  FrameUpdate add_frame(Frame frame);
+
+  const std::deque<Frame>& frames() const { return window_; }  // oldest first
+  bool detected() const { return detected_; }
+  std::uint64_t current_batch() const { return batch_; }
+  const FrameWindowOptions& options() const { return options_; }
+
+ private:
+  void change_batch(std::uint64_t batch, FrameUpdate* update);
+  bool traced(std::uint64_t batch) const { return options_.trace_batches.count(batch) != 0; }
+
+  FrameWindowOptions options_;
+  std::deque<Frame> window_;
+  bool detected_ = false;
+  bool aborted_ = false;
+  std::uint64_t batch_ = 0;
+  bool batch_traced_started_ = false;           // the current trace batch's header was emitted
+  std::optional<Frame> batch_first_nonfinite_;  // of the current batch
+  std::vector<StreakBatch> streak_;             // ended consecutive batches with non-finite values
+  bool streak_reported_ = false;
+  std::set<std::string> near_reported_;
+};
+
+}  // namespace trainscope::frames
