@@ -140,14 +140,14 @@ void run_case(const Case& c, int rank, int nranks, ncclComm_t comm, RankChecks& 
         break;
       case Coll::kAllGather:
         shared.assign(out_elems * size + 1, 0xa5);
-        std::memcpy(shared.data() + static_cast<std::size_t>(rank) * block, mine.data(), block);
+        if (block > 0) std::memcpy(shared.data() + static_cast<std::size_t>(rank) * block, mine.data(), block);
         recvbuff = result = shared.data();
         sendbuff = shared.data() + static_cast<std::size_t>(rank) * block;
         break;
       case Coll::kGather:
         if (root) {
           shared.assign(out_elems * size + 1, 0xa5);
-          std::memcpy(shared.data() + static_cast<std::size_t>(rank) * block, mine.data(), block);
+          if (block > 0) std::memcpy(shared.data() + static_cast<std::size_t>(rank) * block, mine.data(), block);
           recvbuff = result = shared.data();
           sendbuff = shared.data() + static_cast<std::size_t>(rank) * block;
         }
