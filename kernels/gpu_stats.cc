@@ -1,5 +1,6 @@
 // The statistics kernel's launcher: libcuda through dlopen, the embedded fatbin, pooled result slots, event polling.
 #include "kernels/gpu_stats.h"
+#include "reports/thread_fence.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -450,7 +451,7 @@ PendingStats::~PendingStats() {
 }
 
 void PendingStats::collect() {
-  std::atomic_thread_fence(std::memory_order_acquire);
+  TS_THREAD_FENCE(__ATOMIC_ACQUIRE);
   results_.reserve(tensors_.size());
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     results_.push_back(finalize_stats(tensors_[i].dtype, tensors_[i].count, slot_->host_results[i]));

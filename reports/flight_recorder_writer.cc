@@ -1,5 +1,6 @@
 // Writes one process's flight recorder file: freestanding (libc only), lock-free append, crash-safe commits.
 #include "reports/flight_recorder_writer.h"
+#include "reports/thread_fence.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,7 +73,7 @@ int Writer::open(const WriterOptions& options) {
   copy_field(header->host, sizeof(header->host), options.host);
   copy_field(header->run_id, sizeof(header->run_id), options.run_id);
   copy_field(header->exe, sizeof(header->exe), options.exe);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
   memcpy(header->magic, kMagic, sizeof(kMagic));
 
   header_ = header;
@@ -114,7 +115,7 @@ Pending Writer::append(const Record& r) {
   // Invalidate first, fenced, so no reader (or post-mortem look after SIGKILL) pairs the old commit with a
   // mix of old and new fields.
   __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
   memcpy(reinterpret_cast<char*>(slot) + kChecksummedBegin, reinterpret_cast<const char*>(&r) + kChecksummedBegin,
          kChecksummedEnd - kChecksummedBegin);
   // Checksum the caller's copy, not the slot: if a lapping writer scribbles on the slot meanwhile, the two
@@ -149,7 +150,7 @@ CommEntry* Writer::add_comm(const CommEntry& entry) {
       !__atomic_compare_exchange_n(&header_->comms_used, &index, index + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
   CommEntry* slot = &comms_[index];
   __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
   memcpy(reinterpret_cast<char*>(slot) + sizeof(slot->commit),
          reinterpret_cast<const char*>(&entry) + sizeof(entry.commit), sizeof(CommEntry) - sizeof(entry.commit));
   __atomic_store_n(&slot->commit, uint64_t{index} + 1, __ATOMIC_RELEASE);

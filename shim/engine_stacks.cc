@@ -3,8 +3,14 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#if defined(__SANITIZE_THREAD__)
+// libunwind's thread-exit destructor locks a mutex after ThreadSanitizer has torn the thread down, which crashes
+// TSan builds; there, glibc's unwinder walks the stack instead.
+#include <execinfo.h>
+#else
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +64,11 @@ std::string describe_frame(uint64_t address) {
 
 void capture_call_site_stack(uint64_t call_site) {
   void* frames[kMaxFrames];
+#if defined(__SANITIZE_THREAD__)
+  const int n = backtrace(frames, kMaxFrames);
+#else
   const int n = unw_backtrace(frames, kMaxFrames);
+#endif
   // Our own frames (this function, the engine entry, the NCCL hook) end where the call site begins.
   int first = 0;
   while (first < n && reinterpret_cast<uint64_t>(frames[first]) != call_site) ++first;
