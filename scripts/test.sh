@@ -33,8 +33,8 @@ build-ci-fuzz/tests/fuzz/wire_protocol_fuzz -max_total_time=60 -print_final_stat
 for sanitizer in address thread; do
   echo "== $(date -u +%T) $sanitizer sanitizer build"
   mkdir -p "build-ci-$sanitizer"
-  # Debug: sanitizer builds are for finding bugs, and -O0 compiles them in less of CI's time.
-  bash scripts/build.sh "build-ci-$sanitizer" -DCMAKE_BUILD_TYPE=Debug -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
+  # Optimised: at -O0 under TSan the stand-in NCCL's every-type-every-op tests run past their deadlines.
+  bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
     -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=OFF \
     --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests
   echo "== $(date -u +%T) tests under the $sanitizer sanitizer"
