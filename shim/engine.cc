@@ -41,7 +41,6 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     setup.recorder_path = args->recorder_path != nullptr ? args->recorder_path : "";
     setup.host = args->host != nullptr ? args->host : "";
     setup.pid = args->pid;
-    setup.global_rank = args->global_rank;
     setup.launcher_rank = args->launcher_rank;
     setup.world = args->world;
     setup.local_rank = args->local_rank;

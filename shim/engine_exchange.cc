@@ -292,6 +292,12 @@ class Exchange {
     wake_.notify_all();
     if (pump_.joinable()) pump_.join();
     drain();
+    // Records the ring overwrote before this thread read them never reached the coordinator: say how many.
+    if (dropped_ > 0)
+      log(LogLevel::kWarn, ("the exchange missed " + std::to_string(dropped_) +
+                            " calls the flight recorder overwrote before they were read; raise "
+                            "TRAINSCOPE_RECORDER_RECORDS")
+                               .c_str());
     client_->stop();
     if (server_) {
       // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be

@@ -22,7 +22,6 @@ struct ExchangeSetup {
   std::string recorder_path;
   std::string host;
   int32_t pid = 0;
-  int32_t global_rank = -1;
   int32_t launcher_rank = -1;
   int32_t world = -1;
   int32_t local_rank = -1;

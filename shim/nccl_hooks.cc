@@ -23,6 +23,12 @@ using recorder::CommState;
 using recorder::Op;
 using recorder::Record;
 
+// A communicator's rank and size, asked of NCCL itself (left unchanged where it cannot say).
+void query_rank_and_size(ncclComm_t comm, int* rank, int* nranks) {
+  if (auto user_rank = REAL_HELPER(ncclCommUserRank)) user_rank(comm, rank);
+  if (auto count = REAL_HELPER(ncclCommCount)) count(comm, nranks);
+}
+
 // Logs, once per function, that the loaded NCCL lacks a function we interpose.
 std::atomic<bool> g_missing_logged[static_cast<int>(Op::kCount)];
 
@@ -144,8 +150,7 @@ class Hook {
   static CommInfo* adopt(ncclComm_t comm) {
     int rank = recorder::kUnknown;
     int nranks = recorder::kUnknown;
-    if (auto user_rank = REAL_HELPER(ncclCommUserRank)) user_rank(comm, &rank);
-    if (auto count = REAL_HELPER(ncclCommCount)) count(comm, &nranks);
+    query_rank_and_size(comm, &rank, &nranks);
     const uint64_t key[2] = {reinterpret_cast<uint64_t>(comm), static_cast<uint64_t>(g_runtime.owner_pid)};
     CommInfo* info = register_comm(comm, comm_id_from_unique_ids(key, sizeof(key)), 0, rank, nranks, false);
     if (info != nullptr) info->adopted = true;
@@ -186,8 +191,7 @@ void created_child(ncclComm_t child, uint64_t child_id, uint64_t parent_id, int3
   if (child == nullptr) return;
   int rank = recorder::kUnknown;
   int nranks = recorder::kUnknown;
-  if (auto user_rank = REAL_HELPER(ncclCommUserRank)) user_rank(child, &rank);
-  if (auto count = REAL_HELPER(ncclCommCount)) count(child, &nranks);
+  query_rank_and_size(child, &rank, &nranks);
   created(child, child_id, parent_id, rank, nranks, color, origin, nonblocking);
 }
 

@@ -182,10 +182,9 @@ void warn_unknown_variable(const char* name, size_t name_len, const char* sugges
   }
 }
 
-void start_locked() {
-  Runtime& rt = g_runtime;
-  const uint64_t start_ns = now_ns();
-  rt.owner_pid = static_cast<int32_t>(getpid());
+// No engine entry points: logging falls back to stderr and no hook calls into an engine (before it is loaded,
+// and in a forked child, whose engine state is its parent's).
+void forget_engine(Runtime& rt) {
   rt.engine_log = nullptr;
   rt.engine_set_rank = nullptr;
   rt.engine_stop = nullptr;
@@ -193,6 +192,13 @@ void start_locked() {
   rt.engine_fork_parent = nullptr;
   rt.engine_fork_child = nullptr;
   rt.engine_note_call_site = nullptr;
+}
+
+void start_locked() {
+  Runtime& rt = g_runtime;
+  const uint64_t start_ns = now_ns();
+  rt.owner_pid = static_cast<int32_t>(getpid());
+  forget_engine(rt);
   rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
   if (gethostname(rt.host, sizeof(rt.host)) != 0) snprintf(rt.host, sizeof(rt.host), "unknown");
   rt.host[sizeof(rt.host) - 1] = '\0';
@@ -303,13 +309,7 @@ void fork_child() {
   if (rt.engine_fork_child != nullptr) rt.engine_fork_child();
   rt.writer.abandon();
   reset_comm_registry();
-  rt.engine_log = nullptr;
-  rt.engine_set_rank = nullptr;
-  rt.engine_stop = nullptr;
-  rt.engine_fork_prepare = nullptr;
-  rt.engine_fork_parent = nullptr;
-  rt.engine_fork_child = nullptr;
-  rt.engine_note_call_site = nullptr;
+  forget_engine(rt);
   reset_call_sites();
   t_thread = ThreadState{};
   rt.start_state.store(static_cast<int>(StartState::kNotStarted), std::memory_order_relaxed);
