@@ -256,6 +256,31 @@ std::string hex_id(uint64_t id) {
 
 std::string short_hex_id(uint64_t id) { return id == 0 ? "-" : hex_id(id).substr(0, 6); }
 
+ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options) {
+  ProcessOverview overview;
+  overview.recorded = run.files.size();
+  overview.unreadable = run.errors.size();
+  for (const RecorderFile& file : run.files) {
+    const RankState state = rank_state(file, options);
+    const ProcessRef who{file.header.global_rank, file.header.pid};
+    if (state.key == "exited") {
+      ++overview.exited;
+    } else if (state.key == "running") {
+      ++overview.running;
+    } else if (state.key == "crashed_or_killed") {
+      overview.crashed.push_back(who);
+    } else if (state.key == "running_unverified") {
+      ++overview.running_unverified;
+    } else {
+      ++overview.unknown_state;
+    }
+    const bool pending =
+        std::any_of(file.records.begin(), file.records.end(), [](const RecordedCall& call) { return call.pending(); });
+    if (pending) (state.gone ? overview.did_not_return : overview.pending).push_back(who);
+  }
+  return overview;
+}
+
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options) {
   std::string out;
   std::vector<RankState> states;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,24 @@ std::string utc_date_time(uint64_t ns);         // "YYYY-MM-DD HH:MM:SS.uuuuuu U
 std::string duration_string(uint64_t ns);       // "850ns", "12.4us", "3.21ms", "1.50s"
 std::string hex_id(uint64_t id);                // 16 hex digits
 std::string short_hex_id(uint64_t id);          // leading 6 hex digits, as in the mismatch report; 0 -> "-"
+
+// What a run's processes came to, in the terms of the report's state column; the run summary's "processes" line.
+struct ProcessRef {
+  int32_t rank = -1;  // global rank; -1 when the file does not know it
+  int32_t pid = 0;
+};
+struct ProcessOverview {
+  size_t recorded = 0;    // readable recorder files
+  size_t unreadable = 0;  // *.tsrec files that could not be read
+  size_t exited = 0;
+  size_t running = 0;
+  size_t running_unverified = 0;  // on another host: cannot tell
+  size_t unknown_state = 0;
+  std::vector<ProcessRef> crashed;         // crashed or killed: the pid is gone, no clean exit
+  std::vector<ProcessRef> did_not_return;  // gone (exited or crashed) inside a call that never returned
+  std::vector<ProcessRef> pending;         // in a call that has not returned (yet), process may still run
+};
+ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options = {});
 
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});
 // Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.

@@ -1,4 +1,5 @@
-// `trainscope report RUN_DIR [--json] [--last N]`: prints what the flight recorders of one run hold.
+// `trainscope report RUN_DIR [--json] [--summary] [--last N]`: what went wrong in one run (the summary), then what
+// the flight recorders hold, then every report in full.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -8,16 +9,20 @@
 
 #include "reports/flight_recorder_reader.h"
 #include "reports/recorder_report.h"
+#include "reports/run_summary.h"
 #include "tools/commands.h"
 
 namespace trainscope::tools {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trainscope report RUN_DIR [--json] [--last N]\n"
-    "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR) holding *.tsrec flight recorder files\n"
-    "  --json     print JSON instead of the text table\n"
-    "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n";
+    "usage: trainscope report RUN_DIR [--json] [--summary] [--last N]\n"
+    "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR): *.tsrec flight recorders and reports\n"
+    "  --json     print JSON instead of text: {\"summary\", \"reports\", \"manifest\", the recorders' \"ranks\"}\n"
+    "  --summary  print only the summary: what went wrong (inf/nan origin, first batch, mismatches, desyncs,\n"
+    "             vanished ranks, ...), where and when\n"
+    "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n"
+    "Prints the summary, then the recorders' table (ranks, communicators, last calls), then every report in full.\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "trainscope report: %s\n", message.c_str());
@@ -44,6 +49,7 @@ bool parse_last(const char* text, size_t* out) {
 int cmd_report(int argc, char** argv) {
   const char* dir = nullptr;
   bool as_json = false;
+  bool summary_only = false;
   recorder::ReportOptions options;
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
@@ -56,13 +62,17 @@ int cmd_report(int argc, char** argv) {
       as_json = true;
       continue;
     }
+    if (std::strcmp(arg, "--summary") == 0) {
+      summary_only = true;
+      continue;
+    }
     if (std::strcmp(arg, "--last") == 0) {
       if (i + 1 >= argc) return usage_error("--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
       last_value = argv[++i];
     } else if (std::strncmp(arg, "--last=", 7) == 0) {
       last_value = arg + 7;
     } else if (arg[0] == '-' && arg[1] != '\0') {
-      return usage_error(std::string("unknown option '") + arg + "'; accepted: --json, --last N, --help");
+      return usage_error(std::string("unknown option '") + arg + "'; accepted: --json, --summary, --last N, --help");
     } else if (dir == nullptr) {
       dir = arg;
       continue;
@@ -81,19 +91,44 @@ int cmd_report(int argc, char** argv) {
 
   recorder::RunDirectory run;
   std::string error;
-  if (!recorder::read_run_directory(dir, &run, &error)) return usage_error(error);
+  const bool has_recorders = recorder::read_run_directory(dir, &run, &error);
+  reports::RunSummary summary;
+  std::string summary_error;
+  const bool listed = reports::read_run_summary(dir, &summary, &summary_error);
+  // Neither flight recorders nor reports: not a run directory (the reader's message says why, with a hint).
+  if (!has_recorders && (!listed || summary.empty())) return usage_error(error);
+  if (!listed) summary.unreadable.push_back({".", summary_error});
+  if (has_recorders) {
+    summary.processes = recorder::process_overview(run, options);
+  } else {
+    run = recorder::RunDirectory{};
+    run.path = dir;
+  }
 
   if (as_json) {
-    const std::string text =
-        recorder::make_json_report(run, options).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    nlohmann::json out;
+    if (summary_only) {
+      out = {{"summary", reports::summary_json(summary)}};
+    } else {
+      out = recorder::make_json_report(run, options);
+      out["summary"] = reports::summary_json(summary);
+      out["reports"] = reports::reports_json(summary);
+      out["manifest"] = summary.has_manifest ? summary.manifest : nlohmann::json(nullptr);
+    }
+    const std::string text = out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", text.c_str());
   } else {
-    std::fputs(recorder::format_text_report(run, options).c_str(), stdout);
+    std::fputs(reports::format_summary_text(summary).c_str(), stdout);
+    if (!summary_only) {
+      if (has_recorders) std::fputs(("\n" + recorder::format_text_report(run, options)).c_str(), stdout);
+      std::fputs(reports::format_report_texts(summary).c_str(), stdout);
+    }
   }
-  if (run.files.empty()) {
+  if (has_recorders && run.files.empty()) {
     std::fprintf(stderr, "trainscope report: none of the %zu *.tsrec files in '%s' could be read\n", run.errors.size(),
                  dir);
-    return 1;
+    // Still a report when the run left reports: the summary says what went wrong.
+    if (summary.reports.empty()) return 1;
   }
   return 0;
 }

@@ -21,6 +21,7 @@
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
 #include "reports/recorder_report.h"
+#include "reports/run_summary.h"
 
 extern char** environ;
 
@@ -411,6 +412,11 @@ TEST(RecorderReport, ToolPrintsTextAndJson) {
   make_run(dir);
   const ToolRun text = run_tool({"report", dir.path()});
   EXPECT_EQ(text.status, 0) << text.err;
+  // The summary first, then the recorders' table.
+  EXPECT_EQ(text.out.rfind("Summary of run " + fs::path(dir.path()).filename().string() + "\n", 0), 0u) << text.out;
+  EXPECT_LT(text.out.find("  processes: 3 recorded, 1 recorder file unreadable: "),
+            text.out.find("trainscope report: " + dir.path()))
+      << text.out;
   EXPECT_TRUE(contains(text.out, "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited")) << text.out;
   EXPECT_TRUE(contains(text.out, "  ! unreadable " + dir.file("broken.tsrec"))) << text.out;
 
@@ -422,10 +428,40 @@ TEST(RecorderReport, ToolPrintsTextAndJson) {
   ASSERT_EQ(parsed["ranks"][0]["records"].size(), 1u);
   EXPECT_EQ(parsed["ranks"][0]["records"][0]["index"], 4);
   EXPECT_EQ(parsed["errors"].size(), 1u);
+  EXPECT_EQ(parsed["summary"]["processes"]["recorded"], 3);
+  EXPECT_EQ(parsed["reports"], json::array());
+  EXPECT_TRUE(parsed["manifest"].is_null());
 
   const ToolRun all = run_tool({"report", "--last=all", dir.path()});
   EXPECT_EQ(all.status, 0) << all.err;
   EXPECT_TRUE(contains(all.out, "  last 5 of 5 held calls\n"));
+}
+
+TEST(RecorderReport, ProcessOverviewSaysWhoCrashedAndWhichCallsNeverReturned) {
+  TempDir dir;
+  make_run(dir);
+  const ProcessOverview overview = process_overview(read_run(dir), test_options());
+  EXPECT_EQ(overview.recorded, 3u);
+  EXPECT_EQ(overview.unreadable, 1u);
+  EXPECT_EQ(overview.exited, 1u);
+  EXPECT_EQ(overview.running, 1u);
+  EXPECT_EQ(overview.running_unverified, 0u);
+  ASSERT_EQ(overview.crashed.size(), 1u);
+  EXPECT_EQ(overview.crashed[0].rank, 1);
+  EXPECT_EQ(overview.crashed[0].pid, kKilledPid);
+  ASSERT_EQ(overview.did_not_return.size(), 1u);
+  EXPECT_EQ(overview.did_not_return[0].rank, 1);
+  ASSERT_EQ(overview.pending.size(), 1u);
+  EXPECT_EQ(overview.pending[0].rank, 2);
+
+  reports::RunSummary summary;
+  std::string error;
+  ASSERT_TRUE(reports::read_run_summary(dir.path(), &summary, &error)) << error;
+  summary.processes = overview;
+  EXPECT_TRUE(contains(reports::format_summary_text(summary),
+                       "  processes: 3 recorded, 1 recorder file unreadable: 1 exited, 1 crashed or killed (rank 1), "
+                       "1 running; a call never returned on rank 1; calls still pending on rank 2\n"))
+      << reports::format_summary_text(summary);
 }
 
 TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
@@ -452,7 +488,7 @@ TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
   expect_usage_error(run_tool({"report", dir.path(), "--last"}),
                      "--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
   expect_usage_error(run_tool({"report", dir.path(), "--jsn"}),
-                     "unknown option '--jsn'; accepted: --json, --last N, --help");
+                     "unknown option '--jsn'; accepted: --json, --summary, --last N, --help");
   expect_usage_error(run_tool({"report", dir.path(), dir.path()}),
                      "one RUN_DIR expected, got a second one: '" + dir.path() + "'");
 }

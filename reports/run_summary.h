@@ -1,0 +1,111 @@
+// Reads a run directory's report files and says first, in a few lines, what went wrong, where and when.
+//
+// The files are the ones the coordinator and the ranks write (each text report has a JSON twin of the same base
+// name): origin, mismatch-*, desync-*, vanished-rank*, nonfinite-rank*, overflow-streak-rank*,
+// near-overflow-rank*, stop-rank*, trace-rank*, manifest.json. Nothing in them is trusted: a file that is missing,
+// truncated (a crash mid-write) or not what its name says is named in the summary as unreadable, and the rest goes
+// on; where a report's JSON is gone, what its name and text still tell (rank, communicator, call, batch) is used.
+//
+// Summary text (one line per kind, the most important first, "none" where nothing was found):
+//   Summary of run <directory name>
+//     nothing went wrong: ...                       (only when nothing was found)
+//     inf/nan origin: <first line of origin.txt>
+//     first inf/nan: batch 12 on ranks 0–7
+//     mismatches: 1 (communicator 239016 call #24 `ncclAllReduce`: count differs)
+//     desyncs: none
+//     vanished ranks: none
+//     overflow streaks: rank 2, batches 40–44 (5 in a row)
+//     near overflow: 2 warnings on rank 1 (first: batch 3, <frame> output 6.27e+04 = 96% of float16's max)
+//     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH)
+//     processes: 4 recorded: 3 exited, 1 crashed or killed (rank 2); a call never returned on rank 2
+//     setup: world size 4, no warnings
+//     traces: batches 1 and 2 on ranks 0–3          (only when there are trace files)
+//     could not read: origin.json (truncated JSON: ends after 120 bytes)   (only when some file could not be read)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/recorder_report.h"
+
+namespace trainscope::reports {
+
+// The report kinds, in the order the full reports are shown.
+enum class ReportKind : uint8_t {
+  kOrigin = 0,
+  kMismatch,
+  kDesync,
+  kVanished,
+  kNonfinite,
+  kOverflowStreak,
+  kNearOverflow,
+  kStop,
+};
+const char* report_kind_name(ReportKind kind);  // "origin", "mismatch", ..., "near_overflow", "stop"
+
+// One report as found on disk: <base>.txt and <base>.json, either of which may be missing or unreadable.
+struct ReportFiles {
+  ReportKind kind = ReportKind::kOrigin;
+  std::string base_name;     // "mismatch-239016-24"
+  int32_t rank = -1;         // per-rank reports: from the JSON, else from the file name; -1 otherwise
+  bool text_exists = false;  // <base>.txt is in the directory
+  bool has_text = false;     // ... and was read
+  std::string text;          // its contents
+  bool json_exists = false;  // <base>.json is in the directory
+  bool has_json = false;     // ... and was read, parsed, and is an object of this kind
+  nlohmann::json json;       // the parsed report; null unless has_json
+  std::string text_file() const { return base_name + ".txt"; }
+  std::string json_file() const { return base_name + ".json"; }
+};
+
+// A per-rank trace (trace-rank<R>.txt / .jsonl); only its batch markers are read, and only from small files.
+struct TraceFile {
+  int32_t rank = -1;
+  std::string file;  // the text file when there is one, else the .jsonl
+  bool batches_known = false;
+  std::vector<uint64_t> batches;  // " *** Starting batch number=N ***" markers, in file order, no repeats
+};
+
+struct UnreadableFile {
+  std::string file;   // name inside the run directory
+  std::string error;  // "empty file", "truncated JSON: ends after 120 bytes", ...
+};
+
+struct RunSummary {
+  std::string path;  // as given
+  std::string name;  // its last component: the run id
+  bool manifest_exists = false;
+  bool has_manifest = false;  // manifest.json read and parsed
+  nlohmann::json manifest;
+  std::vector<ReportFiles> reports;  // in display order: by kind, then rank / detection time / natural name order
+  std::vector<TraceFile> traces;     // by rank
+  std::vector<UnreadableFile> unreadable;
+  // From the flight recorders, when the directory holds any *.tsrec file (recorder::process_overview).
+  std::optional<recorder::ProcessOverview> processes;
+
+  // Nothing of a run's reports in the directory (no report, trace or manifest file).
+  bool empty() const { return reports.empty() && traces.empty() && !manifest_exists; }
+};
+
+// Reads the report files of `dir`. Returns false (setting `error`) only when the directory cannot be listed; a
+// file that cannot be read lands in `out->unreadable`. `out->processes` is left empty for the caller to fill.
+bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error);
+
+// The summary text above, every line '\n'-terminated.
+std::string format_summary_text(const RunSummary& summary);
+// The same as JSON: {"run", "run_dir", "nothing_wrong", "lines", "origin", "first_nonfinite", "mismatches",
+// "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "processes", "setup", "traces",
+// "unreadable"}.
+nlohmann::json summary_json(const RunSummary& summary);
+
+// Each report's full text in display order, each after a line "=== <file> ===" (preceded by a blank line).
+std::string format_report_texts(const RunSummary& summary);
+// [{"file": "<base>.json", "kind": ..., "report": <parsed JSON or null>, "text_file": "<base>.txt" or null,
+//   "error": why the JSON is null, "text": the text when the JSON is null}], in display order.
+nlohmann::json reports_json(const RunSummary& summary);
+
+}  // namespace trainscope::reports
