@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace trainscope::exchange {
 
@@ -78,6 +79,24 @@ std::string gib(uint64_t bytes) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buffer;
+}
+
+// The wire's values are the report's (the wire layer does not include the reports).
+static_assert(static_cast<uint8_t>(NonfiniteWhere::kInput) == static_cast<uint8_t>(reports::NonfiniteWhere::kInput));
+static_assert(static_cast<uint8_t>(NonfiniteWhere::kOutput) == static_cast<uint8_t>(reports::NonfiniteWhere::kOutput));
+static_assert(static_cast<uint8_t>(NonfiniteKind::kInf) == static_cast<uint8_t>(reports::NonfiniteKind::kInf));
+static_assert(static_cast<uint8_t>(NonfiniteKind::kNan) == static_cast<uint8_t>(reports::NonfiniteKind::kNan));
+
+reports::FirstNonfinite first_of(const NonfiniteMessage& m) {
+  reports::FirstNonfinite first;
+  first.rank = m.rank;
+  first.batch_number = m.batch_number;
+  first.comm_id = m.comm_id;
+  first.call_number = m.call_number;
+  first.op = m.op;
+  first.where = m.where == NonfiniteWhere::kInput ? reports::NonfiniteWhere::kInput : reports::NonfiniteWhere::kOutput;
+  first.kind = m.kind == NonfiniteKind::kNan ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
+  return first;
 }
 
 }  // namespace
@@ -475,6 +494,11 @@ void CoordinatorCore::check_certain_desync(Comm& comm, uint64_t now_ns) {
     auto it = ranks_.find(missing.global_rank);
     if (it != ranks_.end() && it->second->dropped_total > 0) lossy = true;
   }
+  if (job_stopping_) {
+    // The job is being stopped (a verdict, or the user's stop condition): ranks leaving mid-call is the stop.
+    comm.certain_reported = true;
+    return;
+  }
   CoreVerdict verdict;
   verdict.kind = VerdictKind::kDesync;
   verdict.action = options_.on_desync;
@@ -567,7 +591,8 @@ void CoordinatorCore::on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns) 
   info.last_heard_ns = now_ns;
 }
 
-void CoordinatorCore::on_goodbye(int32_t rank, uint64_t now_ns) {
+void CoordinatorCore::on_goodbye(int32_t rank, uint64_t now_ns, bool stopping_job) {
+  if (stopping_job) job_stopping_ = true;
   RankInfo& info = rank_info(rank);
   if (info.said_goodbye) return;
   info.said_goodbye = true;
@@ -617,6 +642,65 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   ++stats_.verdicts;
   info.vanished = true;
   member_gone(rank, now_ns);
+}
+
+void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns) {
+  rank_info(message.rank).last_heard_ns = now_ns;
+  // A rank's first is where it saw the value first; anything it reports later is downstream of that.
+  if (nonfinite_firsts_.emplace(message.rank, first_of(message)).second) {
+    ++nonfinite_generation_;
+    ++stats_.nonfinite_firsts;
+  } else {
+    ++stats_.ignored_nonfinite;
+  }
+  // The stop request counts even on a repeated report: the rank asked for it and is waiting for the verdict.
+  if (message.stop_job && !nonfinite_stop_requested_) {
+    nonfinite_stop_requested_ = true;
+    nonfinite_stop_rank_ = message.rank;
+    nonfinite_stop_since_ns_ = now_ns;
+  }
+}
+
+std::vector<reports::FirstNonfinite> CoordinatorCore::nonfinite_firsts() const {
+  std::vector<reports::FirstNonfinite> firsts;
+  firsts.reserve(nonfinite_firsts_.size());
+  for (const auto& [rank, first] : nonfinite_firsts_) firsts.push_back(first);
+  return firsts;
+}
+
+void CoordinatorCore::check_nonfinite_stop(uint64_t now_ns) {
+  if (!nonfinite_stop_requested_ || nonfinite_stop_sent_) return;
+  // The grace period lets the other ranks' firsts arrive (they see the value a moment later, in the same or the next
+  // call); when every rank of the world has reported there is nothing left to wait for. A clock that went back
+  // does not hold the stop up.
+  const int32_t world = world_size();
+  const bool everyone = world > 0 && nonfinite_firsts_.size() >= static_cast<size_t>(world);
+  if (!everyone && now_ns >= nonfinite_stop_since_ns_ &&
+      now_ns - nonfinite_stop_since_ns_ < options_.nonfinite_grace_ns)
+    return;
+  nonfinite_stop_sent_ = true;
+  NonfiniteOriginReport report;
+  report.firsts = nonfinite_firsts();
+  report.requested_by = nonfinite_stop_rank_;
+  report.detected_ns = nonfinite_stop_since_ns_;
+  CoreVerdict verdict;
+  verdict.kind = VerdictKind::kNonfinite;
+  verdict.action = VerdictAction::kAbort;  // the user asked for it (TRAINSCOPE_ON_NONFINITE=abort)
+  // The call the value came from: the earliest batch, a rank that sent it before one that received it (the order of
+  // reports::format_origin_text).
+  const auto earliest =
+      std::min_element(report.firsts.begin(), report.firsts.end(),
+                       [](const reports::FirstNonfinite& a, const reports::FirstNonfinite& b) {
+                         return std::make_tuple(a.batch_number, a.where, a.call_number, a.comm_id, a.rank) <
+                                std::make_tuple(b.batch_number, b.where, b.call_number, b.comm_id, b.rank);
+                       });
+  if (earliest != report.firsts.end()) {
+    verdict.comm_id = earliest->comm_id;
+    verdict.seq = earliest->call_number;
+  }
+  verdict.report = std::move(report);
+  ready_.push_back(std::move(verdict));
+  ++stats_.verdicts;
 }
 
 void CoordinatorCore::scan_timeouts(uint64_t now_ns) {
@@ -681,6 +765,7 @@ std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
     next_scan_ns_ = now_ns + options_.scan_interval_ns;
     scan_timeouts(now_ns);
   }
+  check_nonfinite_stop(now_ns);
   std::vector<CoreVerdict> verdicts;
   verdicts.swap(ready_);
   for (const CoreVerdict& verdict : verdicts)

@@ -1,6 +1,7 @@
 // The coordinator's logic: compares every member's fingerprint of every call, tracks progress, and turns
-// mismatches, desyncs and vanished ranks into verdicts. No sockets, no threads, no clock: the caller passes the
-// time, so every rule is tested deterministically.
+// mismatches, desyncs and vanished ranks into verdicts; collects each rank's first inf/nan for the origin report and
+// stops the job on one when a rank asks for it (TRAINSCOPE_ON_NONFINITE=abort). No sockets, no threads, no clock: the
+// caller passes the time, so every rule is tested deterministically.
 //
 // Memory: per communicator one reference fingerprint and an arrival count per call that some members reached and
 // others have not (a bounded window; what falls out of it is counted, not kept), plus a small fixed history per
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +27,7 @@
 #include "collectors/fingerprint.h"
 #include "collectors/wire_protocol.h"
 #include "reports/exchange_reports.h"
+#include "reports/frame_report.h"
 
 namespace trainscope::exchange {
 
@@ -40,7 +43,16 @@ struct CoordinatorOptions {
   size_t max_comms = 1u << 16;
   int32_t max_comm_ranks = kMaxRanks;
   size_t max_stacks_per_rank = 4096;
-  uint32_t max_mismatch_reports_per_comm = 4;  // later ones on the same communicator are counted, not reported
+  uint32_t max_mismatch_reports_per_comm = 4;      // later ones on the same communicator are counted, not reported
+  uint64_t nonfinite_grace_ns = 1'000'000'000ull;  // a stop on inf/nan waits this long for other ranks' firsts
+};
+
+// The origin of the first non-finite value, as the coordinator knew it when it stopped the job: every rank's first
+// frame with inf/nan (reports::format_origin_text / origin_json render it).
+struct NonfiniteOriginReport {
+  std::vector<reports::FirstNonfinite> firsts;  // by rank
+  int32_t requested_by = -1;                    // the first rank that asked for the stop
+  uint64_t detected_ns = 0;                     // when that request arrived
 };
 
 struct CoreVerdict {
@@ -48,7 +60,7 @@ struct CoreVerdict {
   VerdictAction action = VerdictAction::kAbort;
   uint64_t comm_id = 0;
   uint64_t seq = 0;
-  std::variant<reports::MismatchReport, reports::DesyncReport, reports::VanishedReport> report;
+  std::variant<reports::MismatchReport, reports::DesyncReport, reports::VanishedReport, NonfiniteOriginReport> report;
 };
 
 struct CoreStats {
@@ -61,7 +73,9 @@ struct CoreStats {
   uint64_t lost_counterparts = 0;  // send/recv whose other side was never seen (a rank dropped fingerprints)
   uint64_t suppressed_mismatches = 0;
   uint64_t verdicts = 0;
-  size_t outstanding_calls = 0;  // summed over communicators, now
+  uint64_t nonfinite_firsts = 0;   // ranks whose first inf/nan was reported
+  uint64_t ignored_nonfinite = 0;  // later reports of a rank that had already reported its first
+  size_t outstanding_calls = 0;    // summed over communicators, now
   size_t comms = 0;
 };
 
@@ -79,9 +93,14 @@ class CoordinatorCore {
                        uint64_t now_ns);
   void on_stack(const StackDefinition& stack);
   void on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns);
-  void on_goodbye(int32_t rank, uint64_t now_ns);
+  // stopping_job: the rank stops the job on the user's request; from then on desyncs and vanished ranks are expected.
+  void on_goodbye(int32_t rank, uint64_t now_ns, bool stopping_job = false);
   // clean: the connection closed after a goodbye (same as on_goodbye); otherwise the rank vanished.
   void on_disconnect(int32_t rank, bool clean, uint64_t now_ns);
+  // A rank's first frame with inf/nan (`message.rank` is the authenticated sender). Only the first report of each
+  // rank is kept. With stop_job, tick() returns one kNonfinite abort verdict for the job once nonfinite_grace_ns has
+  // passed (sooner when every rank of the world has reported), so the other ranks' firsts make it into the report.
+  void on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns);
 
   // Looks for timeouts (at most every scan_interval_ns) and returns every verdict reached since the last call.
   std::vector<CoreVerdict> tick(uint64_t now_ns);
@@ -90,6 +109,11 @@ class CoordinatorCore {
   nlohmann::json manifest() const;
   // Heterogeneous GPUs (models, memory sizes), differing NCCL / CUDA runtime / driver versions, kernels < 5.5.
   std::vector<std::string> manifest_warnings() const;
+  // Every rank's first inf/nan so far, by rank; and a counter that moves whenever that set changes (0: none yet), so
+  // the caller rewrites the origin report only when there is something new.
+  std::vector<reports::FirstNonfinite> nonfinite_firsts() const;
+  uint64_t nonfinite_generation() const { return nonfinite_generation_; }
+
   size_t hellos() const;
   int32_t world_size() const;  // largest world size a hello announced, -1 if none
 
@@ -116,15 +140,21 @@ class CoordinatorCore {
   reports::DesyncReport desync_report(const Comm& comm, uint64_t seq, bool certain, uint64_t now_ns) const;
   std::vector<std::string> stack_of(int32_t global_rank, uint32_t stack_id) const;
   bool has_live_comm(int32_t rank) const;
+  void check_nonfinite_stop(uint64_t now_ns);
 
   CoordinatorOptions options_;
   std::unordered_map<int32_t, std::unique_ptr<RankInfo>> ranks_;
   std::unordered_map<uint64_t, std::unique_ptr<Comm>> comms_;
   std::vector<CoreVerdict> ready_;
   std::vector<std::pair<uint64_t, uint64_t>> mismatches_waiting_;  // (comm id, seq) in their grace period
-  std::vector<uint64_t> desyncs_waiting_;
-  bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings // comm ids
-                               // whose certain desync waits
+  std::vector<uint64_t> desyncs_waiting_;                          // comm ids whose certain desync waits
+  bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings
+  std::map<int32_t, reports::FirstNonfinite> nonfinite_firsts_;  // by global rank, the first report only
+  uint64_t nonfinite_generation_ = 0;
+  bool nonfinite_stop_requested_ = false;
+  int32_t nonfinite_stop_rank_ = -1;
+  uint64_t nonfinite_stop_since_ns_ = 0;
+  bool nonfinite_stop_sent_ = false;  // one inf/nan stop per job
   uint64_t next_scan_ns_ = 0;
   CoreStats stats_;
 };

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,22 +22,6 @@ uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Replaces `path` atomically with `content` (mode 0600): readers never see half a manifest.
-bool replace_file(const std::string& path, const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  const bool ok = ::close(fd) == 0 && written == content.size();
-  return ok && ::rename(temporary.c_str(), path.c_str()) == 0;
 }
 
 }  // namespace
@@ -55,6 +40,10 @@ RenderedReport render_report(const CoreVerdict& verdict) {
     rendered.text = reports::format_vanished_text(*vanished);
     rendered.json = reports::vanished_json(*vanished);
     rendered.base_name = reports::vanished_base_name(*vanished);
+  } else if (const auto* origin = std::get_if<NonfiniteOriginReport>(&verdict.report)) {
+    rendered.text = reports::format_origin_text(origin->firsts);
+    rendered.json = reports::origin_json(origin->firsts);
+    rendered.base_name = kOriginBaseName;
   }
   rendered.json["action"] = verdict_action_name(verdict.action);
   return rendered;
@@ -75,6 +64,8 @@ struct CoordinatorServer::State {
   std::unordered_map<int32_t, std::pair<uint64_t, uint64_t>> dropped_connections;  // rank -> (at, report after)
   std::set<std::string> logged_warnings;
   std::vector<std::vector<uint8_t>> abort_verdicts;  // replayed to ranks that say hello after they were sent
+  uint64_t origin_generation = 0;                    // of the firsts in origin.txt / origin.json now
+  uint64_t origin_failed_generation = 0;             // the last one that could not be written (logged once)
   size_t manifest_hellos = 0;
   uint64_t manifest_written_ns = 0;
   uint64_t malformed_logged = 0;
@@ -177,8 +168,8 @@ void CoordinatorServer::run() {
     s.manifest_hellos = hellos;
     s.manifest_written_ns = now_ns;
     const nlohmann::json manifest = s.core.manifest();
-    if (!replace_file(options_.run_dir + "/manifest.json",
-                      manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
+    if (!reports::replace_file(options_.run_dir + "/manifest.json",
+                               manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
       log(LogLevel::kWarning, "coordinator: cannot write " + options_.run_dir + "/manifest.json");
     }
     for (const auto& warning : manifest["warnings"]) {
@@ -187,12 +178,48 @@ void CoordinatorServer::run() {
     }
   };
 
+  // origin.txt / origin.json follow the set of ranks' first inf/nan: replaced whenever it changed, so they always
+  // hold everything the coordinator knows. Returns whether the files hold the current set.
+  const std::string origin_text_path = options_.run_dir + "/" + kOriginBaseName + ".txt";
+  const std::string origin_json_path = options_.run_dir + "/" + kOriginBaseName + ".json";
+  auto write_origin = [&]() -> bool {
+    const uint64_t generation = s.core.nonfinite_generation();
+    if (generation == s.origin_generation) return generation != 0;
+    if (generation == s.origin_failed_generation) return false;  // tried already; the next change tries again
+    const std::vector<reports::FirstNonfinite> firsts = s.core.nonfinite_firsts();
+    const std::string text = reports::format_origin_text(firsts);
+    const nlohmann::json json = reports::origin_json(firsts);
+    if (!reports::replace_file(origin_text_path, text) ||
+        !reports::replace_file(origin_json_path,
+                               json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
+      ++local.report_errors;
+      if (s.origin_failed_generation == 0)  // once: a full disk must not flood the log
+        log(LogLevel::kError, "coordinator: cannot write " + origin_text_path + " or " + origin_json_path);
+      s.origin_failed_generation = generation;
+      return false;
+    }
+    const bool first_write = s.origin_generation == 0;
+    s.origin_generation = generation;
+    log(first_write ? LogLevel::kWarning : LogLevel::kDebug,
+        "coordinator: inf/nan origin (" + std::to_string(firsts.size()) + (firsts.size() == 1 ? " rank" : " ranks") +
+            " so far), report " + origin_text_path + "\n" + text);
+    return true;
+  };
+
   auto deliver = [&](std::vector<CoreVerdict> verdicts) {
     for (const CoreVerdict& verdict : verdicts) {
       const RenderedReport rendered = render_report(verdict);
       // The report is on disk before any rank hears of the verdict (and may abort).
-      const reports::WrittenReport written =
-          reports::write_report(options_.run_dir, rendered.base_name, rendered.text, rendered.json);
+      reports::WrittenReport written;
+      if (std::holds_alternative<NonfiniteOriginReport>(verdict.report)) {
+        // Its report is the origin report itself (the same firsts: the core has not changed since the tick).
+        if (write_origin()) {
+          written.text_path = origin_text_path;
+          written.json_path = origin_json_path;
+        }
+      } else {
+        written = reports::write_report(options_.run_dir, rendered.base_name, rendered.text, rendered.json);
+      }
       if (!written.error.empty()) {
         ++local.report_errors;
         log(LogLevel::kError, "coordinator: " + written.error);
@@ -276,10 +303,12 @@ void CoordinatorServer::run() {
       if (claimed_rank(stack->rank)) s.core.on_stack(*stack);
     } else if (const auto* heartbeat = std::get_if<Heartbeat>(&decoded.message)) {
       if (claimed_rank(heartbeat->rank)) s.core.on_heartbeat(*heartbeat, now_ns);
+    } else if (const auto* nonfinite = std::get_if<NonfiniteMessage>(&decoded.message)) {
+      if (claimed_rank(nonfinite->rank)) s.core.on_nonfinite(*nonfinite, now_ns);
     } else if (const auto* goodbye = std::get_if<Goodbye>(&decoded.message)) {
       if (claimed_rank(goodbye->rank)) {
         peer->second.said_goodbye = true;
-        s.core.on_goodbye(rank, now_ns);
+        s.core.on_goodbye(rank, now_ns, goodbye->stopping_job);
       }
     } else {
       log_malformed("a rank sent a coordinator-to-rank message");
@@ -362,6 +391,7 @@ void CoordinatorServer::run() {
     now_ns = realtime_ns();
     read_disconnects(now_ns);
     settle_disconnects(now_ns);
+    write_origin();
     deliver(s.core.tick(now_ns));
     write_manifest(now_ns, false);
     local.peers = s.peers.size();

@@ -1,6 +1,10 @@
 // The coordinator's transport: a ZeroMQ ROUTER that authenticates ranks by the job token, feeds the coordinator
 // core, writes its reports into the run directory and sends every verdict to every connected rank.
 //
+// Run directory: manifest.json (the job's ranks, GPUs, versions); one <kind>-....txt/.json pair per verdict; and
+// origin.txt / origin.json, the origin of the first inf/nan (reports::format_origin_text / origin_json), replaced
+// atomically whenever another rank's first arrives. A stop on inf/nan (kNonfinite verdict) points at those two.
+//
 // How it is driven (rank 0's engine, or `trainscope coordinator`):
 //   CoordinatorServer server(options);   // bind address, token, run directory, core options, callbacks
 //   std::string error;
@@ -83,6 +87,9 @@ class CoordinatorServer {
   mutable std::mutex stats_lock_;
   CoordinatorServerStats stats_;
 };
+
+// Base name of the origin report in the run directory: origin.txt, origin.json.
+inline constexpr const char* kOriginBaseName = "origin";
 
 // Text, JSON and file base name of a verdict's report.
 struct RenderedReport {

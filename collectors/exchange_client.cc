@@ -100,8 +100,9 @@ void ExchangeClient::start() {
   thread_ = std::thread([this] { run(); });
 }
 
-void ExchangeClient::stop() {
+void ExchangeClient::stop(bool stopping_job) {
   if (!thread_.joinable()) return;
+  stopping_job_.store(stopping_job);
   int expected = 0;
   stop_mode_.compare_exchange_strong(expected, 1);
   thread_.join();
@@ -131,6 +132,27 @@ void ExchangeClient::define_stack(uint32_t stack_id, std::vector<std::string> fr
   pending_stacks_.push_back(std::move(stack));
 }
 
+void ExchangeClient::report_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
+  PendingNonfinite pending;
+  pending.message.rank = options_.hello.global_rank;
+  pending.message.batch_number = first.batch_number;
+  pending.message.comm_id = first.comm_id;
+  pending.message.call_number = first.call_number;
+  pending.message.op = first.op.substr(0, kMaxOpNameBytes);
+  pending.message.where =
+      first.where == reports::NonfiniteWhere::kInput ? NonfiniteWhere::kInput : NonfiniteWhere::kOutput;
+  pending.message.kind = first.kind == reports::NonfiniteKind::kNan ? NonfiniteKind::kNan : NonfiniteKind::kInf;
+  pending.message.stop_job = stop_job;
+  pending.after_fingerprints = pushed_.load();
+  std::lock_guard<std::mutex> lock(nonfinite_lock_);
+  // Counted together with those the client's thread holds already: the bound is on everything not yet sent.
+  if (pending_nonfinite_.size() + nonfinite_held_.load(std::memory_order_relaxed) >= kMaxPendingNonfinite) {
+    nonfinite_dropped_.fetch_add(1);
+    return;
+  }
+  pending_nonfinite_.push_back(std::move(pending));
+}
+
 ExchangeClientStats ExchangeClient::stats() const {
   ExchangeClientStats stats;
   stats.pushed = pushed_.load();
@@ -140,6 +162,8 @@ ExchangeClientStats ExchangeClient::stats() const {
   stats.heartbeats = heartbeats_.load();
   stats.verdicts = verdicts_.load();
   stats.hellos = hellos_.load();
+  stats.nonfinite_sent = nonfinite_sent_.load();
+  stats.nonfinite_dropped = nonfinite_dropped_.load();
   stats.welcomed = welcomed_.load();
   stats.rejected = rejected_.load();
   return stats;
@@ -187,6 +211,7 @@ void ExchangeClient::run() {
   std::vector<uint8_t> encoded_batch;  // built, not yet taken by the socket
   size_t encoded_count = 0;
   std::vector<StackDefinition> stacks;
+  std::vector<PendingNonfinite> nonfinite;  // taken from pending_nonfinite_, not sent yet
 
   auto note_unreachable = [&](uint64_t now_ms) {
     if (!warned_unreachable &&
@@ -252,7 +277,7 @@ void ExchangeClient::run() {
         batch.clear();
         Fingerprint f;
         while (batch.size() < options_.max_batch && queue_.pop(f)) batch.push_back(f);
-        if (batch.empty()) return true;
+        if (batch.empty()) break;
         encode_fingerprint_batch(options_.hello.global_rank, ++batch_number, dropped_.load(), batch, encoded_batch);
         encoded_count = batch.size();
       }
@@ -260,6 +285,19 @@ void ExchangeClient::run() {
       encoded_batch.clear();
       batches_.fetch_add(1);
       sent_fingerprints_.fetch_add(encoded_count);
+    }
+    // Reports of inf/nan, each once the fingerprints pushed before it are out, in the order they were made.
+    {
+      std::lock_guard<std::mutex> lock(nonfinite_lock_);
+      for (auto& pending : pending_nonfinite_) nonfinite.push_back(std::move(pending));
+      pending_nonfinite_.clear();
+      nonfinite_held_.store(nonfinite.size(), std::memory_order_relaxed);
+    }
+    while (!nonfinite.empty() && nonfinite.front().after_fingerprints <= sent_fingerprints_.load()) {
+      if (!try_send(socket, encode(nonfinite.front().message))) return false;
+      nonfinite.erase(nonfinite.begin());
+      nonfinite_held_.store(nonfinite.size(), std::memory_order_relaxed);
+      nonfinite_sent_.fetch_add(1);
     }
     return true;
   };
@@ -293,18 +331,21 @@ void ExchangeClient::run() {
     }
   }
 
-  if (stop_mode_.load() == 1 && hello_sent && !rejected_.load()) {
+  // A short job may stop before its first hello went out: the flush below connects and says hello first. Only a
+  // coordinator already known to be unreachable is not waited for.
+  if (stop_mode_.load() == 1 && !rejected_.load() && (hello_sent || !warned_unreachable)) {
     // Deliver what is queued and say goodbye, for a bounded time: the coordinator may be gone already.
     const uint64_t deadline = monotonic_ms() + static_cast<uint64_t>(options_.stop_flush_timeout_ms);
     bool flushed = false;
-    while (!(flushed = send_pending()) && monotonic_ms() < deadline) {
+    // An inf/nan report still waiting for its fingerprints keeps the flush going (bounded by the same deadline).
+    while ((!(flushed = send_pending()) || !nonfinite.empty()) && monotonic_ms() < deadline) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLOUT, 0}};
       try {
         zmq::poll(items, 1, std::chrono::milliseconds(10));
       } catch (const zmq::error_t&) {
       }
     }
-    Goodbye goodbye{options_.hello.global_rank, realtime_ns()};
+    Goodbye goodbye{options_.hello.global_rank, realtime_ns(), stopping_job_.load()};
     (void)flushed;  // the goodbye goes even after a partial flush: it says the exit was clean
     try_send(socket, encode(goodbye));
     socket.set(zmq::sockopt::linger, options_.stop_flush_timeout_ms);

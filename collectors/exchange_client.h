@@ -6,6 +6,7 @@
 //   client.start();                   // starts the client's own thread; never blocks on the network
 //   client.push(fingerprint);         // any thread, lock-free, never blocks; false (and counted) when full
 //   client.define_stack(id, frames);  // before the first fingerprint with that stack_id (any thread, locks)
+//   client.report_nonfinite(first, stop_job);  // this rank's first inf/nan (any thread, locks briefly, never waits)
 //   client.stop();                    // flushes for at most stop_flush_timeout_ms, says goodbye, joins
 // Verdicts and log lines arrive through the callbacks, on the client's thread.
 //
@@ -29,6 +30,7 @@
 
 #include "collectors/fingerprint.h"
 #include "collectors/wire_protocol.h"
+#include "reports/frame_report.h"
 
 namespace trainscope::exchange {
 
@@ -55,9 +57,11 @@ struct ExchangeClientStats {
   uint64_t batches = 0;
   uint64_t heartbeats = 0;
   uint64_t verdicts = 0;
-  uint64_t hellos = 0;    // sent; more than one after reconnections to a restarted coordinator
-  bool welcomed = false;  // the coordinator accepted the hello (and has not asked for it again since)
-  bool rejected = false;  // the coordinator refused the job token: nothing more is sent
+  uint64_t hellos = 0;  // sent; more than one after reconnections to a restarted coordinator
+  uint64_t nonfinite_sent = 0;
+  uint64_t nonfinite_dropped = 0;  // more than kMaxPendingNonfinite waiting to be sent
+  bool welcomed = false;           // the coordinator accepted the hello (and has not asked for it again since)
+  bool rejected = false;           // the coordinator refused the job token: nothing more is sent
 };
 
 // A bounded multi-producer multi-consumer queue (D. Vyukov's): one atomic ticket per push, no locks, no allocation.
@@ -86,13 +90,20 @@ class ExchangeClient {
   ExchangeClient& operator=(const ExchangeClient&) = delete;
 
   void start();
-  // Flushes (bounded), sends Goodbye, closes, joins. Idempotent.
-  void stop();
+  // Flushes (bounded), sends Goodbye, closes, joins. Idempotent. `stopping_job`: see Goodbye.
+  void stop(bool stopping_job = false);
   // For tests and for a rank that must disappear without a goodbye: closes at once, drops what is queued.
   void abandon();
 
   bool push(const Fingerprint& fingerprint);
   void define_stack(uint32_t stack_id, std::vector<std::string> frames);
+  // Queues this rank's first frame with inf/nan for the coordinator's origin report; `stop_job` asks it to stop the
+  // job (TRAINSCOPE_ON_NONFINITE=abort). The message goes out from the client's thread within about one
+  // flush_interval_ms, after every fingerprint pushed before this call (the coordinator sees the calls first). The
+  // rank sent is the hello's (first.rank is not used). Never waits on the network; at most kMaxPendingNonfinite
+  // messages wait for a connection, more are dropped and counted.
+  void report_nonfinite(const reports::FirstNonfinite& first, bool stop_job);
+  static constexpr size_t kMaxPendingNonfinite = 64;
 
   ExchangeClientStats stats() const;
 
@@ -103,12 +114,20 @@ class ExchangeClient {
   ExchangeClientOptions options_;
   FingerprintQueue queue_;
   std::thread thread_;
+  std::atomic<bool> stopping_job_{false};
   std::atomic<int> stop_mode_{0};  // 0 running, 1 stop with goodbye, 2 abandon
   bool started_ = false;
   std::mutex stacks_lock_;
   std::vector<StackDefinition> pending_stacks_;
+  struct PendingNonfinite {
+    NonfiniteMessage message;
+    uint64_t after_fingerprints;  // sent once this many fingerprints (those pushed before it) have gone out
+  };
+  std::mutex nonfinite_lock_;
+  std::vector<PendingNonfinite> pending_nonfinite_;
+  std::atomic<size_t> nonfinite_held_{0};  // taken from pending_nonfinite_ by the client's thread, not sent yet
   std::atomic<uint64_t> pushed_{0}, dropped_{0}, sent_fingerprints_{0}, batches_{0}, heartbeats_{0}, verdicts_{0},
-      hellos_{0};
+      hellos_{0}, nonfinite_sent_{0}, nonfinite_dropped_{0};
   std::atomic<bool> welcomed_{false}, rejected_{false};
 };
 

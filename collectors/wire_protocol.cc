@@ -224,13 +224,28 @@ Heartbeat decode_heartbeat(ByteReader& r) {
 
 Verdict decode_verdict(ByteReader& r) {
   Verdict m;
-  m.kind = static_cast<VerdictKind>(r.get_in_range<uint8_t>("verdict kind", 1, 3));
+  m.kind = static_cast<VerdictKind>(
+      r.get_in_range<uint8_t>("verdict kind", 1, static_cast<int64_t>(VerdictKind::kNonfinite)));
   m.action = static_cast<VerdictAction>(r.get_in_range<uint8_t>("verdict action", 1, 2));
   m.comm_id = r.get<uint64_t>("comm_id");
   m.seq = r.get<uint64_t>("seq");
   m.text_path = r.get_string("text_path", kMaxPathBytes);
   m.json_path = r.get_string("json_path", kMaxPathBytes);
   m.text = r.get_string("text", kMaxReportTextBytes);
+  return m;
+}
+
+// Payload: i32 rank | u64 batch_number | u64 comm_id | u64 call_number | string op | u8 where | u8 kind | u8 stop_job
+NonfiniteMessage decode_nonfinite(ByteReader& r) {
+  NonfiniteMessage m;
+  m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
+  m.batch_number = r.get<uint64_t>("batch_number");
+  m.comm_id = r.get<uint64_t>("comm_id");
+  m.call_number = r.get<uint64_t>("call_number");
+  m.op = r.get_string("op", kMaxOpNameBytes);
+  m.where = static_cast<NonfiniteWhere>(r.get_in_range<uint8_t>("nonfinite where", 0, 1));
+  m.kind = static_cast<NonfiniteKind>(r.get_in_range<uint8_t>("nonfinite kind", 0, 1));
+  m.stop_job = r.get_bool("stop_job");
   return m;
 }
 
@@ -244,6 +259,8 @@ const char* verdict_kind_name(VerdictKind kind) {
       return "desync";
     case VerdictKind::kVanished:
       return "vanished";
+    case VerdictKind::kNonfinite:
+      return "nonfinite";
   }
   return "unknown";
 }
@@ -339,6 +356,7 @@ std::vector<uint8_t> encode(const Goodbye& m) {
   ByteWriter w(out);
   w.put(m.rank);
   w.put(m.time_ns);
+  w.put(static_cast<uint8_t>(m.stopping_job ? 1 : 0));
   finish(out, start);
   return out;
 }
@@ -372,6 +390,22 @@ std::vector<uint8_t> encode(const Verdict& m) {
   w.put_string(m.text_path, kMaxPathBytes);
   w.put_string(m.json_path, kMaxPathBytes);
   w.put_string(m.text, kMaxReportTextBytes);
+  finish(out, start);
+  return out;
+}
+
+std::vector<uint8_t> encode(const NonfiniteMessage& m) {
+  std::vector<uint8_t> out;
+  const size_t start = begin(out, MessageType::kNonfinite);
+  ByteWriter w(out);
+  w.put(m.rank);
+  w.put(m.batch_number);
+  w.put(m.comm_id);
+  w.put(m.call_number);
+  w.put_string(m.op, kMaxOpNameBytes);
+  w.put(static_cast<uint8_t>(m.where));
+  w.put(static_cast<uint8_t>(m.kind));
+  w.put(static_cast<uint8_t>(m.stop_job ? 1 : 0));
   finish(out, start);
   return out;
 }
@@ -425,6 +459,7 @@ DecodeResult decode(std::span<const uint8_t> bytes) {
       Goodbye m;
       m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
       m.time_ns = r.get<uint64_t>("time_ns");
+      m.stopping_job = r.get_in_range<uint8_t>("stopping_job", 0, 1) == 1;
       result.message = m;
       break;
     }
@@ -440,6 +475,9 @@ DecodeResult decode(std::span<const uint8_t> bytes) {
     }
     case MessageType::kVerdict:
       result.message = decode_verdict(r);
+      break;
+    case MessageType::kNonfinite:
+      result.message = decode_nonfinite(r);
       break;
     default:
       result.error = "unknown message type " + std::to_string(type);

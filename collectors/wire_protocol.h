@@ -35,6 +35,7 @@ inline constexpr size_t kMaxFrameBytes = 1024;
 inline constexpr size_t kMaxHeartbeatCalls = 256;
 inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr size_t kMaxReportTextBytes = 1u << 20;
+inline constexpr size_t kMaxOpNameBytes = 64;  // an NCCL function name ("ncclReduceScatter")
 inline constexpr int32_t kMaxRanks = 1 << 20;
 inline constexpr size_t kFingerprintWireBytes = 85;  // the fields of Fingerprint, without its padding
 
@@ -47,9 +48,10 @@ enum class MessageType : uint16_t {
   kWelcome = 6,           // coordinator -> rank: the hello was accepted
   kReject = 7,            // coordinator -> rank: a message was refused, with the reason
   kVerdict = 8,           // coordinator -> every rank
+  kNonfinite = 9,         // rank -> coordinator: the rank's first frame holding inf/nan
 };
 
-enum class VerdictKind : uint8_t { kMismatch = 1, kDesync = 2, kVanished = 3 };
+enum class VerdictKind : uint8_t { kMismatch = 1, kDesync = 2, kVanished = 3, kNonfinite = 4 };
 enum class VerdictAction : uint8_t { kAbort = 1, kWarn = 2 };
 enum class RejectReason : uint8_t {
   kBadToken = 1,   // the hello's job token is wrong: the client stops sending
@@ -62,7 +64,7 @@ enum class RejectReason : uint8_t {
 enum class LogLevel : uint8_t { kDebug = 0, kInfo, kWarning, kError };
 using LogSink = std::function<void(LogLevel level, const std::string& message)>;
 
-const char* verdict_kind_name(VerdictKind kind);        // "mismatch", "desync", "vanished"
+const char* verdict_kind_name(VerdictKind kind);        // "mismatch", "desync", "vanished", "nonfinite"
 const char* verdict_action_name(VerdictAction action);  // "abort", "warn"
 
 struct Hello {
@@ -119,6 +121,9 @@ struct Heartbeat {
 struct Goodbye {
   int32_t rank = -1;
   uint64_t time_ns = 0;
+  // The rank leaves because the user asked the job to stop (TRAINSCOPE_ABORT_AFTER_BATCH, ON_NONFINITE=abort):
+  // the other ranks are about to leave too, and the calls they leave unfinished are no desync.
+  bool stopping_job = false;
   bool operator==(const Goodbye&) const = default;
 };
 
@@ -144,7 +149,26 @@ struct Verdict {
   bool operator==(const Verdict&) const = default;
 };
 
-using Message = std::variant<Hello, FingerprintBatch, StackDefinition, Heartbeat, Goodbye, Welcome, Reject, Verdict>;
+// Where a rank first saw a non-finite value, and which; the same values as reports::NonfiniteWhere / NonfiniteKind
+// (the wire layer does not depend on the reports).
+enum class NonfiniteWhere : uint8_t { kInput = 0, kOutput = 1 };  // the call's send buffer / its receive buffer
+enum class NonfiniteKind : uint8_t { kInf = 0, kNan = 1 };
+
+// A rank's first frame holding a non-finite value (reports::FirstNonfinite on the wire), for the origin report.
+struct NonfiniteMessage {
+  int32_t rank = -1;  // global rank of the sender
+  uint64_t batch_number = 0;
+  uint64_t comm_id = 0;
+  uint64_t call_number = 0;
+  std::string op;  // NCCL function name ("ncclAllReduce"), at most kMaxOpNameBytes
+  NonfiniteWhere where = NonfiniteWhere::kOutput;
+  NonfiniteKind kind = NonfiniteKind::kInf;
+  bool stop_job = false;  // TRAINSCOPE_ON_NONFINITE=abort: the coordinator stops every rank after a grace period
+  bool operator==(const NonfiniteMessage&) const = default;
+};
+
+using Message = std::variant<Hello, FingerprintBatch, StackDefinition, Heartbeat, Goodbye, Welcome, Reject, Verdict,
+                             NonfiniteMessage>;
 
 std::vector<uint8_t> encode(const Hello& message);
 std::vector<uint8_t> encode(const FingerprintBatch& message);
@@ -154,6 +178,7 @@ std::vector<uint8_t> encode(const Goodbye& message);
 std::vector<uint8_t> encode(const Welcome& message);
 std::vector<uint8_t> encode(const Reject& message);
 std::vector<uint8_t> encode(const Verdict& message);
+std::vector<uint8_t> encode(const NonfiniteMessage& message);
 std::vector<uint8_t> encode(const Message& message);
 // Writes a batch straight from a span (the client's hot loop does not build a FingerprintBatch).
 void encode_fingerprint_batch(int32_t rank, uint64_t batch_number, uint64_t dropped_total,

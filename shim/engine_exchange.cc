@@ -1,12 +1,12 @@
 // The engine's side of the out-of-band exchange (see engine_exchange.h).
 #include "shim/engine_exchange.h"
-#include "reports/thread_fence.h"
 
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -21,6 +21,7 @@
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
 #include "shim/engine_logging.h"
+#include "shim/engine_ring.h"
 #include "shim/engine_stacks.h"
 
 namespace trainscope::engine {
@@ -37,44 +38,6 @@ using recorder::Record;
 constexpr auto kPumpInterval = std::chrono::milliseconds(5);
 // Rank 0 hosts the coordinator: at its exit it waits this long at most for the other ranks to say goodbye.
 constexpr auto kHostLingerLimit = std::chrono::seconds(5);
-
-const Record* ring_of(const FileHeader* header) {
-  return reinterpret_cast<const Record*>(reinterpret_cast<const char*>(header) +
-                                         recorder::ring_offset(header->max_comms));
-}
-
-const CommEntry* comms_of(const FileHeader* header) {
-  return reinterpret_cast<const CommEntry*>(reinterpret_cast<const char*>(header) + recorder::comm_table_offset());
-}
-
-// Reads a committed record from the live ring; false if the slot does not (or no longer) hold record `index`.
-// The fields a job thread may still change (result, end time) are read atomically, the others are final once
-// committed; the commit is checked again after the copy so a slot reused meanwhile is not misread.
-// Not instrumented by ThreadSanitizer: this is a seqlock read, racing by design with a writer that laps the ring;
-// the commit re-check and the checksum reject whatever such a race tore.
-__attribute__((no_sanitize_thread)) bool read_live_record(const FileHeader* header, uint64_t index, Record* out) {
-  const Record* slot = &ring_of(header)[index % header->capacity];
-  if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != index + 1) return false;
-  // Word by word with relaxed atomic loads: a memcpy here would be intercepted (and reported) by TSan anyway.
-  static_assert(offsetof(Record, checksum) % sizeof(uint64_t) == 0);
-  const auto* from = reinterpret_cast<const uint64_t*>(slot);
-  auto* to = reinterpret_cast<uint64_t*>(out);
-  for (size_t i = 0; i < offsetof(Record, checksum) / sizeof(uint64_t); ++i)
-    to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
-  out->checksum = __atomic_load_n(&slot->checksum, __ATOMIC_RELAXED);
-  out->result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
-  out->end_ns = __atomic_load_n(&slot->end_ns, __ATOMIC_RELAXED);
-  TS_THREAD_FENCE(__ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&slot->commit, __ATOMIC_RELAXED) != index + 1) return false;
-  return recorder::record_checksum(*out) == out->checksum;
-}
-
-__attribute__((no_sanitize_thread)) int32_t live_result(const FileHeader* header, uint64_t index) {
-  const Record* slot = &ring_of(header)[index % header->capacity];
-  const int32_t result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != index + 1) return recorder::kResultPending - 1;  // lapped
-  return result;
-}
 
 bool exchanged(Op op) { return recorder::is_collective(op) || recorder::is_point_to_point(op); }
 
@@ -284,7 +247,7 @@ class Exchange {
   }
 
   // Normal exit: what is left in the recorder goes out, then the goodbye.
-  void stop() {
+  void stop(bool stopping_job) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -293,17 +256,22 @@ class Exchange {
     if (pump_.joinable()) pump_.join();
     drain();
     // Records the ring overwrote before this thread read them never reached the coordinator: say how many.
-    if (dropped_ > 0)
-      log(LogLevel::kWarn, ("the exchange missed " + std::to_string(dropped_) +
+    if (cursor_.dropped() > 0)
+      log(LogLevel::kWarn, ("the exchange missed " + std::to_string(cursor_.dropped()) +
                             " calls the flight recorder overwrote before they were read; raise "
                             "TRAINSCOPE_RECORDER_RECORDS")
                                .c_str());
-    client_->stop();
+    client_->stop(stopping_job);
     if (server_) {
       // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be
       // judged, if they are stuck waiting for this rank), but never hold a healthy job up for long.
+      // A rank of a short job may not even have said hello yet: wait for every rank of the world to have come.
       const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
-      while (server_->stats().connections > 0 && std::chrono::steady_clock::now() < deadline && !aborting_.load())
+      const auto others_busy = [this] {
+        const exchange::CoordinatorServerStats stats = server_->stats();
+        return stats.connections > 0 || (setup_.world > 0 && stats.hellos < static_cast<uint64_t>(setup_.world));
+      };
+      while (others_busy() && std::chrono::steady_clock::now() < deadline && !aborting_.load())
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       server_->stop();
     }
@@ -314,6 +282,11 @@ class Exchange {
     pump_.detach();
     (void)client_.release();
     (void)server_.release();
+  }
+
+  // This rank's first inf/nan, for the coordinator (any thread; the client's thread sends it).
+  void report_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
+    client_->report_nonfinite(first, stop_job);
   }
 
  private:
@@ -335,39 +308,24 @@ class Exchange {
     if (header == nullptr) return;
     const std::vector<uint16_t> states = discover_comms(header);
     const uint64_t next = __atomic_load_n(&header->next, __ATOMIC_ACQUIRE);
-    if (next > cursor_ + header->capacity) {
-      dropped_ += next - header->capacity - cursor_;  // lapped before we read them
-      cursor_ = next - header->capacity;
-    }
-    while (cursor_ < next) {
-      Record r;
-      if (!read_live_record(header, cursor_, &r)) {
-        if (next - cursor_ >= header->capacity) {  // overwritten meanwhile: lost, move on
-          ++dropped_;
-          ++cursor_;
-          continue;
-        }
-        break;  // still being written: read it on the next pass
-      }
+    cursor_.poll_until(header, next, [this](uint64_t index, const Record& r) {
       const Op op = static_cast<Op>(r.op);
-      if (exchanged(op) && r.comm_id != 0) {
-        Fingerprint f = fingerprint_of(r, cursor_, EventKind::kCall);
-        f.stack_id = stack_id_of(r.caller);
-        // The coordinator learns a stack once, before the first fingerprint that uses it; it is symbolised
-        // here, on this thread, never on the job's.
-        if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second)
-          client_->define_stack(f.stack_id, symbolised_stack(f.stack_id));
-        client_->push(f);
-        if (r.result == recorder::kResultPending) {
-          std::lock_guard<std::mutex> lock(pending_mutex_);
-          pending_.push_back({cursor_, r.comm_id, r.seq, r.start_ns, r.op});
-        }
+      if (!exchanged(op) || r.comm_id == 0) return;
+      Fingerprint f = fingerprint_of(r, index, EventKind::kCall);
+      f.stack_id = stack_id_of(r.caller);
+      // The coordinator learns a stack once, before the first fingerprint that uses it; it is symbolised
+      // here, on this thread, never on the job's.
+      if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second)
+        client_->define_stack(f.stack_id, symbolised_stack(f.stack_id));
+      client_->push(f);
+      if (r.result == recorder::kResultPending) {
+        std::lock_guard<std::mutex> lock(pending_mutex_);
+        pending_.push_back({index, r.comm_id, r.seq, r.start_ns, r.op});
       }
-      ++cursor_;
-    }
+    });
     // The states were read before `next`: every call recorded before an end is now sent, unless a slot was still
     // being written, in which case the end waits for the next pass.
-    if (cursor_ == next) push_endings(header, states);
+    if (cursor_.position() == next) push_endings(header, states);
     // Calls that were still running on the last pass: tell the coordinator those that returned.
     std::lock_guard<std::mutex> lock(pending_mutex_);
     size_t kept = 0;
@@ -376,7 +334,7 @@ class Exchange {
       if (result == recorder::kResultPending) {
         pending_[kept++] = call;
       } else if (result >= 0) {
-        Record r;
+        Record r{};
         if (read_live_record(header, call.index, &r))
           client_->push(fingerprint_of(r, call.index, EventKind::kReturned));
       }
@@ -429,11 +387,21 @@ class Exchange {
         (std::string(exchange::verdict_kind_name(verdict.kind)) + where + "\n" + verdict.text).c_str());
     if (!abort) return;
     if (aborting_.exchange(true)) return;
-    log(LogLevel::kError, (std::string("stopping this rank (exit status ") + std::to_string(kVerdictExitCode) +
-                           "): the job cannot go on; set TRAINSCOPE_ON_" +
-                           (verdict.kind == exchange::VerdictKind::kMismatch ? "MISMATCH" : "DESYNC") +
-                           "=warn to report and continue instead")
-                              .c_str());
+    // A stop on inf/nan is the user's request (TRAINSCOPE_ON_NONFINITE=abort), not a broken job: its own status.
+    const bool nonfinite = verdict.kind == exchange::VerdictKind::kNonfinite;
+    const int status = nonfinite ? kStopExitCode : kVerdictExitCode;
+    if (nonfinite) {
+      log(LogLevel::kError, (std::string("stopping this rank (exit status ") + std::to_string(kStopExitCode) +
+                             "): inf/nan under TRAINSCOPE_ON_NONFINITE=abort; set TRAINSCOPE_ON_NONFINITE=report to "
+                             "report and continue instead")
+                                .c_str());
+    } else {
+      log(LogLevel::kError, (std::string("stopping this rank (exit status ") + std::to_string(kVerdictExitCode) +
+                             "): the job cannot go on; set TRAINSCOPE_ON_" +
+                             (verdict.kind == exchange::VerdictKind::kMismatch ? "MISMATCH" : "DESYNC") +
+                             "=warn to report and continue instead")
+                                .c_str());
+    }
     flush_logs();
     // The rank hosting the coordinator stays until the others, told of the verdict, have gone (bounded): if it
     // left first, a rank that had not received the verdict yet would wait alone forever.
@@ -443,7 +411,7 @@ class Exchange {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       server_->stop();
     }
-    _exit(kVerdictExitCode);
+    _exit(status);
   }
 
   struct PendingCall {
@@ -464,8 +432,7 @@ class Exchange {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::mutex drain_mutex_;  // the pump and stop() both drain
-  uint64_t cursor_ = 0;
-  uint64_t dropped_ = 0;
+  RingCursor cursor_;
   std::unordered_set<uint32_t> defined_stacks_;
   std::vector<uint16_t> comm_states_;
   std::vector<CommEntry> comm_entries_;
@@ -477,6 +444,9 @@ class Exchange {
 // Leaked on purpose: a verdict may arrive while the process exits, and a forked child must never run its
 // destructor.
 Exchange* g_exchange = nullptr;
+// Set once g_exchange is started, cleared when it stops or is abandoned: other threads (the engine's inf/nan
+// reporting) read this, never g_exchange's assignment itself.
+std::atomic<bool> g_exchange_running{false};
 
 bool valid_port(const char* text, int* port) {
   if (text == nullptr || *text == '\0') return false;
@@ -550,24 +520,38 @@ void start_exchange(const ExchangeSetup& setup) {
     auto exchange = std::make_unique<Exchange>(setup, plan);
     exchange->start();
     g_exchange = exchange.release();
+    g_exchange_running.store(true, std::memory_order_release);
   } catch (const std::exception& e) {
     log(LogLevel::kWarn, (std::string("cross-rank checks off: ") + e.what()).c_str());
   }
 }
 
-void stop_exchange() {
+void stop_exchange(bool stopping_job) {
   if (g_exchange == nullptr) return;
+  g_exchange_running.store(false, std::memory_order_release);
   try {
-    g_exchange->stop();
+    g_exchange->stop(stopping_job);
   } catch (...) {
     // Exit paths never throw into the job.
   }
 }
 
 void abandon_exchange() {
+  g_exchange_running.store(false, std::memory_order_release);
   if (g_exchange == nullptr) return;
   g_exchange->abandon();
   g_exchange = nullptr;
+}
+
+bool exchange_running() { return g_exchange_running.load(std::memory_order_acquire); }
+
+void report_first_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
+  if (!exchange_running()) return;
+  try {
+    g_exchange->report_nonfinite(first, stop_job);
+  } catch (...) {
+    // An allocation failure loses the report, never the job.
+  }
 }
 
 }  // namespace trainscope::engine

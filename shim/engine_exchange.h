@@ -10,6 +10,7 @@
 #include <string>
 
 #include "reports/flight_record_format.h"
+#include "reports/frame_report.h"
 #include "shim/config.h"
 
 namespace trainscope::engine {
@@ -43,9 +44,23 @@ CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id
 // Starts the exchange (never throws; failures are logged and leave the job running without it).
 void start_exchange(const ExchangeSetup& setup);
 // Normal exit: sends what is left, says goodbye, and (rank 0) keeps the coordinator up briefly for the others.
-void stop_exchange();
+// `stopping_job`: this rank stops the job on the user's request (see exchange::Goodbye).
+void stop_exchange(bool stopping_job = false);
 // Forked child: forget the parent's threads and sockets without touching them.
 void abandon_exchange();
+
+// Whether the exchange runs in this process (there is a coordinator to tell).
+bool exchange_running();
+
+// This rank's first frame holding a non-finite value, for the coordinator's origin report (origin.txt/.json in the
+// run directory). `stop_job` (TRAINSCOPE_ON_NONFINITE=abort): ask the coordinator to stop every rank of the job
+// once it has given the other ranks a moment to send their own first frames; the verdict that follows makes every
+// rank, this one included, exit with kStopExitCode. Never blocks; a no-op when the exchange is not running.
+void report_first_nonfinite(const reports::FirstNonfinite& first, bool stop_job);
+
+// The exit status of a rank stopped because the user asked for it: inf/nan under TRAINSCOPE_ON_NONFINITE=abort,
+// TRAINSCOPE_ABORT_AFTER_BATCH.
+inline constexpr int kStopExitCode = 87;
 
 // The exit status of a rank stopped by a verdict (TRAINSCOPE_ON_MISMATCH / TRAINSCOPE_ON_DESYNC = abort).
 inline constexpr int kVerdictExitCode = 86;

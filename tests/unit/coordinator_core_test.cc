@@ -287,6 +287,16 @@ TEST_F(CoreTest, ALaggingMemberThatVanishedOrExitedIsACertainDesync) {
   }
 }
 
+TEST_F(CoreTest, RanksLeavingAfterAStopOnRequestAreNoDesyncAndNoVanishing) {
+  CoordinatorCore core;
+  auto feed_to = [&](const Fingerprint& f) { core.on_fingerprints(f.comm_rank, {&f, 1}, 0, kT0); };
+  for (int32_t r = 0; r < 3; ++r) feed_to(call(r, 3, 1, Op::kAllReduce, 8));
+  feed_to(call(0, 3, 2, Op::kAllReduce, 8));  // rank 0 is in call 2 when rank 1 stops the job after its batch
+  core.on_goodbye(1, kT0 + kSecond, /*stopping_job=*/true);
+  core.on_disconnect(2, false, kT0 + kSecond);  // rank 2 stopped itself too, without a goodbye
+  for (uint64_t t = 1; t < 10; ++t) EXPECT_TRUE(core.tick(kT0 + t * kSecond).empty()) << t;
+}
+
 TEST_F(CoreTest, AliveButSilentMemberIsAWarningAfterTheTimeoutThenAgain) {
   CoordinatorOptions options;
   options.desync_timeout_ns = 300 * kSecond;
@@ -464,6 +474,139 @@ TEST(CoreHelpersTest, KernelVersionsAndRankRanges) {
   EXPECT_FALSE(kernel_older_than("garbage", 5, 5));
   EXPECT_EQ(rank_ranges({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
   EXPECT_EQ(rank_ranges({}), "");
+}
+
+// ---- Origin of the first inf/nan ---------------------------------------------------------------------------------
+
+NonfiniteMessage nonfinite(int32_t rank, NonfiniteWhere where, bool stop_job = false, uint64_t batch = 12,
+                           uint64_t call_number = 812, NonfiniteKind kind = NonfiniteKind::kInf) {
+  NonfiniteMessage message;
+  message.rank = rank;
+  message.batch_number = batch;
+  message.comm_id = kComm;
+  message.call_number = call_number;
+  message.op = "ncclAllReduce";
+  message.where = where;
+  message.kind = kind;
+  message.stop_job = stop_job;
+  return message;
+}
+
+const NonfiniteOriginReport& origin_of(const CoreVerdict& v) { return std::get<NonfiniteOriginReport>(v.report); }
+
+constexpr char kEightRankOrigin[] =
+    "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and 4\u20137 first saw it in that call's "
+    "output\n";
+
+TEST(CoordinatorNonfiniteTest, FirstsOfAllRanksGiveTheOriginReport) {
+  CoordinatorCore core;
+  EXPECT_EQ(core.nonfinite_generation(), 0u);
+  EXPECT_TRUE(core.nonfinite_firsts().empty());
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput), kT0);
+  EXPECT_EQ(core.nonfinite_generation(), 1u);
+  for (int32_t rank : {0, 1, 2, 4, 5, 6, 7}) core.on_nonfinite(nonfinite(rank, NonfiniteWhere::kOutput), kT0 + rank);
+  EXPECT_EQ(core.nonfinite_generation(), 8u);
+  const std::vector<reports::FirstNonfinite> firsts = core.nonfinite_firsts();
+  ASSERT_EQ(firsts.size(), 8u);
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    EXPECT_EQ(firsts[i].rank, static_cast<int32_t>(i));  // by rank
+    EXPECT_EQ(firsts[i].batch_number, 12u);
+    EXPECT_EQ(firsts[i].comm_id, kComm);
+    EXPECT_EQ(firsts[i].call_number, 812u);
+    EXPECT_EQ(firsts[i].op, "ncclAllReduce");
+    EXPECT_EQ(firsts[i].kind, reports::NonfiniteKind::kInf);
+    EXPECT_EQ(firsts[i].where, i == 3 ? reports::NonfiniteWhere::kInput : reports::NonfiniteWhere::kOutput);
+  }
+  EXPECT_EQ(reports::format_origin_text(firsts), kEightRankOrigin);
+  EXPECT_EQ(core.stats().nonfinite_firsts, 8u);
+  // Without a stop request the job goes on: no verdict, however long.
+  EXPECT_TRUE(core.tick(kT0 + 1000 * kSecond).empty());
+}
+
+TEST(CoordinatorNonfiniteTest, LaterReportsOfARankAreIgnored) {
+  CoordinatorCore core;
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput), kT0);
+  core.on_nonfinite(nonfinite(0, NonfiniteWhere::kOutput), kT0);
+  const uint64_t generation = core.nonfinite_generation();
+  // Rank 3 again, later and elsewhere: its first stays, and the set did not change.
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kOutput, false, 13, 900, NonfiniteKind::kNan), kT0 + kSecond);
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput), kT0 + kSecond);
+  EXPECT_EQ(core.nonfinite_generation(), generation);
+  const auto firsts = core.nonfinite_firsts();
+  ASSERT_EQ(firsts.size(), 2u);
+  EXPECT_EQ(firsts[1].rank, 3);
+  EXPECT_EQ(firsts[1].batch_number, 12u);
+  EXPECT_EQ(firsts[1].call_number, 812u);
+  EXPECT_EQ(firsts[1].where, reports::NonfiniteWhere::kInput);
+  EXPECT_EQ(firsts[1].kind, reports::NonfiniteKind::kInf);
+  EXPECT_EQ(core.stats().nonfinite_firsts, 2u);
+  EXPECT_EQ(core.stats().ignored_nonfinite, 2u);
+}
+
+TEST(CoordinatorNonfiniteTest, StopJobGivesOneAbortVerdictAfterTheGracePeriod) {
+  CoordinatorOptions options;
+  options.nonfinite_grace_ns = 3 * kSecond;
+  CoordinatorCore core(options);
+  // Two ranks in a communicator, both past call 1: a disconnect now would be a vanished rank.
+  for (int32_t rank : {0, 1}) {
+    const Fingerprint f = call(rank, 2, 1, Op::kAllReduce, 8);
+    core.on_fingerprints(rank, {&f, 1}, 0, kT0);
+  }
+  EXPECT_TRUE(core.tick(kT0).empty());
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput, true), kT0 + kSecond);
+  EXPECT_TRUE(core.tick(kT0 + kSecond).empty());
+  // The other ranks' firsts arrive during the grace period (one of them asks for the stop too).
+  for (int32_t rank : {0, 1, 2, 4, 5, 6, 7})
+    core.on_nonfinite(nonfinite(rank, NonfiniteWhere::kOutput, rank == 5), kT0 + 2 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 4 * kSecond - 1).empty());
+  auto verdicts = core.tick(kT0 + 4 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kNonfinite);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  EXPECT_EQ(verdicts[0].comm_id, kComm);
+  EXPECT_EQ(verdicts[0].seq, 812u);
+  const NonfiniteOriginReport& report = origin_of(verdicts[0]);
+  EXPECT_EQ(report.requested_by, 3);
+  EXPECT_EQ(report.detected_ns, kT0 + kSecond);
+  ASSERT_EQ(report.firsts.size(), 8u);
+  EXPECT_EQ(reports::format_origin_text(report.firsts), kEightRankOrigin);
+  EXPECT_EQ(core.stats().verdicts, 1u);
+  // Once per job: later requests and ticks give nothing more.
+  core.on_nonfinite(nonfinite(8, NonfiniteWhere::kOutput, true, 13, 1), kT0 + 5 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 5 * kSecond).empty());
+  EXPECT_TRUE(core.tick(kT0 + 100 * kSecond).empty());
+  // The ranks now exit without a goodbye, as they were told to: that is not a vanished rank.
+  core.on_disconnect(0, false, kT0 + 101 * kSecond);
+  core.on_disconnect(1, false, kT0 + 101 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 102 * kSecond).empty());
+  EXPECT_EQ(core.stats().verdicts, 1u);
+}
+
+TEST(CoordinatorNonfiniteTest, StopComesBeforeTheGraceEndsWhenEveryRankReported) {
+  CoordinatorCore core;  // default grace: 1 s
+  for (int32_t rank : {0, 1}) {
+    Hello hello;
+    hello.global_rank = rank;
+    hello.world_size = 2;
+    core.on_hello(hello, kT0);
+  }
+  core.on_nonfinite(nonfinite(1, NonfiniteWhere::kOutput, true, 4, 20, NonfiniteKind::kNan), kT0);
+  EXPECT_TRUE(core.tick(kT0 + 1).empty());
+  core.on_nonfinite(nonfinite(0, NonfiniteWhere::kOutput, false, 4, 20, NonfiniteKind::kNan), kT0 + 2);
+  auto verdicts = core.tick(kT0 + 3);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kNonfinite);
+  EXPECT_EQ(reports::format_origin_text(origin_of(verdicts[0]).firsts),
+            "no rank sent inf/nan in all-reduce call #20 in batch 4: its inputs were finite, and ranks 0 and 1 first "
+            "saw nan in its output\n");
+}
+
+TEST(CoordinatorNonfiniteTest, DefaultGraceIsOneSecond) {
+  EXPECT_EQ(CoordinatorOptions{}.nonfinite_grace_ns, kSecond);
+  CoordinatorCore core;
+  core.on_nonfinite(nonfinite(0, NonfiniteWhere::kInput, true), kT0);
+  EXPECT_TRUE(core.tick(kT0 + kSecond - 1).empty());
+  EXPECT_EQ(core.tick(kT0 + kSecond).size(), 1u);
 }
 
 }  // namespace

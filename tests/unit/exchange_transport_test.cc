@@ -1,6 +1,7 @@
 // The coordinator server and the rank client over real ZeroMQ sockets (loopback TCP and ipc:// in a temporary
-// directory): token check, malformed messages, a mismatch round trip, a vanished rank, and a client that starts
-// before its coordinator. Every wait polls a condition under a deadline; nothing asserts on timing.
+// directory): token check, malformed messages, a mismatch round trip, a vanished rank, a client that starts
+// before its coordinator, and the origin of the first inf/nan (origin files, the stop verdict). Every wait polls a
+// condition under a deadline; nothing asserts on timing.
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "collectors/coordinator_server.h"
@@ -248,6 +250,158 @@ TEST_F(TransportTest, BadBindAddressIsAnErrorNotACrash) {
   std::string error;
   EXPECT_FALSE(server.start(&error));
   EXPECT_NE(error.find("cannot bind"), std::string::npos) << error;
+}
+
+// ---- Origin of the first inf/nan ---------------------------------------------------------------------------------
+
+class ExchangeOriginTest : public TransportTest {
+ protected:
+  static reports::FirstNonfinite first(reports::NonfiniteWhere where) {
+    reports::FirstNonfinite f;
+    f.rank = 99;  // the client sends its hello's rank, whatever this says
+    f.batch_number = 12;
+    f.comm_id = kComm;
+    f.call_number = 812;
+    f.op = "ncclAllReduce";
+    f.where = where;
+    f.kind = reports::NonfiniteKind::kInf;
+    return f;
+  }
+  std::string origin_txt() const { return dir_.path() + "/run/origin.txt"; }
+  std::string origin_json() const { return dir_.path() + "/run/origin.json"; }
+  static constexpr char kTwoRankOrigin[] =
+      "rank 1 sent inf in all-reduce call #812 in batch 12; rank 0 first saw it in that call's output\n";
+};
+
+TEST_F(ExchangeOriginTest, OriginFilesFollowTheRanksFirstsInTheRunDirectory) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  VerdictCapture verdicts0, verdicts1;
+  ExchangeClient rank0(client_options(server.endpoint(), 0, &verdicts0, nullptr));
+  ExchangeClient rank1(client_options(server.endpoint(), 1, &verdicts1, nullptr));
+  rank0.start();
+  rank1.start();
+  // Rank 1's calls go out before its report of the inf it sent.
+  for (uint64_t seq = 1; seq <= 100; ++seq) ASSERT_TRUE(rank1.push(all_reduce(1, 2, seq, 8)));
+  rank1.report_nonfinite(first(reports::NonfiniteWhere::kInput), false);
+  ASSERT_TRUE(wait_until([&] {
+    return testing::read_file(origin_txt()) == "rank 1 sent inf in all-reduce call #812 in batch 12\n";
+  })) << testing::read_file(origin_txt());
+  ASSERT_TRUE(wait_until([&] { return rank1.stats().nonfinite_sent == 1; }));
+  EXPECT_GE(rank1.stats().sent_fingerprints, 100u);
+
+  // Rank 0's first arrives: both files are replaced with the whole picture.
+  rank0.report_nonfinite(first(reports::NonfiniteWhere::kOutput), false);
+  ASSERT_TRUE(wait_until([&] { return testing::read_file(origin_txt()) == kTwoRankOrigin; }))
+      << testing::read_file(origin_txt());
+  ASSERT_TRUE(wait_until([&] {
+    const nlohmann::json json = nlohmann::json::parse(testing::read_file(origin_json()), nullptr, false);
+    return !json.is_discarded() && json.value("text", "") == kTwoRankOrigin;
+  }));
+  const nlohmann::json json = nlohmann::json::parse(testing::read_file(origin_json()));
+  EXPECT_EQ(json["kind"], "nonfinite_origin");
+  EXPECT_EQ(json["origin"]["call_number"], 812);
+  EXPECT_EQ(json["origin"]["senders"], nlohmann::json::array({1}));
+  EXPECT_EQ(json["origin"]["receivers"], nlohmann::json::array({0}));
+  ASSERT_EQ(json["firsts"].size(), 2u);
+  EXPECT_EQ(json["firsts"][1]["rank"], 1);
+  for (const std::string& path : {origin_txt(), origin_json()}) {
+    struct stat info {};
+    ASSERT_EQ(stat(path.c_str(), &info), 0) << path;
+    EXPECT_EQ(info.st_mode & 0777, 0600u) << path;
+  }
+  EXPECT_FALSE(std::filesystem::exists(origin_txt() + ".tmp"));
+
+  // A repeated report of rank 1 changes nothing; nobody asked for a stop, so no verdict either.
+  rank1.report_nonfinite(first(reports::NonfiniteWhere::kOutput), false);
+  ASSERT_TRUE(wait_until([&] { return server.stats().core.ignored_nonfinite == 1; }));
+  EXPECT_EQ(testing::read_file(origin_txt()), kTwoRankOrigin);
+  EXPECT_EQ(server.stats().core.nonfinite_firsts, 2u);
+  EXPECT_EQ(server.stats().verdicts, 0u);
+  EXPECT_TRUE(verdicts0.get().empty());
+  EXPECT_TRUE(verdicts1.get().empty());
+  rank0.stop();
+  rank1.stop();
+}
+
+TEST_F(ExchangeOriginTest, StopJobBroadcastsTheNonfiniteVerdictToEveryRank) {
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.core.nonfinite_grace_ns = 50'000'000;  // 50 ms for the other rank's first
+  VerdictCapture on_server;
+  options.on_verdict = on_server.sink();
+  CoordinatorServer server(options);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  VerdictCapture verdicts0, verdicts1;
+  ExchangeClient rank0(client_options(server.endpoint(), 0, &verdicts0, nullptr));
+  ExchangeClient rank1(client_options(server.endpoint(), 1, &verdicts1, nullptr));
+  rank0.start();
+  rank1.start();
+  ASSERT_TRUE(wait_until([&] { return rank0.stats().welcomed && rank1.stats().welcomed; }));
+  rank0.report_nonfinite(first(reports::NonfiniteWhere::kOutput), false);
+  ASSERT_TRUE(wait_until([&] { return server.stats().core.nonfinite_firsts == 1; }));
+  rank1.report_nonfinite(first(reports::NonfiniteWhere::kInput), true);
+  ASSERT_TRUE(wait_until([&] { return !verdicts0.get().empty() && !verdicts1.get().empty(); }));
+  for (VerdictCapture* capture : {&verdicts0, &verdicts1, &on_server}) {
+    const std::vector<Verdict> got = capture->get();
+    ASSERT_EQ(got.size(), 1u);
+    const Verdict& verdict = got.front();
+    EXPECT_EQ(verdict.kind, VerdictKind::kNonfinite);
+    EXPECT_EQ(verdict.action, VerdictAction::kAbort);
+    EXPECT_EQ(verdict.comm_id, kComm);
+    EXPECT_EQ(verdict.seq, 812u);
+    EXPECT_EQ(verdict.text, kTwoRankOrigin);
+    EXPECT_EQ(verdict.text_path, origin_txt());
+    EXPECT_EQ(verdict.json_path, origin_json());
+  }
+  // The report is on disk before the verdict goes out.
+  EXPECT_EQ(testing::read_file(origin_txt()), kTwoRankOrigin);
+  EXPECT_EQ(server.stats().verdicts, 1u);
+  EXPECT_TRUE(server_log_.contains("nonfinite (abort)"));
+  // One stop per job: another request adds its rank to the origin but no second verdict.
+  rank0.report_nonfinite(first(reports::NonfiniteWhere::kOutput), true);
+  ASSERT_TRUE(wait_until([&] { return server.stats().core.ignored_nonfinite == 1; }));
+  EXPECT_EQ(server.stats().core.verdicts, 1u);
+  rank0.stop();
+  rank1.stop();
+  EXPECT_EQ(verdicts0.get().size(), 1u);
+}
+
+TEST_F(ExchangeOriginTest, ReportUnderAnotherRanksNumberIsRefused) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  zmq::context_t context(1);
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(server.endpoint());
+  Hello hello;
+  hello.token = kToken;
+  hello.global_rank = 0;
+  hello.world_size = 2;
+  hello.pid = 1;
+  ASSERT_TRUE(raw.send(zmq::buffer(encode(hello)), zmq::send_flags::none));
+  NonfiniteMessage message;
+  message.rank = 1;  // the connection said hello as rank 0
+  message.op = "ncclAllReduce";
+  message.stop_job = true;
+  ASSERT_TRUE(raw.send(zmq::buffer(encode(message)), zmq::send_flags::none));
+  ASSERT_TRUE(wait_until([&] { return server.stats().malformed >= 1; }));
+  EXPECT_TRUE(server_log_.contains("sent a message as rank 1"));
+  EXPECT_EQ(server.stats().core.nonfinite_firsts, 0u);
+  EXPECT_FALSE(std::filesystem::exists(origin_txt()));
+}
+
+TEST_F(ExchangeOriginTest, ReportsAreBoundedAndNeverWaitForACoordinator) {
+  const std::string endpoint = "ipc://" + dir_.path() + "/nobody.sock";
+  ExchangeClient client(client_options(endpoint, 0, nullptr, nullptr));
+  client.start();
+  for (size_t i = 0; i < ExchangeClient::kMaxPendingNonfinite + 10; ++i)
+    client.report_nonfinite(first(reports::NonfiniteWhere::kOutput), false);
+  EXPECT_EQ(client.stats().nonfinite_dropped, 10u);
+  EXPECT_EQ(client.stats().nonfinite_sent, 0u);
+  client.abandon();
 }
 
 }  // namespace

@@ -52,6 +52,22 @@ Hello sample_hello() {
   return hello;
 }
 
+NonfiniteMessage sample_nonfinite() {
+  NonfiniteMessage message;
+  message.rank = 3;
+  message.batch_number = 12;
+  message.comm_id = 0x3f2a9c0011223344ull;
+  message.call_number = 812;
+  message.op = "ncclAllReduce";
+  message.where = NonfiniteWhere::kInput;
+  message.kind = NonfiniteKind::kInf;
+  message.stop_job = true;
+  return message;
+}
+
+// Header, rank, batch, communicator, call number, op length, where, kind, stop_job: everything but the op's bytes.
+constexpr size_t kNonfiniteFixedBytes = kHeaderBytes + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 1;
+
 std::vector<uint8_t> roundtrip(const std::vector<uint8_t>& bytes) {
   const DecodeResult decoded = decode(bytes);
   EXPECT_TRUE(decoded.ok) << decoded.error;
@@ -85,10 +101,41 @@ TEST(WireProtocolTest, EveryMessageRoundTrips) {
       encode(StackDefinition{3, 9, {"frame one", "frame two"}}),
       encode(Heartbeat{3, 5, {HeartbeatCall{1, 2, 3, 12}}}),
       encode(Goodbye{3, 77}),
+      encode(Goodbye{3, 78, true}),
       encode(Welcome{88}),
       encode(Reject{RejectReason::kNeedHello, "send a hello first"}),
-      encode(Verdict{VerdictKind::kDesync, VerdictAction::kWarn, 5, 6, "/a.txt", "/a.json", "text"})};
+      encode(Verdict{VerdictKind::kDesync, VerdictAction::kWarn, 5, 6, "/a.txt", "/a.json", "text"}),
+      encode(Verdict{VerdictKind::kNonfinite, VerdictAction::kAbort, 5, 812, "/origin.txt", "/origin.json", "t"}),
+      encode(sample_nonfinite())};
   for (const auto& bytes : messages) EXPECT_EQ(roundtrip(bytes), bytes);
+}
+
+TEST(WireProtocolTest, NonfiniteMessageRoundTripsEveryField) {
+  const NonfiniteMessage message = sample_nonfinite();
+  const auto bytes = encode(message);
+  EXPECT_EQ(bytes.size(), kNonfiniteFixedBytes + message.op.size());
+  EXPECT_EQ(bytes[6], static_cast<uint8_t>(MessageType::kNonfinite));
+  const DecodeResult decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok) << decoded.error;
+  EXPECT_EQ(std::get<NonfiniteMessage>(decoded.message), message);
+
+  NonfiniteMessage other;
+  other.rank = 0;
+  other.where = NonfiniteWhere::kOutput;
+  other.kind = NonfiniteKind::kNan;
+  other.stop_job = false;  // and an empty op
+  const DecodeResult decoded_other = decode(encode(other));
+  ASSERT_TRUE(decoded_other.ok) << decoded_other.error;
+  EXPECT_EQ(std::get<NonfiniteMessage>(decoded_other.message), other);
+
+  // An op name over the limit is cut when encoding, so what goes out is always accepted.
+  NonfiniteMessage long_op = sample_nonfinite();
+  long_op.op = std::string(500, 'x');
+  const DecodeResult decoded_long = decode(encode(long_op));
+  ASSERT_TRUE(decoded_long.ok) << decoded_long.error;
+  EXPECT_EQ(std::get<NonfiniteMessage>(decoded_long.message).op, std::string(kMaxOpNameBytes, 'x'));
+
+  EXPECT_STREQ(verdict_kind_name(VerdictKind::kNonfinite), "nonfinite");
 }
 
 TEST(WireProtocolTest, HeaderIsLittleEndian) {
@@ -97,7 +144,7 @@ TEST(WireProtocolTest, HeaderIsLittleEndian) {
   EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "TSXC");
   EXPECT_EQ(bytes[4], 1);  // version
   EXPECT_EQ(bytes[6], static_cast<uint8_t>(MessageType::kGoodbye));
-  EXPECT_EQ(bytes[8], 12);  // payload: i32 rank + u64 time
+  EXPECT_EQ(bytes[8], 13);  // payload: i32 rank + u64 time + u8 stopping_job
 }
 
 // Overwrites `size` bytes at `offset` with a little-endian value.
@@ -133,7 +180,7 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
 
   auto trailing = encode(Goodbye{1, 2});
   trailing.push_back(0);
-  poke(trailing, 8, 13, 4);
+  poke(trailing, 8, 14, 4);
   expect_refused(trailing, "trailing");
 
   auto truncated = encode(Goodbye{1, 2});
@@ -144,6 +191,10 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
   auto negative_rank = encode(Goodbye{1, 2});
   poke(negative_rank, kHeaderBytes, 0xFFFFFFFFull, 4);
   expect_refused(negative_rank, "rank -1 out of range");
+
+  auto bad_flag = encode(Goodbye{1, 2, true});
+  bad_flag.back() = 2;
+  expect_refused(bad_flag, "stopping_job");
 
   // A string length beyond its limit, and one beyond the frame.
   auto long_token = encode(sample_hello());
@@ -189,6 +240,57 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
 
   std::vector<uint8_t> huge(kMaxMessageBytes + 1, 0);
   expect_refused(huge, "over the limit");
+}
+
+TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
+  // Payload: i32 rank @0 | u64 batch @4 | u64 comm @12 | u64 call @20 | u32 op length @28, op @32 | u8 where |
+  // u8 kind | u8 stop_job.
+  const NonfiniteMessage message = sample_nonfinite();
+  const size_t op_at = kHeaderBytes + 28;
+  const size_t where_at = op_at + 4 + message.op.size();
+
+  auto negative_rank = encode(message);
+  poke(negative_rank, kHeaderBytes, 0xFFFFFFFFull, 4);
+  expect_refused(negative_rank, "rank -1 out of range");
+
+  auto bad_flag = encode(Goodbye{1, 2, true});
+  bad_flag.back() = 2;
+  expect_refused(bad_flag, "stopping_job");
+  auto huge_rank = encode(message);
+  poke(huge_rank, kHeaderBytes, static_cast<uint64_t>(kMaxRanks), 4);
+  expect_refused(huge_rank, "rank");
+
+  auto long_op = encode(message);
+  poke(long_op, op_at, kMaxOpNameBytes + 1, 4);
+  expect_refused(long_op, "op is 65 bytes, limit 64");
+  auto overrunning_op = encode(message);
+  poke(overrunning_op, op_at, 60, 4);
+  expect_refused(overrunning_op, "truncated in op");
+
+  auto bad_where = encode(message);
+  poke(bad_where, where_at, 2, 1);
+  expect_refused(bad_where, "nonfinite where 2 out of range");
+  auto bad_kind = encode(message);
+  poke(bad_kind, where_at + 1, 7, 1);
+  expect_refused(bad_kind, "nonfinite kind 7 out of range");
+  auto bad_stop = encode(message);
+  poke(bad_stop, where_at + 2, 2, 1);
+  expect_refused(bad_stop, "stop_job 2 out of range");
+
+  auto truncated = encode(message);
+  truncated.pop_back();
+  poke(truncated, 8, truncated.size() - kHeaderBytes, 4);
+  expect_refused(truncated, "truncated at stop_job");
+
+  auto trailing = encode(message);
+  trailing.push_back(0);
+  poke(trailing, 8, trailing.size() - kHeaderBytes, 4);
+  expect_refused(trailing, "1 trailing bytes");
+
+  // Verdict kinds stop at kNonfinite.
+  auto bad_verdict = encode(Verdict{});
+  poke(bad_verdict, kHeaderBytes, 5, 1);
+  expect_refused(bad_verdict, "verdict kind 5 out of range");
 }
 
 TEST(WireProtocolTest, TokensCompareExactly) {
