@@ -23,22 +23,39 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 bool fail(const std::string& text, const std::string& problem, std::string* error) {
   if (error != nullptr) {
     *error = "TRAINSCOPE_STEP_MARKER='" + text + "': " + problem + "; accepted: " + step_marker_forms() +
-             " (N from 1 to 1000000000, REGEX an ECMAScript regular expression)";
+             " (N from 1 to 1000000000, REGEX a POSIX extended regular expression)";
   }
   return false;
 }
 
-bool compile(const std::string& pattern, std::unique_ptr<std::regex>* out, std::string* what) {
-  try {
-    *out = std::make_unique<std::regex>(pattern, std::regex::ECMAScript | std::regex::optimize);
-    return true;
-  } catch (const std::regex_error& e) {
-    if (what != nullptr) *what = e.what();
+bool compile(const std::string& pattern, std::unique_ptr<MarkerRegex>* out, std::string* what) {
+  auto regex = std::make_unique<MarkerRegex>(pattern);
+  if (!regex->ok()) {
+    if (what != nullptr) *what = regex->error();
     return false;
   }
+  *out = std::move(regex);
+  return true;
 }
 
 }  // namespace
+
+MarkerRegex::MarkerRegex(const std::string& pattern) {
+  const int code = regcomp(&regex_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (code != 0) {
+    char text[256];
+    regerror(code, &regex_, text, sizeof(text));
+    error_ = text;
+    return;
+  }
+  ok_ = true;
+}
+
+MarkerRegex::~MarkerRegex() {
+  if (ok_) regfree(&regex_);
+}
+
+bool MarkerRegex::search(const char* text) const { return ok_ && regexec(&regex_, text, 0, nullptr, 0) == 0; }
 
 const char* step_marker_forms() { return "auto|nvtx:REGEX|collective:REGEX|every:N"; }
 
@@ -52,7 +69,7 @@ bool parse_step_marker(const std::string& text, StepMarker* marker, std::string*
     result.pattern = text.substr(nvtx ? 5 : 11);
     if (result.pattern.empty())
       return fail(text, std::string(nvtx ? "nvtx:" : "collective:") + " needs a regex", error);
-    std::unique_ptr<std::regex> compiled;
+    std::unique_ptr<MarkerRegex> compiled;
     std::string what;
     if (!compile(result.pattern, &compiled, &what)) {
       return fail(text, "invalid regex '" + result.pattern + "': " + what, error);
@@ -107,7 +124,11 @@ BatchEvent BatchTracker::on_collective(const CallInfo& call) {
       return auto_step(call_signature(call));
     case MarkerKind::kCollective: {
       if (!regex_) break;
-      const bool matched = std::regex_search(recorder::op_name(static_cast<recorder::Op>(call.op)), *regex_);
+      // One regex search per distinct op, not per call.
+      const std::size_t op = call.op < op_matches_.size() ? call.op : 0;
+      if (op_matches_[op] < 0)
+        op_matches_[op] = regex_->search(recorder::op_name(static_cast<recorder::Op>(op))) ? 1 : 0;
+      const bool matched = op_matches_[op] == 1;
       const bool starts = matched && !previous_matched_;
       previous_matched_ = matched;
       if (starts) return start_batch(markers_seen_++);
@@ -131,8 +152,15 @@ BatchEvent BatchTracker::on_collective(const CallInfo& call) {
   return event;
 }
 
+BatchEvent BatchTracker::on_marker() {
+  if (marker_.kind == MarkerKind::kNvtx) return start_batch(markers_seen_++);
+  BatchEvent event;
+  event.batch = batch_;
+  return event;
+}
+
 BatchEvent BatchTracker::on_range_push(std::string_view name) {
-  if (marker_.kind == MarkerKind::kNvtx && regex_ && std::regex_search(name.begin(), name.end(), *regex_)) {
+  if (marker_.kind == MarkerKind::kNvtx && regex_ && regex_->search(std::string(name).c_str())) {
     return start_batch(markers_seen_++);
   }
   BatchEvent event;

@@ -2,7 +2,8 @@
 //
 // TRAINSCOPE_STEP_MARKER chooses the source (parse_step_marker):
 //   auto              the period of the job's collective sequence (see "auto" below)
-//   nvtx:REGEX        a range push whose name matches REGEX (std::regex ECMAScript, regex_search) starts a batch
+//   nvtx:REGEX        a range push whose name matches REGEX (POSIX extended, matched anywhere in the name, as
+//                     grep -E does; the shim checks the same syntax at load) starts a batch
 //   collective:REGEX  the first call of a matching NCCL function (op_name, e.g. ncclAllGather) after a call that
 //                     did not match starts a batch
 //   every:N           every N calls on the first communicator seen (calls 0, N, 2N ... start batches)
@@ -45,10 +46,12 @@
 // collectives, MoE routing with changing counts) has no period: use nvtx: or collective: markers.
 #pragma once
 
+#include <regex.h>
+
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +59,23 @@
 namespace trainscope::batch {
 
 enum class MarkerKind { kAuto, kNvtx, kCollective, kEvery };
+
+// A compiled POSIX extended regular expression (regcomp), searched anywhere in a string.
+class MarkerRegex {
+ public:
+  explicit MarkerRegex(const std::string& pattern);
+  ~MarkerRegex();
+  MarkerRegex(const MarkerRegex&) = delete;
+  MarkerRegex& operator=(const MarkerRegex&) = delete;
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }  // regerror's text when !ok()
+  bool search(const char* text) const;
+
+ private:
+  regex_t regex_{};
+  bool ok_ = false;
+  std::string error_;
+};
 
 struct StepMarker {
   MarkerKind kind = MarkerKind::kAuto;
@@ -106,6 +126,8 @@ class BatchTracker {
   BatchEvent on_collective(const CallInfo& call);
   // Every NVTX range push (any thread), in order with the calls.
   BatchEvent on_range_push(std::string_view name);
+  // A range push already known to match the nvtx: pattern (the shim records only those, as kStepMarker).
+  BatchEvent on_marker();
 
   std::uint64_t current_batch() const { return batch_; }
   // auto: the locked period in calls, 0 while learning.
@@ -113,6 +135,11 @@ class BatchTracker {
   const StepMarker& marker() const { return marker_; }
 
  private:
+  static std::array<int8_t, 32> make_unknown_matches() {
+    std::array<int8_t, 32> a{};
+    a.fill(-1);
+    return a;
+  }
   BatchEvent auto_step(std::uint64_t sig);
   bool lock(std::uint32_t period, std::uint64_t position);  // true when `position` starts a batch
   std::uint64_t hist_at(std::uint64_t position) const { return history_[position % history_.size()]; }
@@ -120,7 +147,8 @@ class BatchTracker {
 
   StepMarker marker_;
   AutoOptions options_;
-  std::unique_ptr<std::regex> regex_;
+  std::unique_ptr<MarkerRegex> regex_;
+  std::array<int8_t, 32> op_matches_ = make_unknown_matches();  // collective: per recorder::Op, -1 not yet known
   std::uint64_t batch_ = 0;
   std::uint64_t markers_seen_ = 0;
 

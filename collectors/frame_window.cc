@@ -1,41 +1,12 @@
 // Per-rank frame window: detection, streaks, near-overflow, trace batches, abort-after-batch (see frame_window.h).
 #include "collectors/frame_window.h"
 
-#include <cmath>
-#include <limits>
 #include <utility>
 
 namespace trainscope::frames {
 
-bool Frame::has_nonfinite() const {
-  for (const FrameRow& row : rows) {
-    if (row.kind == RowKind::kTensor && row.stats.has_nonfinite()) return true;
-  }
-  return false;
-}
-
-double dtype_max_finite(stats::DType type) {
-  switch (type) {
-    case stats::DType::kFloat64:
-      return std::numeric_limits<double>::max();
-    case stats::DType::kFloat32:
-      return static_cast<double>(std::numeric_limits<float>::max());
-    case stats::DType::kFloat16:
-      return 65504.0;
-    case stats::DType::kBfloat16:
-      return 3.3895313892515355e38;
-    case stats::DType::kFloat8E4M3:
-      return 448.0;
-    case stats::DType::kFloat8E5M2:
-      return 57344.0;
-    default:
-      return 0;
-  }
-}
-
 FrameWindow::FrameWindow(FrameWindowOptions options) : options_(std::move(options)) {
   if (options_.max_frames == 0) options_.max_frames = 1;
-  if (options_.streak_batches == 0) options_.streak_batches = 1;
 }
 
 void FrameWindow::change_batch(std::uint64_t batch, FrameUpdate* update) {
@@ -83,14 +54,19 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
   }
 
   for (const FrameRow& row : frame.rows) {
-    if (row.kind != RowKind::kTensor || near_reported_.count(frame.name) != 0) continue;
-    const stats::DType type =
-        (row.dtype >= 0 && row.dtype < stats::kDTypeCount) ? static_cast<stats::DType>(row.dtype) : row.stats.dtype;
-    const double limit = dtype_max_finite(type);
-    if (limit <= 0 || row.stats.finite_count() == 0) continue;
+    const bool reported =
+        frame.site != 0 ? near_reported_sites_.count(frame.site) != 0 : near_reported_.count(frame.name) != 0;
+    if (row.kind != RowKind::kTensor || reported) continue;
+    const stats::DType type = row.stats.dtype;
+    const double limit = reports::largest_finite_value(type);
+    if (limit <= 0 || options_.near_overflow_fraction <= 0 || row.stats.finite_count() == 0) continue;
     if (row.stats.finite_abs_max >= options_.near_overflow_fraction * limit) {
-      near_reported_.insert(frame.name);
-      update.near_overflow.push_back({frame.name, row.label, frame.batch, row.stats.finite_abs_max, limit});
+      if (frame.site != 0) {
+        near_reported_sites_.insert(frame.site);
+      } else {
+        near_reported_.insert(frame.name);
+      }
+      update.near_overflow.push_back({frame.name, row.label, frame.batch, row.stats.finite_abs_max, limit, type});
     }
   }
 
@@ -101,7 +77,7 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
     }
     if (!batch_first_nonfinite_) {
       batch_first_nonfinite_ = frame;
-      if (!streak_reported_ && streak_.size() + 1 >= options_.streak_batches) {
+      if (options_.streak_batches > 0 && !streak_reported_ && streak_.size() + 1 >= options_.streak_batches) {
         streak_reported_ = true;
         PersistentOverflow persistent;
         persistent.batches = streak_;

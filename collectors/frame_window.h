@@ -19,37 +19,35 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/stats.h"
+#include "reports/frame_report.h"
 
 namespace trainscope::frames {
 
-enum class RowKind { kTensor, kNone, kNotATensor };
-
-struct FrameRow {
-  std::string label;  // "input[0]", "output", "weight", ...
-  RowKind kind = RowKind::kTensor;
-  stats::TensorStats stats;  // meaningful for kTensor
-  int dtype = -1;            // stats::DType as an int; -1: take stats.dtype
-};
-
-struct Frame {
-  std::string name;  // "encoder.block.2.layer.1.dropout", "ncclAllReduce#812"
-  std::string kind;  // "Dropout", "comm 3f2a9c"
+// Frames and rows are the reports' own (reports/frame_report.h); the window adds the batch each frame belongs to.
+using FrameRow = reports::FrameRow;
+using RowKind = reports::FrameRowKind;
+struct Frame : reports::Frame {
   std::uint64_t batch = 0;
-  std::vector<FrameRow> rows;
-  bool has_nonfinite() const;
+  std::uint64_t comm_id = 0;  // the watched call's communicator and call number (for the origin report)
+  std::uint64_t call_number = 0;
+  // Where in the step this call is (its communicator, operation, count, type and call site): near overflow is
+  // reported once per site, as the seed reports it once per module. 0: the frame's name is the site.
+  std::uint64_t site = 0;
 };
 
 struct FrameWindowOptions {
   std::uint32_t max_frames = 21;
-  std::uint32_t streak_batches = 5;
-  double near_overflow_fraction = 0.9;
+  std::uint32_t streak_batches = 5;     // 0: no persistent-overflow reports
+  double near_overflow_fraction = 0.9;  // 0: no near-overflow warnings
   std::set<std::uint64_t> trace_batches;
+  std::function<bool(std::uint64_t)> trace_batch;  // also traced when this says so (TRAINSCOPE_TRACE_BATCHES ranges)
   std::optional<std::uint64_t> abort_after_batch;
 };
 
@@ -72,6 +70,7 @@ struct NearOverflow {
   std::uint64_t batch = 0;
   double abs_max = 0;  // the row's finite abs max
   double limit = 0;    // the dtype's largest finite value
+  stats::DType dtype = stats::DType::kFloat16;
 };
 
 // What one call produced.
@@ -83,10 +82,6 @@ struct FrameUpdate {
   std::optional<Frame> trace_frame;  // a frame of a trace batch, to emit now
   bool abort_now = false;            // batch abort_after_batch has ended
 };
-
-// The largest finite value of a float dtype (fp16 65504, bf16 3.3895e38, e4m3 448, e5m2 57344, fp32/fp64 max);
-// 0 for integers.
-double dtype_max_finite(stats::DType type);
 
 class FrameWindow {
  public:
@@ -102,7 +97,9 @@ class FrameWindow {
 
  private:
   void change_batch(std::uint64_t batch, FrameUpdate* update);
-  bool traced(std::uint64_t batch) const { return options_.trace_batches.count(batch) != 0; }
+  bool traced(std::uint64_t batch) const {
+    return options_.trace_batches.count(batch) != 0 || (options_.trace_batch && options_.trace_batch(batch));
+  }
 
   FrameWindowOptions options_;
   std::deque<Frame> window_;
@@ -113,7 +110,8 @@ class FrameWindow {
   std::optional<Frame> batch_first_nonfinite_;  // of the current batch
   std::vector<StreakBatch> streak_;             // ended consecutive batches with non-finite values
   bool streak_reported_ = false;
-  std::set<std::string> near_reported_;
+  std::set<std::string> near_reported_;  // sites (names) already warned about
+  std::set<std::uint64_t> near_reported_sites_;
 };
 
 }  // namespace trainscope::frames

@@ -48,7 +48,8 @@ namespace trainscope::stats {
   X(cuEventCreate)                               \
   X(cuEventRecord)                               \
   X(cuEventQuery)                                \
-  X(cuEventSynchronize)
+  X(cuEventSynchronize)                          \
+  X(cuPointerGetAttribute)
 
 struct Driver {
 #define TRAINSCOPE_CU_MEMBER(name) decltype(&::name) name = nullptr;
@@ -158,6 +159,7 @@ struct GpuStats::State {
   std::mutex mutex;  // guards everything below; held only for the few driver calls of one enqueue
   bool loaded = false;
   std::string unavailable;  // empty: the driver is usable
+  bool host_only = false;   // no driver or no GPU: every buffer of this process is host memory
   Driver driver;
   std::vector<std::unique_ptr<ContextEntry>> contexts;
   std::atomic<std::uint64_t> dropped{0};
@@ -165,11 +167,13 @@ struct GpuStats::State {
 
 namespace {
 
-// Opens libcuda.so.1 and resolves every function; the reason on failure.
-std::string load_driver(Driver& driver) {
-  if (trainscope_stats_fatbin_size == 0) return "this build has no GPU kernels (TRAINSCOPE_BUILD_KERNELS=OFF)";
+// Opens libcuda.so.1 and resolves every function; the reason on failure. *host_only is set when this process
+// cannot have device memory at all (no driver, cuInit failing, no GPU), so every buffer is host memory.
+std::string load_driver(Driver& driver, bool* host_only) {
+  *host_only = false;
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
+    *host_only = true;
     const char* error = dlerror();
     return std::string("no CUDA driver: cannot open libcuda.so.1 (") + (error != nullptr ? error : "?") + ")";
   }
@@ -180,13 +184,24 @@ std::string load_driver(Driver& driver) {
   TRAINSCOPE_CU_FUNCTIONS(TRAINSCOPE_CU_RESOLVE)
 #undef TRAINSCOPE_CU_RESOLVE
   // The handle stays open for the life of the process: the resolved pointers point into it.
-  if (!missing.empty()) return "the CUDA driver is too old: libcuda.so.1 lacks " + missing;
+  if (driver.cuInit == nullptr || driver.cuDeviceGetCount == nullptr) {
+    *host_only = true;
+    return "the CUDA driver is too old: libcuda.so.1 lacks " + missing;
+  }
   CUresult result = driver.cuInit(0);
-  if (result != CUDA_SUCCESS) return "cuInit failed: " + driver.error_text(result);
+  if (result != CUDA_SUCCESS) {
+    *host_only = true;
+    return "cuInit failed: " + driver.error_text(result);
+  }
   int devices = 0;
   result = driver.cuDeviceGetCount(&devices);
-  if (result != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + driver.error_text(result);
-  if (devices == 0) return "no GPU visible to the CUDA driver";
+  if (result != CUDA_SUCCESS || devices == 0) {
+    *host_only = true;
+    return result != CUDA_SUCCESS ? "cuDeviceGetCount failed: " + driver.error_text(result)
+                                  : "no GPU visible to the CUDA driver";
+  }
+  if (!missing.empty()) return "the CUDA driver is too old: libcuda.so.1 lacks " + missing;
+  if (trainscope_stats_fatbin_size == 0) return "this build has no GPU kernels (TRAINSCOPE_BUILD_KERNELS=OFF)";
   return {};
 }
 
@@ -226,13 +241,26 @@ GpuStats::State* GpuStats::state() {
   std::lock_guard<std::mutex> lock(state->mutex);
   if (!state->loaded) {
     InsideScope inside;
-    state->unavailable = load_driver(state->driver);
+    state->unavailable = load_driver(state->driver, &state->host_only);
     state->loaded = true;
   }
   return state;
 }
 
 bool GpuStats::available() { return state()->unavailable.empty(); }
+
+MemoryKind GpuStats::memory_kind(const void* address) {
+  State* s = state();
+  if (s->host_only) return MemoryKind::kHost;
+  if (s->driver.cuPointerGetAttribute == nullptr) return MemoryKind::kUnknown;
+  InsideScope inside;
+  unsigned int type = 0;
+  const CUresult result =
+      s->driver.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(address));
+  if (result == CUDA_ERROR_INVALID_VALUE) return MemoryKind::kHost;  // memory CUDA never saw: plain host memory
+  if (result != CUDA_SUCCESS) return MemoryKind::kUnknown;
+  return type == CU_MEMORYTYPE_HOST ? MemoryKind::kHost : MemoryKind::kDevice;
+}
 
 std::string GpuStats::unavailable_reason() {
   State* s = state();

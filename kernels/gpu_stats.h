@@ -44,6 +44,13 @@ enum class GpuStatus {
 };
 const char* gpu_status_name(GpuStatus status);
 
+// Where a buffer lives, as the CUDA driver sees it.
+enum class MemoryKind {
+  kHost,     // readable by the CPU as is: memory CUDA never saw, pinned or registered host memory, or no GPU at all
+  kDevice,   // device or managed memory: read it with the kernel, on the GPU
+  kUnknown,  // the driver failed to answer: read it neither way
+};
+
 class GpuStatsSlot;
 
 // A batch in flight. Destroying it before it is ready is fine: its buffers go back to the pool once the GPU is done.
@@ -86,6 +93,9 @@ class GpuStats {
   // Loads libcuda.so.1 and initialises the driver once; false (with a reason) when the GPU side cannot work.
   bool available();
   std::string unavailable_reason();
+
+  // Where `address` lives (a driver query, no synchronisation); kHost whenever the GPU side is unavailable.
+  MemoryKind memory_kind(const void* address);
 
   // Enqueues the statistics of `tensors` on `stream` (a CUstream; nullptr is the legacy default stream) and returns
   // immediately. Thread-safe.

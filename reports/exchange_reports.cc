@@ -316,6 +316,35 @@ std::string make_report_directory(const std::string& dir) {
   return {};
 }
 
+namespace {
+bool write_all(int fd, const std::string& content) {
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    written += static_cast<size_t>(n);
+  }
+  return true;
+}
+}  // namespace
+
+bool replace_file(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool written = write_all(fd, content);
+  const bool ok = ::close(fd) == 0 && written;
+  return ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+}
+
+bool append_file(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool written = write_all(fd, content);
+  return ::close(fd) == 0 && written;
+}
+
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json) {
   WrittenReport written;

@@ -117,4 +117,10 @@ std::string make_report_directory(const std::string& dir);
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json);
 
+// Replaces `path` atomically with `content` (mode 0600; written beside it, then renamed): a reader, or a crash,
+// never leaves half a file. Reports that grow (near-overflow warnings, the origin) are rewritten this way.
+bool replace_file(const std::string& path, const std::string& content);
+// Appends `content` to `path` (created 0600): the trace, frame by frame.
+bool append_file(const std::string& path, const std::string& content);
+
 }  // namespace trainscope::reports

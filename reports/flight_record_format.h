@@ -49,7 +49,8 @@ enum class Op : uint16_t {
   kGroupStart = 23,
   kGroupEnd = 24,
   kGroupSimulateEnd = 25,
-  kCount = 26,
+  kStepMarker = 26,  // an NVTX range whose name matched TRAINSCOPE_STEP_MARKER=nvtx:REGEX (a batch starts)
+  kCount = 27,
 };
 
 // The NCCL function name of an op ("ncclAllReduce"), or "unknown".
@@ -107,6 +108,8 @@ constexpr const char* op_name(Op op) {
       return "ncclGroupEnd";
     case Op::kGroupSimulateEnd:
       return "ncclGroupSimulateEnd";
+    case Op::kStepMarker:
+      return "nvtxRangePush";
     case Op::kCount:
       break;
   }
@@ -146,6 +149,7 @@ enum RecordFlags : uint8_t {
   kFlagInGroup = 1u << 1,      // issued between ncclGroupStart and ncclGroupEnd
   kFlagUnavailable = 1u << 2,  // the loaded NCCL lacks this function; ncclInvalidUsage was returned
   kFlagNonBlocking = 1u << 3,  // communicator created with config.blocking = 0
+  kFlagWatched = 1u << 4,      // its buffers' statistics were taken (TRAINSCOPE_WATCH): the engine has a frame for it
 };
 
 // One intercepted call. 128 bytes, two cache lines.

@@ -36,7 +36,7 @@ inline constexpr std::size_t kDefaultMaxFrames = 21;
 inline constexpr double kDefaultNearOverflowFraction = 0.9;
 // The variables named by the abort messages.
 inline constexpr const char* kAbortAfterBatchVariable = "TRAINSCOPE_ABORT_AFTER_BATCH";
-inline constexpr const char* kAbortOnNonfiniteVariable = "TRAINSCOPE_ABORT_ON_NONFINITE";
+inline constexpr const char* kAbortOnNonfiniteVariable = "TRAINSCOPE_ON_NONFINITE=abort";
 
 // ---- Frame model -------------------------------------------------------------------------------------------------
 
@@ -123,7 +123,7 @@ std::string format_trace_frame(const Frame& frame);
 // "trainscope: stopping after batch_number=N (TRAINSCOPE_ABORT_AFTER_BATCH)\n"
 std::string format_abort_after_batch(uint64_t batch_number);
 // "trainscope: stopping: inf/nan detected during batch_number=N in <frame name> <row label>
-// (TRAINSCOPE_ABORT_ON_NONFINITE)\n"; the row part is left out when `label` is empty.
+// (TRAINSCOPE_ON_NONFINITE=abort)\n"; the row part is left out when `label` is empty.
 std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label);
 
 // ---- Persistent overflow (DeepSpeed's "OVERFLOW! ... Attempted loss scale: 1, reducing to 1") --------------------

@@ -1,6 +1,7 @@
 // TRAINSCOPE_* configuration parser (see config.h): freestanding, shared by the preloaded shim and `trainscope env`.
 #include "shim/config.h"
 
+#include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +42,30 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
      "What a certain desync (a member left or vanished while others wait) or a vanished rank does."},
     {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
      "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
+    {"TRAINSCOPE_WATCH", "collectives", "off|collectives",
+     "collectives computes abs min, abs max and inf/nan counts of each watched collective's send buffer (before the "
+     "call) and receive buffer (after it) and keeps them as frames; off watches nothing."},
+    {"TRAINSCOPE_WATCH_EVERY", "1", "an integer from 1 to 1000000000",
+     "Watch every K-th collective of each communicator (sampling); 1 watches them all."},
+    {"TRAINSCOPE_WATCH_MIN_BYTES", "0", "a byte count, optionally suffixed K, M or G (x1024, x1048576, x1073741824)",
+     "Watch only collectives whose buffers hold at least this many bytes."},
+    {"TRAINSCOPE_MAX_FRAMES", "21", "an integer from 1 to 100000",
+     "Frames (watched calls) of each rank shown in an inf/nan report, the newest last."},
+    {"TRAINSCOPE_STEP_MARKER", "auto", "auto|nvtx:REGEX|collective:REGEX|every:N (REGEX: POSIX extended)",
+     "Where a training batch starts: auto learns the period of the job's collective sequence; nvtx: an NVTX range "
+     "push whose name matches; collective: the first call of a matching NCCL function after a non-matching one; "
+     "every: every N collectives of the first communicator."},
+    {"TRAINSCOPE_ON_NONFINITE", "report", "report|abort",
+     "report writes the inf/nan report for the first detection and goes on (fp16 loss scaling meets inf on "
+     "purpose); abort stops the job once the reports are on disk."},
+    {"TRAINSCOPE_OVERFLOW_STREAK", "5", "an integer from 0 to 1000000 (0: off)",
+     "Consecutive batches with inf/nan that are reported as a persistent overflow."},
+    {"TRAINSCOPE_NEAR_OVERFLOW", "0.9", "a fraction from 0 to 1, such as 0.9 (0: off)",
+     "Warn once per frame when a finite abs max reaches this fraction of its type's largest finite value."},
+    {"TRAINSCOPE_TRACE_BATCHES", "", "batch numbers and inclusive ranges such as 1,3,10-12",
+     "Batches whose frames are all printed and written as they complete (trace mode)."},
+    {"TRAINSCOPE_ABORT_AFTER_BATCH", "", "a batch number from 0 to 281474976710656",
+     "Stop the job once this batch has ended."},
 };
 
 // Must match launcher_identity() in identity.cc: the config library cannot depend on the shim's objects.
@@ -175,18 +200,51 @@ bool parse_log_level(const char* value, Config* out, const char** /*reason*/) {
   return false;
 }
 
-// Reads one rank at *p; false if there is no digit there.
-bool parse_rank(const char** p, int32_t* rank, bool* too_big) {
-  if (!is_digit(**p)) return false;
-  int64_t v = 0;
-  for (; is_digit(**p); ++*p) {
-    v = v * 10 + (**p - '0');
-    if (v > kMaxLogRank) {
-      *too_big = true;
-      v = int64_t{kMaxLogRank} + 1;
+// A list of numbers and inclusive ranges, "0,3,5-7", into at most `capacity` ranges of `Range` (first, last), each
+// number at most `max`. Shared by TRAINSCOPE_LOG_RANKS and TRAINSCOPE_TRACE_BATCHES.
+template <typename Range>
+bool parse_range_list(const char* value, uint64_t max, const char* too_big, Range* out, int capacity, int* count,
+                      const char** reason) {
+  const char* p = value;
+  const auto number = [&](uint64_t* v) {
+    if (!is_digit(*p)) return false;
+    *v = 0;
+    for (; is_digit(*p); ++p) {
+      *v = *v * 10 + static_cast<uint64_t>(*p - '0');
+      if (*v > max) *v = max + 1;  // saturates: a huge number reads as too big, never wraps into range
     }
+    return true;
+  };
+  int n = 0;
+  for (;;) {
+    uint64_t first = 0;
+    uint64_t last = 0;
+    if (!number(&first)) return false;
+    last = first;
+    if (*p == '-') {
+      ++p;
+      if (!number(&last)) return false;
+    }
+    if (first > max || last > max) {
+      *reason = too_big;
+      return false;
+    }
+    if (first > last) {
+      *reason = "(range ends before it starts)";
+      return false;
+    }
+    if (n == capacity) {
+      *reason = "(more than 64 items)";
+      return false;
+    }
+    out[n].first = static_cast<decltype(out[n].first)>(first);
+    out[n].last = static_cast<decltype(out[n].last)>(last);
+    ++n;
+    if (*p == '\0') break;
+    if (*p != ',') return false;
+    ++p;
   }
-  *rank = static_cast<int32_t>(v);
+  *count = n;
   return true;
 }
 
@@ -203,33 +261,9 @@ bool parse_log_ranks(const char* value, Config* out, const char** reason) {
   }
   RankRange ranges[kMaxLogRankRanges];
   int count = 0;
-  const char* p = value;
-  for (;;) {
-    RankRange range{};
-    bool too_big = false;
-    if (!parse_rank(&p, &range.first, &too_big)) return false;
-    range.last = range.first;
-    if (*p == '-') {
-      ++p;
-      if (!parse_rank(&p, &range.last, &too_big)) return false;
-    }
-    if (too_big) {
-      *reason = "(rank above 16777215)";
-      return false;
-    }
-    if (range.first > range.last) {
-      *reason = "(range ends before it starts)";
-      return false;
-    }
-    if (count == kMaxLogRankRanges) {
-      *reason = "(more than 64 items)";
-      return false;
-    }
-    ranges[count++] = range;
-    if (*p == '\0') break;
-    if (*p != ',') return false;
-    ++p;
-  }
+  if (!parse_range_list(value, static_cast<uint64_t>(kMaxLogRank), "(rank above 16777215)", ranges, kMaxLogRankRanges,
+                        &count, reason))
+    return false;
   out->log_ranks_mode = LogRanksMode::kList;
   out->log_rank_range_count = count;
   memcpy(out->log_rank_ranges, ranges, sizeof(RankRange) * static_cast<size_t>(count));
@@ -341,10 +375,188 @@ bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
   return true;
 }
 
+bool parse_watch(const char* value, Config* out, const char**) {
+  if (equals_ignore_case(value, "off")) {
+    out->watch = WatchMode::kOff;
+    return true;
+  }
+  if (equals_ignore_case(value, "collectives")) {
+    out->watch = WatchMode::kCollectives;
+    return true;
+  }
+  return false;
+}
+
+// A whole number with an optional binary suffix from `suffixes` ("KMG" or ""), at most `max`.
+bool parse_count(const char* value, const char* suffixes, uint64_t min, uint64_t max, uint64_t* out,
+                 const char** reason) {
+  constexpr uint64_t kSaturated = uint64_t{1} << 62;
+  const char* p = value;
+  if (!is_digit(*p)) return false;
+  uint64_t v = 0;
+  for (; is_digit(*p); ++p) {
+    v = v * 10 + static_cast<uint64_t>(*p - '0');
+    if (v > kSaturated) v = kSaturated;
+  }
+  uint64_t multiplier = 1;
+  if (*p != '\0') {
+    const char* suffix = strchr(suffixes, *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    if (suffix == nullptr || *suffix == '\0') return false;
+    multiplier = uint64_t{1} << (10 * (1 + (suffix - suffixes)));
+    ++p;
+  }
+  if (*p != '\0') return false;
+  if (v > max || v * multiplier < min || v * multiplier > max) {
+    *reason = "(out of range)";
+    return false;
+  }
+  *out = v * multiplier;
+  return true;
+}
+
+bool parse_watch_every(const char* value, Config* out, const char** reason) {
+  return parse_count(value, "", 1, kMaxWatchEvery, &out->watch_every, reason);
+}
+
+bool parse_watch_min_bytes(const char* value, Config* out, const char** reason) {
+  return parse_count(value, "KMG", 0, uint64_t{1} << 50, &out->watch_min_bytes, reason);
+}
+
+bool parse_max_frames(const char* value, Config* out, const char** reason) {
+  uint64_t v = 0;
+  if (!parse_count(value, "", 1, kMaxFrames, &v, reason)) return false;
+  out->max_frames = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool starts_with(const char* value, const char* prefix) { return strncmp(value, prefix, strlen(prefix)) == 0; }
+
+bool parse_step_marker(const char* value, Config* out, const char** reason) {
+  const size_t len = strlen(value);
+  if (len > kMaxStepMarker) {
+    *reason = "(too long)";
+    return false;
+  }
+  StepMarkerForm form;
+  if (strcmp(value, "auto") == 0) {
+    form = StepMarkerForm::kAuto;
+  } else if (starts_with(value, "nvtx:") || starts_with(value, "collective:")) {
+    form = value[0] == 'n' ? StepMarkerForm::kNvtx : StepMarkerForm::kCollective;
+    const char* pattern = value + (form == StepMarkerForm::kNvtx ? 5 : 11);
+    if (*pattern == '\0') {
+      *reason = "(the regular expression after the colon is empty)";
+      return false;
+    }
+    // The engine matches with the same POSIX extended syntax (collectors/batch_tracker.h), so a pattern accepted
+    // here is one it can use.
+    regex_t regex;
+    const int code = regcomp(&regex, pattern, REG_EXTENDED | REG_NOSUB);
+    if (code != 0) {
+      static char why[192];  // parsing happens once, at load, on one thread
+      char text[128];
+      regerror(code, &regex, text, sizeof(text));
+      snprintf(why, sizeof(why), "(invalid POSIX extended regular expression: %s)", text);
+      *reason = why;
+      return false;
+    }
+    regfree(&regex);
+  } else if (starts_with(value, "every:")) {
+    form = StepMarkerForm::kEvery;
+    uint64_t n = 0;
+    if (!parse_count(value + 6, "", 1, kMaxWatchEvery, &n, reason)) {
+      *reason = "(every: takes a whole number of calls from 1 to 1000000000)";
+      return false;
+    }
+  } else {
+    return false;
+  }
+  out->step_marker_form = form;
+  memcpy(out->step_marker, value, len + 1);
+  return true;
+}
+
+bool parse_on_nonfinite(const char* value, Config* out, const char**) {
+  if (equals_ignore_case(value, "report")) {
+    out->on_nonfinite = NonfinitePolicy::kReport;
+    return true;
+  }
+  if (equals_ignore_case(value, "abort")) {
+    out->on_nonfinite = NonfinitePolicy::kAbort;
+    return true;
+  }
+  return false;
+}
+
+bool parse_overflow_streak(const char* value, Config* out, const char** reason) {
+  uint64_t v = 0;
+  if (!parse_count(value, "", 0, kMaxOverflowStreak, &v, reason)) return false;
+  out->overflow_streak = static_cast<uint32_t>(v);
+  return true;
+}
+
+// A decimal fraction in [0, 1]: digits, an optional point and digits. Parsed by hand: strtod follows the job's
+// locale, which may use a decimal comma.
+bool parse_near_overflow(const char* value, Config* out, const char** reason) {
+  const char* p = value;
+  double whole = 0;
+  bool digits = false;
+  for (; is_digit(*p); ++p, digits = true) whole = whole * 10 + (*p - '0');
+  double fraction = 0;
+  if (*p == '.') {
+    ++p;
+    double scale = 0.1;
+    for (; is_digit(*p); ++p, digits = true, scale /= 10) fraction += (*p - '0') * scale;
+  }
+  if (!digits || *p != '\0') return false;
+  const double v = whole + fraction;
+  if (v > 1.0) {
+    *reason = "(above 1)";
+    return false;
+  }
+  out->near_overflow = v;
+  return true;
+}
+
+bool parse_trace_batches(const char* value, Config* out, const char** reason) {
+  BatchRange ranges[kMaxTraceBatchRanges];
+  int count = 0;
+  if (!parse_range_list(value, kMaxBatchNumber, "(batch number out of range)", ranges, kMaxTraceBatchRanges, &count,
+                        reason))
+    return false;
+  out->trace_batch_range_count = count;
+  memcpy(out->trace_batch_ranges, ranges, sizeof(BatchRange) * static_cast<size_t>(count));
+  return true;
+}
+
+bool parse_abort_after_batch(const char* value, Config* out, const char** reason) {
+  if (!parse_count(value, "", 0, kMaxBatchNumber, &out->abort_after_batch, reason)) return false;
+  out->abort_after_batch_set = true;
+  return true;
+}
+
 using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
 constexpr ParseFn kParsers[kConfigVarCount] = {
-    parse_enable,      parse_dir,   parse_run_id,      parse_recorder_records, parse_log_level,      parse_log_ranks,
-    parse_coordinator, parse_token, parse_on_mismatch, parse_on_desync,        parse_desync_timeout,
+    parse_enable,
+    parse_dir,
+    parse_run_id,
+    parse_recorder_records,
+    parse_log_level,
+    parse_log_ranks,
+    parse_coordinator,
+    parse_token,
+    parse_on_mismatch,
+    parse_on_desync,
+    parse_desync_timeout,
+    parse_watch,
+    parse_watch_every,
+    parse_watch_min_bytes,
+    parse_max_frames,
+    parse_step_marker,
+    parse_on_nonfinite,
+    parse_overflow_streak,
+    parse_near_overflow,
+    parse_trace_batches,
+    parse_abort_after_batch,
 };
 
 void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {
@@ -446,6 +658,25 @@ void config_defaults(Config* out) {
   out->on_mismatch = VerdictPolicy::kAbort;
   out->on_desync = VerdictPolicy::kAbort;
   out->desync_timeout_seconds = 300;
+  out->watch = WatchMode::kCollectives;
+  out->watch_every = 1;
+  out->watch_min_bytes = 0;
+  out->max_frames = 21;
+  out->step_marker_form = StepMarkerForm::kAuto;
+  memcpy(out->step_marker, "auto", 5);
+  out->on_nonfinite = NonfinitePolicy::kReport;
+  out->overflow_streak = 5;
+  out->near_overflow = 0.9;
+  out->trace_batch_range_count = 0;
+  out->abort_after_batch_set = false;
+  out->abort_after_batch = 0;
+}
+
+bool config_traces_batch(const Config& config, uint64_t batch) {
+  for (int i = 0; i < config.trace_batch_range_count && i < kMaxTraceBatchRanges; ++i) {
+    if (batch >= config.trace_batch_ranges[i].first && batch <= config.trace_batch_ranges[i].last) return true;
+  }
+  return false;
 }
 
 bool parse_config(char* const* env, Config* out, char* error, size_t error_len) {
@@ -588,6 +819,51 @@ bool config_value_text(const Config& config, ConfigVar var, char* out, size_t ou
     case kVarDesyncTimeout: {
       char number[16];
       snprintf(number, sizeof(number), "%u", static_cast<unsigned>(config.desync_timeout_seconds));
+      return append(out, out_len, &used, number);
+    }
+    case kVarWatch:
+      return append(out, out_len, &used, config.watch == WatchMode::kOff ? "off" : "collectives");
+    case kVarWatchEvery:
+    case kVarWatchMinBytes:
+    case kVarMaxFrames:
+    case kVarOverflowStreak: {
+      const uint64_t v = var == kVarWatchEvery      ? config.watch_every
+                         : var == kVarWatchMinBytes ? config.watch_min_bytes
+                         : var == kVarMaxFrames     ? config.max_frames
+                                                    : config.overflow_streak;
+      char number[24];
+      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(v));
+      return append(out, out_len, &used, number);
+    }
+    case kVarStepMarker:
+      return append(out, out_len, &used, config.step_marker);
+    case kVarOnNonfinite:
+      return append(out, out_len, &used, config.on_nonfinite == NonfinitePolicy::kAbort ? "abort" : "report");
+    case kVarNearOverflow: {
+      char number[32];
+      snprintf(number, sizeof(number), "%g", config.near_overflow);
+      for (char* c = number; *c != '\0'; ++c) {
+        if (*c == ',') *c = '.';  // the job's locale may print a decimal comma
+      }
+      return append(out, out_len, &used, number);
+    }
+    case kVarTraceBatches:
+      for (int i = 0; i < config.trace_batch_range_count && i < kMaxTraceBatchRanges; ++i) {
+        const BatchRange& range = config.trace_batch_ranges[i];
+        char item[48];
+        if (range.first == range.last) {
+          snprintf(item, sizeof(item), "%s%llu", i > 0 ? "," : "", static_cast<unsigned long long>(range.first));
+        } else {
+          snprintf(item, sizeof(item), "%s%llu-%llu", i > 0 ? "," : "", static_cast<unsigned long long>(range.first),
+                   static_cast<unsigned long long>(range.last));
+        }
+        if (!append(out, out_len, &used, item)) return false;
+      }
+      return true;
+    case kVarAbortAfterBatch: {
+      if (!config.abort_after_batch_set) return true;
+      char number[24];
+      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(config.abort_after_batch));
       return append(out, out_len, &used, number);
     }
     case kConfigVarCount:

@@ -26,6 +26,16 @@ enum ConfigVar : int {
   kVarOnMismatch,
   kVarOnDesync,
   kVarDesyncTimeout,
+  kVarWatch,
+  kVarWatchEvery,
+  kVarWatchMinBytes,
+  kVarMaxFrames,
+  kVarStepMarker,
+  kVarOnNonfinite,
+  kVarOverflowStreak,
+  kVarNearOverflow,
+  kVarTraceBatches,
+  kVarAbortAfterBatch,
   kConfigVarCount,
 };
 
@@ -38,6 +48,12 @@ inline constexpr size_t kMaxCoordinatorHost = 255;
 inline constexpr size_t kMinToken = 8;
 inline constexpr size_t kMaxToken = 128;
 inline constexpr uint32_t kMaxDesyncTimeoutSeconds = 7 * 24 * 3600;
+inline constexpr uint64_t kMaxWatchEvery = 1000000000;
+inline constexpr uint32_t kMaxFrames = 100000;
+inline constexpr uint32_t kMaxOverflowStreak = 1000000;
+inline constexpr size_t kMaxStepMarker = 1024;
+inline constexpr int kMaxTraceBatchRanges = 64;
+inline constexpr uint64_t kMaxBatchNumber = uint64_t{1} << 48;
 
 // TRAINSCOPE_COORDINATOR: where the out-of-band exchange's coordinator is.
 enum class CoordinatorMode : uint8_t {
@@ -53,6 +69,20 @@ enum class VerdictPolicy : uint8_t { kAbort = 0, kWarn };
 struct RankRange {
   int32_t first;
   int32_t last;  // inclusive
+};
+
+// TRAINSCOPE_WATCH: which calls get their buffers' statistics (frames).
+enum class WatchMode : uint8_t { kOff = 0, kCollectives };
+
+// TRAINSCOPE_STEP_MARKER's form; the regex itself is compiled (and checked) by the engine and `trainscope env`.
+enum class StepMarkerForm : uint8_t { kAuto = 0, kNvtx, kCollective, kEvery };
+
+// TRAINSCOPE_ON_NONFINITE: what the first inf/nan does once its reports are written.
+enum class NonfinitePolicy : uint8_t { kReport = 0, kAbort };
+
+struct BatchRange {
+  uint64_t first;
+  uint64_t last;  // inclusive
 };
 
 struct Config {
@@ -71,6 +101,19 @@ struct Config {
   VerdictPolicy on_mismatch;
   VerdictPolicy on_desync;
   uint32_t desync_timeout_seconds;
+  WatchMode watch;
+  uint64_t watch_every;      // watch every K-th collective of each communicator (1: all)
+  uint64_t watch_min_bytes;  // and only those moving at least this many bytes
+  uint32_t max_frames;       // frames kept per rank for a detection report
+  StepMarkerForm step_marker_form;
+  char step_marker[kMaxStepMarker + 1];  // the whole value as given ("auto", "nvtx:^step", "every:12")
+  NonfinitePolicy on_nonfinite;
+  uint32_t overflow_streak;     // consecutive batches with inf/nan that make a persistent overflow; 0: off
+  double near_overflow;         // fraction of a type's largest finite value that warns; 0: off
+  int trace_batch_range_count;  // TRAINSCOPE_TRACE_BATCHES
+  BatchRange trace_batch_ranges[kMaxTraceBatchRanges];
+  bool abort_after_batch_set;  // TRAINSCOPE_ABORT_AFTER_BATCH given
+  uint64_t abort_after_batch;
   ValueSource source[kConfigVarCount];
   // A launcher rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) holds a rank, so the
   // process is one of many and an unknown rank must not be taken for the main one (see config_logs_to_stderr).
@@ -104,6 +147,9 @@ void for_each_unknown_variable(char* const* env, UnknownVariableFn fn, void* ctx
 // Whether `rank` logs to stderr under this configuration (the main rank is global rank 0; an unknown rank,
 // -1, counts as main only when the process has no launcher rank at all).
 bool config_logs_to_stderr(const Config& config, int32_t rank);
+
+// Whether TRAINSCOPE_TRACE_BATCHES names `batch`.
+bool config_traces_batch(const Config& config, uint64_t batch);
 
 // Name of a level as accepted by TRAINSCOPE_LOG_LEVEL.
 const char* log_level_name(LogLevel level);

@@ -5,8 +5,10 @@
 
 #include "shim/engine_api.h"
 #include "shim/engine_exchange.h"
+#include "shim/engine_frames.h"
 #include "shim/engine_logging.h"
 #include "shim/engine_stacks.h"
+#include "shim/engine_watch.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -46,6 +48,11 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     setup.local_rank = args->local_rank;
     setup.nccl_version = args->nccl_version;
     trainscope::engine::start_exchange(setup);
+    trainscope::engine::FramesSetup frames;
+    frames.config = args->config;
+    frames.recorder = args->recorder;
+    frames.run_dir = setup.run_dir;
+    trainscope::engine::start_frames(frames);
     return 0;
   } catch (...) {
     return 1;
@@ -63,6 +70,7 @@ TS_ENGINE_EXPORT void trainscope_engine_set_rank(int32_t global_rank) {
 
 TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   if (!g_started) return;
+  trainscope::engine::stop_frames();
   trainscope::engine::stop_exchange();
   trainscope::engine::flush_logs();
 }
@@ -75,10 +83,42 @@ TS_ENGINE_EXPORT void trainscope_engine_note_call_site(uint64_t call_site) {
   }
 }
 
+TS_ENGINE_EXPORT void* trainscope_engine_watch_begin(const trainscope::recorder::Record* record, uint64_t index) {
+  try {
+    return trainscope::engine::watch_begin(*record, index);
+  } catch (...) {
+    return nullptr;  // out of memory: this call goes unwatched (its record's frame is then never complete)
+  }
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_watch_end(void* token, int32_t result) {
+  try {
+    trainscope::engine::watch_end(static_cast<trainscope::engine::WatchedCall*>(token), result);
+  } catch (...) {
+    // Never an exception into the job.
+  }
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_group_end(int32_t executed) {
+  try {
+    trainscope::engine::group_end(executed != 0);
+  } catch (...) {
+  }
+}
+
+TS_ENGINE_EXPORT int trainscope_engine_step_marker_matches(const char* name) {
+  try {
+    return name != nullptr && trainscope::engine::step_marker_matches(name) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
 TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
+  trainscope::engine::abandon_frames();
   trainscope::engine::abandon_exchange();
   trainscope::engine::abandon_stacks();
   trainscope::engine::abandon_logging();

@@ -11,7 +11,7 @@
 
 namespace trainscope {
 
-inline constexpr uint32_t kEngineAbiVersion = 2;
+inline constexpr uint32_t kEngineAbiVersion = 3;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -46,6 +46,18 @@ void trainscope_engine_stop(void);
 // First call from a call site (the return address into the caller of an NCCL function): capture its stack.
 // Called on the job's thread, once per call site.
 void trainscope_engine_note_call_site(uint64_t call_site);
+// A watched call (kFlagWatched), on the job's thread: `record` is what was appended as record `index`. Takes the
+// send buffer's statistics (host buffers) or enqueues them on the call's stream (device buffers), before the real
+// call. Returns the token for trainscope_engine_watch_end, never null.
+void* trainscope_engine_watch_begin(const trainscope::recorder::Record* record, uint64_t index);
+// After the real call returned `result`: the receive buffer's statistics, or, inside a group, a note to take them
+// when the group ends (NCCL runs grouped calls at the outermost ncclGroupEnd).
+void trainscope_engine_watch_end(void* token, int32_t result);
+// The calling thread's outermost group ended; `executed` is 0 for ncclGroupSimulateEnd (nothing ran).
+void trainscope_engine_group_end(int32_t executed);
+// TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (1) or not (0). Called on the job's
+// threads for every range push; the answer is cached per distinct name.
+int trainscope_engine_step_marker_matches(const char* name);
 // Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
 void trainscope_engine_fork_prepare(void);
 void trainscope_engine_fork_parent(void);

@@ -8,6 +8,7 @@
 // Nothing on this path allocates, locks, or logs.
 #include <string.h>
 
+#include "collectors/buffer_layout.h"
 #include "shim/call_sites.h"
 #include "shim/comm_registry.h"
 #include "shim/interception.h"
@@ -111,6 +112,19 @@ class Hook {
         break;
     }
     if (in_place) record_.flags |= recorder::kFlagInPlace;
+    decide_watch();
+  }
+
+  // TRAINSCOPE_WATCH: every K-th call of the communicator (or of the peer and direction, for send/recv) moving at
+  // least TRAINSCOPE_WATCH_MIN_BYTES. Needs the communicator fields and the sequence number already set.
+  void decide_watch() {
+    const Config& config = g_runtime.config;
+    if (g_runtime.engine_watch_begin == nullptr || record_.seq == 0) return;
+    if (config.watch_every > 1 && (record_.seq - 1) % config.watch_every != 0) return;
+    const frames::BufferLayout layout =
+        frames::buffer_layout(static_cast<Op>(record_.op), record_.count, record_.nranks, record_.rank, record_.peer);
+    if (frames::watched_bytes(layout, record_.dtype) < config.watch_min_bytes) return;
+    record_.flags |= recorder::kFlagWatched;
   }
 
   // The first call from a call site has its stack captured (once, on this thread) for the reports.
@@ -124,10 +138,15 @@ class Hook {
     recorder::Writer::complete(pending_, static_cast<int32_t>(result), now_ns());
     return result;
   }
+  // A watched call's statistics are taken around the real call: the send buffer before, the receive buffer after.
   template <typename Fn, typename... Args>
   ncclResult_t call(Fn fn, Args... args) {
     begin();
-    return finish(fn(args...));
+    if (!(record_.flags & recorder::kFlagWatched) || pending_.slot == nullptr) return finish(fn(args...));
+    void* const token = g_runtime.engine_watch_begin(&record_, pending_.commit - 1);
+    const ncclResult_t result = fn(args...);
+    g_runtime.engine_watch_end(token, static_cast<int32_t>(result));
+    return finish(result);
   }
 
   // The loaded NCCL lacks this function: record the call, say so once, and refuse it as NCCL would refuse an
@@ -436,6 +455,7 @@ TS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, false);
   hook.note_call_site();
+  hook.decide_watch();
   return hook.call(real, sendbuff, count, datatype, peer, comm, stream);
 }
 
@@ -446,6 +466,7 @@ TS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dat
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, true);
   hook.note_call_site();
+  hook.decide_watch();
   return hook.call(real, recvbuff, count, datatype, peer, comm, stream);
 }
 
@@ -462,22 +483,38 @@ TS_EXPORT ncclResult_t ncclGroupStart() {
 }
 
 namespace {
-void close_group_level() {
+// Returns true when this closed the outermost group.
+bool close_group_level() {
   using trainscope::shim::t_thread;
-  if (t_thread.group_depth > 0 && --t_thread.group_depth == 0) t_thread.group = 0;
+  if (t_thread.group_depth > 0 && --t_thread.group_depth == 0) {
+    t_thread.group = 0;
+    return true;
+  }
+  return false;
+}
+
+// The grouped calls ran (or, simulated, never will): their receive buffers can be watched now.
+void group_ended(bool outermost, bool executed) {
+  auto group_end = trainscope::shim::g_runtime.engine_group_end;
+  if (outermost && group_end != nullptr) group_end(executed ? 1 : 0);
 }
 }  // namespace
 
 TS_EXPORT ncclResult_t ncclGroupEnd() {
   TS_HOOK_ENTER(ncclGroupEnd, kGroupEnd, ());
   hook.begin();
-  close_group_level();  // before the call: NCCL has left the group even when ncclGroupEnd reports an error
-  return hook.finish(real());
+  // Before the call: NCCL has left the group even when ncclGroupEnd reports an error.
+  const bool outermost = close_group_level();
+  const ncclResult_t result = real();
+  group_ended(outermost, true);
+  return hook.finish(result);
 }
 
 TS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   TS_HOOK_ENTER(ncclGroupSimulateEnd, kGroupSimulateEnd, (simInfo));
   hook.begin();
-  close_group_level();
-  return hook.finish(real(simInfo));
+  const bool outermost = close_group_level();
+  const ncclResult_t result = real(simInfo);
+  group_ended(outermost, false);
+  return hook.finish(result);
 }

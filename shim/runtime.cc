@@ -112,6 +112,19 @@ void start_engine(int run_dir_error) {
   load_symbol(handle, "trainscope_engine_fork_parent", &rt.engine_fork_parent);
   load_symbol(handle, "trainscope_engine_fork_child", &rt.engine_fork_child);
   load_symbol(handle, "trainscope_engine_note_call_site", &rt.engine_note_call_site);
+  if (rt.config.watch != WatchMode::kOff) {
+    load_symbol(handle, "trainscope_engine_watch_begin", &rt.engine_watch_begin);
+    load_symbol(handle, "trainscope_engine_watch_end", &rt.engine_watch_end);
+    load_symbol(handle, "trainscope_engine_group_end", &rt.engine_group_end);
+    // All three or none: a hook that began a watch must be able to end it.
+    if (rt.engine_watch_begin == nullptr || rt.engine_watch_end == nullptr || rt.engine_group_end == nullptr) {
+      rt.engine_watch_begin = nullptr;
+      rt.engine_watch_end = nullptr;
+      rt.engine_group_end = nullptr;
+    }
+  }
+  if (rt.config.step_marker_form == StepMarkerForm::kNvtx)
+    load_symbol(handle, "trainscope_engine_step_marker_matches", &rt.engine_step_marker_matches);
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
@@ -192,6 +205,10 @@ void forget_engine(Runtime& rt) {
   rt.engine_fork_parent = nullptr;
   rt.engine_fork_child = nullptr;
   rt.engine_note_call_site = nullptr;
+  rt.engine_watch_begin = nullptr;
+  rt.engine_watch_end = nullptr;
+  rt.engine_group_end = nullptr;
+  rt.engine_step_marker_matches = nullptr;
 }
 
 void start_locked() {
@@ -330,6 +347,13 @@ __attribute__((constructor)) void load_configuration() {
   rt.enabled = rt.config.enable;
   if (!rt.enabled) return;
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  // Batches counted at NVTX ranges need us to be the job's NVTX tool. A tool the job chose itself (Nsight Systems
+  // sets the same variable) is left alone; the engine says so when it starts.
+  if (rt.config.step_marker_form == StepMarkerForm::kNvtx && getenv("NVTX_INJECTION64_PATH") == nullptr) {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&own_directory), &info) != 0 && info.dli_fname != nullptr)
+      setenv("NVTX_INJECTION64_PATH", info.dli_fname, 0);
+  }
 }
 
 __attribute__((destructor)) void stop_at_exit() {

@@ -41,6 +41,10 @@ struct Runtime {
   decltype(&trainscope_engine_fork_parent) engine_fork_parent;
   decltype(&trainscope_engine_fork_child) engine_fork_child;
   decltype(&trainscope_engine_note_call_site) engine_note_call_site;
+  decltype(&trainscope_engine_watch_begin) engine_watch_begin;
+  decltype(&trainscope_engine_watch_end) engine_watch_end;
+  decltype(&trainscope_engine_group_end) engine_group_end;
+  decltype(&trainscope_engine_step_marker_matches) engine_step_marker_matches;
 };
 
 extern Runtime g_runtime;

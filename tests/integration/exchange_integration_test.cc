@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "integration_helpers.h"
 #include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
@@ -23,43 +24,6 @@ using testing::ProcessResult;
 using testing::TempDir;
 
 constexpr int kVerdictExit = 86;
-
-std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
-bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
-
-ProcessOptions job_options(const TempDir& dir) {
-  ProcessOptions options;
-  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
-  options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
-  options.env["TRAINSCOPE_RUN_ID"] = "job";
-  options.env["LD_PRELOAD"] = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-                           "TRAINSCOPE_LOG_RANKS", "TRAINSCOPE_LOG_LEVEL", "TRAINSCOPE_COORDINATOR", "TRAINSCOPE_TOKEN",
-                           "TRAINSCOPE_ON_MISMATCH", "TRAINSCOPE_ON_DESYNC"})
-    options.env[name] = std::nullopt;
-  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
-  options.timeout_seconds = 120;
-  return options;
-}
-
-std::string run_dir(const TempDir& dir) { return dir.path() + "/runs/job"; }
-
-// The text of the one report whose name starts with `prefix`, or "" if there is none.
-std::string report(const TempDir& dir, const std::string& prefix, int* count = nullptr) {
-  std::string text;
-  int found = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(run_dir(dir), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && entry.path().extension() == ".txt") {
-      ++found;
-      text = testing::read_file(entry.path());
-      EXPECT_TRUE(fs::exists(fs::path(entry.path()).replace_extension(".json"))) << "no JSON twin of " << name;
-    }
-  }
-  if (count != nullptr) *count = found;
-  return text;
-}
 
 std::vector<std::string> scenario(const std::string& fault, int rank, int step, int steps = 10) {
   return {TS_LAUNCH,
@@ -91,16 +55,6 @@ int free_port() {
     port = ntohs(address.sin_port);
   close(fd);
   return port;
-}
-
-// Polls `done` up to `attempts` times, 10 ms apart: for files another process writes.
-template <typename Fn>
-bool eventually(Fn done, int attempts = 3000) {
-  for (int i = 0; i < attempts; ++i) {
-    if (done()) return true;
-    usleep(10000);
-  }
-  return done();
 }
 
 // ---- mismatches ----

@@ -106,6 +106,19 @@ RunResult run_tool(std::vector<std::string> args, std::vector<std::string> env) 
   return result;
 }
 
+// The frame variables (issue 5), at their defaults: the tail of every listing below.
+#define TS_FRAME_DEFAULTS                       \
+  "TRAINSCOPE_WATCH=collectives  (default)\n"   \
+  "TRAINSCOPE_WATCH_EVERY=1  (default)\n"       \
+  "TRAINSCOPE_WATCH_MIN_BYTES=0  (default)\n"   \
+  "TRAINSCOPE_MAX_FRAMES=21  (default)\n"       \
+  "TRAINSCOPE_STEP_MARKER=auto  (default)\n"    \
+  "TRAINSCOPE_ON_NONFINITE=report  (default)\n" \
+  "TRAINSCOPE_OVERFLOW_STREAK=5  (default)\n"   \
+  "TRAINSCOPE_NEAR_OVERFLOW=0.9  (default)\n"   \
+  "TRAINSCOPE_TRACE_BATCHES=  (default)\n"      \
+  "TRAINSCOPE_ABORT_AFTER_BATCH=  (default)\n"
+
 constexpr const char* kDefaultText =
     "TRAINSCOPE_ENABLE=1  (default)\n"
     "TRAINSCOPE_DIR=./trainscope-runs  (default)\n"
@@ -117,7 +130,7 @@ constexpr const char* kDefaultText =
     "TRAINSCOPE_TOKEN=  (default)\n"
     "TRAINSCOPE_ON_MISMATCH=abort  (default)\n"
     "TRAINSCOPE_ON_DESYNC=abort  (default)\n"
-    "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n";
+    "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n" TS_FRAME_DEFAULTS;
 
 TEST(CmdEnv, PrintsDefaults) {
   const RunResult r = run_tool({"env"}, {"PATH=/usr/bin:/bin", "NCCL_DEBUG=INFO"});
@@ -142,7 +155,7 @@ TEST(CmdEnv, PrintsEnvironmentValuesInCanonicalForm) {
             "TRAINSCOPE_TOKEN=  (default)\n"
             "TRAINSCOPE_ON_MISMATCH=abort  (default)\n"
             "TRAINSCOPE_ON_DESYNC=abort  (default)\n"
-            "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n");
+            "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n" TS_FRAME_DEFAULTS);
   EXPECT_EQ(r.err, "");
 }
 

@@ -116,7 +116,7 @@ TEST(Config, DefaultTextsMatchDefaultsAndParse) {
     const ConfigVarInfo& var = config_vars()[i];
     EXPECT_EQ(value_of(*defaults, static_cast<ConfigVar>(i)), var.default_text) << var.name;
     // Their default is "empty", which is not accepted as a set value.
-    if (i == kVarRunId || i == kVarToken) continue;
+    if (i == kVarRunId || i == kVarToken || i == kVarTraceBatches || i == kVarAbortAfterBatch) continue;
     Parsed p = parse_one(var.name, var.default_text);
     ASSERT_TRUE(p.ok) << p.error;
     EXPECT_EQ(p.config->source[i], ValueSource::kEnvironment);
@@ -712,6 +712,100 @@ TEST(ConfigExchange, TokenIsNeverPrinted) {
   char text[64];
   ASSERT_TRUE(config_value_text(c, kVarToken, text, sizeof(text)));
   EXPECT_STREQ(text, "(set)");
+}
+
+// ---- frames (issue 5) ----
+
+std::string text_of(const Config& c, ConfigVar var) {
+  char text[512];
+  EXPECT_TRUE(config_value_text(c, var, text, sizeof(text)));
+  return text;
+}
+
+TEST(ConfigFrames, DefaultsWatchCollectivesAndReportOnly) {
+  Config c;
+  config_defaults(&c);
+  EXPECT_EQ(c.watch, WatchMode::kCollectives);
+  EXPECT_EQ(c.watch_every, 1u);
+  EXPECT_EQ(c.watch_min_bytes, 0u);
+  EXPECT_EQ(c.max_frames, 21u);
+  EXPECT_EQ(c.step_marker_form, StepMarkerForm::kAuto);
+  EXPECT_EQ(c.on_nonfinite, NonfinitePolicy::kReport);
+  EXPECT_EQ(c.overflow_streak, 5u);
+  EXPECT_DOUBLE_EQ(c.near_overflow, 0.9);
+  EXPECT_EQ(c.trace_batch_range_count, 0);
+  EXPECT_FALSE(c.abort_after_batch_set);
+}
+
+TEST(ConfigFrames, AcceptedForms) {
+  Config c;
+  EXPECT_EQ(parse_one("TRAINSCOPE_WATCH=off", &c), "");
+  EXPECT_EQ(c.watch, WatchMode::kOff);
+  EXPECT_EQ(parse_one("TRAINSCOPE_WATCH_EVERY=16", &c), "");
+  EXPECT_EQ(c.watch_every, 16u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_WATCH_MIN_BYTES=4K", &c), "");
+  EXPECT_EQ(c.watch_min_bytes, 4096u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_WATCH_MIN_BYTES=2g", &c), "");
+  EXPECT_EQ(c.watch_min_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(parse_one("TRAINSCOPE_MAX_FRAMES=5", &c), "");
+  EXPECT_EQ(c.max_frames, 5u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_STEP_MARKER=nvtx:^train_step$", &c), "");
+  EXPECT_EQ(c.step_marker_form, StepMarkerForm::kNvtx);
+  EXPECT_STREQ(c.step_marker, "nvtx:^train_step$");
+  EXPECT_EQ(parse_one("TRAINSCOPE_STEP_MARKER=collective:AllGather|ReduceScatter", &c), "");
+  EXPECT_EQ(c.step_marker_form, StepMarkerForm::kCollective);
+  EXPECT_EQ(parse_one("TRAINSCOPE_STEP_MARKER=every:12", &c), "");
+  EXPECT_EQ(c.step_marker_form, StepMarkerForm::kEvery);
+  EXPECT_EQ(parse_one("TRAINSCOPE_ON_NONFINITE=abort", &c), "");
+  EXPECT_EQ(c.on_nonfinite, NonfinitePolicy::kAbort);
+  EXPECT_EQ(parse_one("TRAINSCOPE_OVERFLOW_STREAK=0", &c), "");
+  EXPECT_EQ(c.overflow_streak, 0u);
+  EXPECT_EQ(parse_one("TRAINSCOPE_NEAR_OVERFLOW=.95", &c), "");
+  EXPECT_DOUBLE_EQ(c.near_overflow, 0.95);
+  EXPECT_EQ(text_of(c, kVarNearOverflow), "0.95");
+  EXPECT_EQ(parse_one("TRAINSCOPE_NEAR_OVERFLOW=1", &c), "");
+  EXPECT_DOUBLE_EQ(c.near_overflow, 1.0);
+  EXPECT_EQ(parse_one("TRAINSCOPE_TRACE_BATCHES=1,3,10-12", &c), "");
+  EXPECT_EQ(text_of(c, kVarTraceBatches), "1,3,10-12");
+  EXPECT_TRUE(config_traces_batch(c, 11));
+  EXPECT_FALSE(config_traces_batch(c, 2));
+  EXPECT_EQ(parse_one("TRAINSCOPE_ABORT_AFTER_BATCH=0", &c), "");
+  EXPECT_TRUE(c.abort_after_batch_set);
+  EXPECT_EQ(text_of(c, kVarAbortAfterBatch), "0");
+}
+
+TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
+  struct Bad {
+    const char* assignment;
+    const char* expected;  // part of the one-line error
+  };
+  const Bad bad[] = {
+      {"TRAINSCOPE_WATCH=all", "accepted off|collectives"},
+      {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
+      {"TRAINSCOPE_WATCH_EVERY=3x", "an integer from 1 to 1000000000"},
+      {"TRAINSCOPE_WATCH_MIN_BYTES=1T", "suffixed K, M or G"},
+      {"TRAINSCOPE_MAX_FRAMES=0", "(out of range)"},
+      {"TRAINSCOPE_STEP_MARKER=nvtx:", "(the regular expression after the colon is empty)"},
+      {"TRAINSCOPE_STEP_MARKER=nvtx:step(", "(invalid POSIX extended regular expression:"},
+      {"TRAINSCOPE_STEP_MARKER=every:0", "every: takes a whole number"},
+      {"TRAINSCOPE_STEP_MARKER=steps", "auto|nvtx:REGEX|collective:REGEX|every:N"},
+      {"TRAINSCOPE_ON_NONFINITE=ignore", "accepted report|abort"},
+      {"TRAINSCOPE_OVERFLOW_STREAK=-1", "an integer from 0 to 1000000"},
+      {"TRAINSCOPE_NEAR_OVERFLOW=1.5", "(above 1)"},
+      {"TRAINSCOPE_NEAR_OVERFLOW=0,9", "a fraction from 0 to 1"},
+      {"TRAINSCOPE_NEAR_OVERFLOW=90%", "a fraction from 0 to 1"},
+      {"TRAINSCOPE_TRACE_BATCHES=3-1", "(range ends before it starts)"},
+      {"TRAINSCOPE_TRACE_BATCHES=1,,2", "batch numbers and inclusive ranges"},
+      {"TRAINSCOPE_TRACE_BATCHES=", "(empty)"},
+      {"TRAINSCOPE_ABORT_AFTER_BATCH=-2", "a batch number from 0"},
+  };
+  for (const Bad& b : bad) {
+    Config c;
+    const std::string error = parse_one(b.assignment, &c);
+    const std::string name(b.assignment, std::strchr(b.assignment, '=') - b.assignment);
+    EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << b.assignment << ": " << error;
+    EXPECT_NE(error.find(b.expected), std::string::npos) << b.assignment << ": " << error;
+  }
 }
 
 }  // namespace

@@ -312,9 +312,9 @@ TEST(FrameReportTest, AbortMessages) {
   EXPECT_EQ(format_abort_after_batch(3), "trainscope: stopping after batch_number=3 (TRAINSCOPE_ABORT_AFTER_BATCH)\n");
   EXPECT_EQ(format_nonfinite_abort(12, "comm 3f2a9c ncclAllReduce #812", "output"),
             "trainscope: stopping: inf/nan detected during batch_number=12 in comm 3f2a9c ncclAllReduce #812 output "
-            "(TRAINSCOPE_ABORT_ON_NONFINITE)\n");
+            "(TRAINSCOPE_ON_NONFINITE=abort)\n");
   EXPECT_EQ(format_nonfinite_abort(12, "", ""),
-            "trainscope: stopping: inf/nan detected during batch_number=12 (TRAINSCOPE_ABORT_ON_NONFINITE)\n");
+            "trainscope: stopping: inf/nan detected during batch_number=12 (TRAINSCOPE_ON_NONFINITE=abort)\n");
 }
 
 TEST(FrameReportTest, OverflowStreak) {

@@ -1,0 +1,462 @@
+// The frame thread (see engine_frames.h).
+#include "shim/engine_frames.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collectors/batch_tracker.h"
+#include "collectors/frame_window.h"
+#include "reports/exchange_reports.h"
+#include "reports/frame_report.h"
+#include "reports/recorder_report.h"
+#include "shim/engine_exchange.h"
+#include "shim/engine_logging.h"
+#include "shim/engine_ring.h"
+#include "shim/engine_watch.h"
+
+namespace trainscope::engine {
+namespace {
+
+using recorder::Op;
+using recorder::Record;
+using State = WatchedBuffer::State;
+
+constexpr auto kFrameInterval = std::chrono::milliseconds(5);
+// Under TRAINSCOPE_ON_NONFINITE=abort the coordinator stops every rank; this rank waits that long for its verdict
+// before it stops on its own.
+constexpr auto kStopVerdictWait = std::chrono::seconds(4);
+
+const char* op_phrase_name(Op op) { return recorder::op_name(op); }
+
+// "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
+std::string frame_name(const Record& r) {
+  const Op op = static_cast<Op>(r.op);
+  std::string name = "comm " + recorder::short_hex_id(r.comm_id) + " " +
+                     reports::collective_phrase(op_phrase_name(op)) + " #" + std::to_string(r.seq);
+  if (op == Op::kSend) name += " to rank " + std::to_string(r.peer);
+  if (op == Op::kRecv) name += " from rank " + std::to_string(r.peer);
+  return name;
+}
+
+class FrameThread {
+ public:
+  explicit FrameThread(const FramesSetup& setup)
+      : config_(*setup.config),
+        header_(setup.recorder),
+        run_dir_(setup.run_dir),
+        tracker_(marker_of(config_)),
+        window_(window_options(config_)) {}
+
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+    pass();  // what completed since
+    const WatchCounters& c = watch_board().counters();
+    const uint64_t skipped = c.skipped_capturing.load() + c.skipped_other.load() + c.dropped_backlog.load();
+    if (skipped > 0 || cursor_.dropped() > 0) {
+      log(LogLevel::kWarn,
+          ("frames: " + std::to_string(c.watched.load()) + " calls watched; " +
+           std::to_string(c.skipped_capturing.load()) + " buffers skipped in CUDA graph capture, " +
+           std::to_string(c.skipped_other.load()) + " skipped otherwise, " + std::to_string(c.dropped_backlog.load()) +
+           " dropped (the frame thread fell behind), " + std::to_string(cursor_.dropped()) +
+           " calls overwritten in the flight recorder before they were read")
+              .c_str());
+    }
+  }
+
+  void abandon() { thread_.detach(); }
+
+ private:
+  static batch::StepMarker marker_of(const Config& config) {
+    batch::StepMarker marker;
+    std::string error;
+    if (!batch::parse_step_marker(config.step_marker, &marker, &error)) {
+      // The shim checked the value at load with the same rules; this cannot happen, but never guess quietly.
+      log(LogLevel::kError, ("frames: " + error + "; counting batches with auto").c_str());
+      marker = batch::StepMarker{};
+    }
+    return marker;
+  }
+
+  static frames::FrameWindowOptions window_options(const Config& config) {
+    frames::FrameWindowOptions options;
+    options.max_frames = config.max_frames;
+    options.streak_batches = config.overflow_streak;
+    options.near_overflow_fraction = config.near_overflow;
+    if (config.abort_after_batch_set) options.abort_after_batch = config.abort_after_batch;
+    if (config.trace_batch_range_count > 0) {
+      options.trace_batch = [config](uint64_t batch) { return config_traces_batch(config, batch); };
+    }
+    return options;
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      pass();
+      lock.lock();
+      wake_.wait_for(lock, kFrameInterval, [this] { return stopping_; });
+    }
+  }
+
+  struct Pending {
+    bool batch_start = false;
+    uint64_t batch = 0;
+    uint64_t index = 0;  // the watched record
+  };
+
+  void pass() {
+    std::lock_guard<std::mutex> lock(pass_mutex_);
+    cursor_.poll(header_, [this](uint64_t index, const Record& r) { on_record(index, r); });
+    drain_backlog();
+  }
+
+  void on_record(uint64_t index, const Record& r) {
+    const Op op = static_cast<Op>(r.op);
+    batch::BatchEvent event;
+    if (op == Op::kStepMarker) {
+      event = tracker_.on_marker();
+    } else if ((recorder::is_collective(op) || recorder::is_point_to_point(op)) && r.comm_id != 0) {
+      event = tracker_.on_collective({r.op, r.comm_id, r.count, r.dtype});
+    } else {
+      return;
+    }
+    if (event.new_batch) backlog_.push_back({true, event.batch, 0});
+    if (event.renumbered)
+      log(LogLevel::kDebug, ("frames: batch period of " + std::to_string(tracker_.period()) +
+                             " calls learnt; this is batch " + std::to_string(event.batch))
+                                .c_str());
+    if (event.period_lost) log(LogLevel::kDebug, "frames: the batch period stopped matching; relearning it");
+    if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, tracker_.current_batch(), index});
+  }
+
+  // Frames enter the window in record order: the front waits until its statistics are there.
+  void drain_backlog() {
+    while (!backlog_.empty()) {
+      const Pending& front = backlog_.front();
+      if (front.batch_start) {
+        apply(window_.on_batch_start(front.batch), nullptr);
+        backlog_.pop_front();
+        continue;
+      }
+      if (!taken_) {
+        bool present = false;
+        taken_ = watch_board().take_if_complete(front.index, &present);
+        if (!taken_) return;  // not begun or not complete yet (the call runs, or its group has not ended)
+      }
+      if (!ready(taken_->input) || !ready(taken_->output)) return;
+      frames::Frame frame = make_frame(*taken_, front.batch);
+      taken_.reset();
+      backlog_.pop_front();
+      if (frame.rows.empty()) continue;  // nothing could be taken: no frame
+      apply(window_.add_frame(frame), &frame);
+    }
+  }
+
+  static bool ready(WatchedBuffer& buffer) {
+    if (buffer.state != State::kGpuPending) return true;
+    if (buffer.pending->ready()) {
+      buffer.stats = buffer.pending->results().at(0);
+      buffer.state = State::kReady;
+      buffer.pending.reset();
+      return true;
+    }
+    if (!buffer.pending->error().empty()) {
+      buffer.state = State::kSkipped;
+      buffer.skipped_why = buffer.pending->error();
+      buffer.pending.reset();
+      return true;
+    }
+    return false;
+  }
+
+  static bool add_row(const WatchedBuffer& buffer, const char* label, frames::Frame* frame) {
+    switch (buffer.state) {
+      case State::kAbsent:
+        frame->rows.push_back(reports::FrameRow::none(label));
+        return true;
+      case State::kReady:
+        frame->rows.push_back(reports::FrameRow::tensor(label, buffer.stats));
+        return true;
+      case State::kNotATensor:
+        frame->rows.push_back(reports::FrameRow::not_a_tensor(label));
+        return true;
+      case State::kGpuPending:
+      case State::kSkipped:
+        break;
+    }
+    return false;
+  }
+
+  static frames::Frame make_frame(const WatchedCall& call, uint64_t batch) {
+    frames::Frame frame;
+    frame.name = frame_name(call.record);
+    frame.kind = recorder::op_name(static_cast<Op>(call.record.op));
+    frame.batch = batch;
+    frame.comm_id = call.record.comm_id;
+    frame.call_number = call.record.seq;
+    const recorder::Record& r = call.record;
+    frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (r.caller * 0x9E3779B97F4A7C15ull) ^
+                 (static_cast<uint64_t>(static_cast<uint32_t>(r.peer)) << 17);
+    const bool input = add_row(call.input, "input[0]", &frame);
+    const bool output = add_row(call.output, "output", &frame);
+    if (!input && !output) frame.rows.clear();
+    return frame;
+  }
+
+  int32_t rank() const { return __atomic_load_n(&header_->global_rank, __ATOMIC_RELAXED); }
+
+  void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
+    const std::string stem = run_dir_ + "/" + base;
+    const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (!reports::replace_file(stem + ".txt", text) || !reports::replace_file(stem + ".json", dumped))
+      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+  }
+
+  void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
+    if (update.trace_frame) trace(*update.trace_frame, update.trace_batch_start);
+    for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
+    if (update.detection) detected(*update.detection);
+    if (update.persistent) persistent(*update.persistent);
+    if (update.abort_now) stop_after_batch();
+  }
+
+  void trace(const frames::Frame& frame, bool batch_start) {
+    std::string text;
+    if (batch_start) text += reports::format_trace_batch_start(frame.batch);
+    text += reports::format_trace_frame(frame);
+    const std::string stem = run_dir_ + "/" + trace_base_name(rank());
+    nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
+    line["rows"] = rows;
+    if (!reports::append_file(stem + ".txt", text) ||
+        !reports::append_file(stem + ".jsonl",
+                              line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
+      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.jsonl").c_str());
+    log(LogLevel::kInfo, text.substr(0, text.size() - 1).c_str());
+  }
+
+  void near_overflow(const frames::NearOverflow& near, const frames::Frame* frame) {
+    stats::TensorStats stats{};
+    if (frame != nullptr) {
+      for (const reports::FrameRow& row : frame->rows) {
+        if (row.label == near.label) stats = row.stats;
+      }
+    }
+    const reports::NearOverflow checked = reports::check_near_overflow(stats, near.frame_name, near.label, 0);
+    const std::string line =
+        checked.text.empty() ? "near overflow: " + near.frame_name + " " + near.label + "\n" : checked.text;
+    near_text_ += line;
+    near_json_.push_back({{"frame", near.frame_name},
+                          {"label", near.label},
+                          {"batch_number", near.batch},
+                          {"abs_max", near.abs_max},
+                          {"limit", near.limit},
+                          {"fraction", near.limit > 0 ? near.abs_max / near.limit : 0.0},
+                          {"dtype", reports::long_dtype_name(near.dtype)}});
+    write(near_overflow_base_name(rank()), near_text_,
+          {{"kind", "near_overflow"}, {"rank", rank()}, {"warnings", near_json_}});
+    log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
+  }
+
+  void detected(const frames::Detection& detection) {
+    reports::DetectionReport report;
+    report.rank = rank();
+    report.batch_number = detection.batch;
+    report.max_frames = config_.max_frames;
+    for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
+    const std::string text = reports::format_detection_text(report);
+    write(nonfinite_base_name(report.rank), text, reports::detection_json(report));
+    log(LogLevel::kError, text.c_str());
+
+    // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
+    const frames::Frame& last = detection.frames.back();
+    const reports::FrameRow* row = last.first_nonfinite_row();
+    reports::FirstNonfinite first;
+    first.rank = report.rank;
+    first.batch_number = detection.batch;
+    first.op = last.kind;
+    first.where = row != nullptr && row->label.rfind("input", 0) == 0 ? reports::NonfiniteWhere::kInput
+                                                                      : reports::NonfiniteWhere::kOutput;
+    first.kind =
+        row != nullptr && row->stats.nan_count > 0 ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
+    first.comm_id = last.comm_id;
+    first.call_number = last.call_number;
+    const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort;
+    report_first_nonfinite(first, stop);
+    if (!stop) return;
+
+    const std::string message =
+        reports::format_nonfinite_abort(detection.batch, last.name, row != nullptr ? row->label : "");
+    write(stop_base_name(report.rank), message,
+          {{"kind", "stop"},
+           {"rank", report.rank},
+           {"reason", "nonfinite"},
+           {"batch_number", detection.batch},
+           {"message", message.substr(0, message.size() - 1)}});
+    log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
+    if (exchange_running()) {
+      // The coordinator stops every rank (this one too) once the others' first frames had a moment to arrive.
+      const auto deadline = std::chrono::steady_clock::now() + kStopVerdictWait;
+      while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    stop_rank();
+  }
+
+  void persistent(const frames::PersistentOverflow& overflow) {
+    reports::OverflowStreakReport report;
+    report.rank = rank();
+    for (const frames::StreakBatch& b : overflow.batches) {
+      const reports::FrameRow* row = b.first_nonfinite.first_nonfinite_row();
+      report.batches.push_back({b.batch, b.first_nonfinite.name, row != nullptr ? row->label : ""});
+    }
+    const std::string text = reports::format_overflow_streak_text(report);
+    write(overflow_streak_base_name(report.rank), text, reports::overflow_streak_json(report));
+    log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
+  }
+
+  void stop_after_batch() {
+    const std::string message = reports::format_abort_after_batch(config_.abort_after_batch);
+    write(stop_base_name(rank()), message,
+          {{"kind", "stop"},
+           {"rank", rank()},
+           {"reason", "abort_after_batch"},
+           {"batch_number", config_.abort_after_batch},
+           {"message", message.substr(0, message.size() - 1)}});
+    log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
+    stop_rank();
+  }
+
+  // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder
+  // as exited, and leave with kStopExitCode.
+  [[noreturn]] void stop_rank() {
+    stop_exchange(/*stopping_job=*/true);
+    __atomic_store_n(&header_->exit_ns,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count()),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&header_->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
+    flush_logs();
+    _exit(kStopExitCode);
+  }
+
+  Config config_;
+  recorder::FileHeader* header_;
+  std::string run_dir_;
+  batch::BatchTracker tracker_;
+  frames::FrameWindow window_;
+  RingCursor cursor_;
+  std::deque<Pending> backlog_;
+  std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
+  std::string near_text_;
+  nlohmann::json near_json_ = nlohmann::json::array();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::mutex pass_mutex_;  // the thread and stop() both pass
+  std::thread thread_;
+};
+
+FrameThread* g_frames = nullptr;  // leaked on purpose, as the exchange
+
+// Range names repeat (a handful of distinct ones per step): each is matched once.
+class StepMarkerMatcher {
+ public:
+  explicit StepMarkerMatcher(const std::string& pattern) : regex_(pattern) {}
+  bool matches(const char* name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = cache_.find(name);
+    if (it != cache_.end()) return it->second;
+    const bool matched = regex_.search(name);
+    if (cache_.size() < kMaxCachedNames) cache_.emplace(name, matched);
+    return matched;
+  }
+
+ private:
+  static constexpr size_t kMaxCachedNames = 4096;  // names with step numbers in them must not grow it without end
+  batch::MarkerRegex regex_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, bool> cache_;
+};
+
+StepMarkerMatcher* g_marker_matcher = nullptr;  // leaked: job threads may match while the process exits
+
+}  // namespace
+
+std::string nonfinite_base_name(int32_t rank) { return "nonfinite-rank" + std::to_string(rank); }
+std::string overflow_streak_base_name(int32_t rank) { return "overflow-streak-rank" + std::to_string(rank); }
+std::string near_overflow_base_name(int32_t rank) { return "near-overflow-rank" + std::to_string(rank); }
+std::string stop_base_name(int32_t rank) { return "stop-rank" + std::to_string(rank); }
+std::string trace_base_name(int32_t rank) { return "trace-rank" + std::to_string(rank); }
+
+bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr && g_marker_matcher->matches(name); }
+
+void start_frames(const FramesSetup& setup) {
+  if (setup.config == nullptr || g_frames != nullptr) return;
+  if (setup.config->step_marker_form == StepMarkerForm::kNvtx && g_marker_matcher == nullptr) {
+    batch::StepMarker marker;
+    if (batch::parse_step_marker(setup.config->step_marker, &marker, nullptr))
+      g_marker_matcher = new StepMarkerMatcher(marker.pattern);
+    const char* tool = std::getenv("NVTX_INJECTION64_PATH");
+    const char* base = tool != nullptr ? std::strrchr(tool, '/') : nullptr;
+    if (tool == nullptr || std::strcmp(base != nullptr ? base + 1 : tool, "libtrainscope.so") != 0) {
+      log(LogLevel::kWarn, (std::string("TRAINSCOPE_STEP_MARKER=") + setup.config->step_marker +
+                            " needs trainscope as the NVTX tool, but NVTX_INJECTION64_PATH is " +
+                            (tool != nullptr ? std::string("'") + tool + "'" : std::string("not set")) +
+                            ": no batch will start at an NVTX range (use trainscope run, or unset it)")
+                               .c_str());
+    }
+  }
+  // Without watching, batches are still counted for TRAINSCOPE_ABORT_AFTER_BATCH.
+  if (setup.config->watch == WatchMode::kOff && !setup.config->abort_after_batch_set) return;
+  if (setup.recorder == nullptr) {
+    log(LogLevel::kWarn, "frames off: this process has no flight recorder to read its calls from");
+    return;
+  }
+  try {
+    auto frames = std::make_unique<FrameThread>(setup);
+    frames->start();
+    g_frames = frames.release();
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, (std::string("frames off: ") + e.what()).c_str());
+  }
+}
+
+void stop_frames() {
+  if (g_frames == nullptr) return;
+  try {
+    g_frames->stop();
+  } catch (...) {
+    // Exit paths never throw into the job.
+  }
+}
+
+void abandon_frames() {
+  if (g_frames == nullptr) return;
+  g_frames->abandon();
+  g_frames = nullptr;
+}
+
+}  // namespace trainscope::engine

@@ -1,0 +1,42 @@
+// The frame thread: turns watched NCCL calls into frames, counts batches, and writes the DebugUnderflowOverflow
+// family of reports (inf/nan detection, persistent overflow, near overflow, trace batches, the stops).
+//
+// It tails this process's flight recorder with a cursor of its own, in record order: every collective and
+// send/recv goes to the batch tracker (TRAINSCOPE_STEP_MARKER), every watched one (kFlagWatched) waits on the
+// WatchBoard for its statistics (taken by the job's thread, or by a kernel on the call's stream) and then enters
+// the frame window. Reports go to the run directory as text and JSON; the main rank also logs them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "reports/flight_record_format.h"
+#include "shim/config.h"
+
+namespace trainscope::engine {
+
+struct FramesSetup {
+  const Config* config = nullptr;
+  recorder::FileHeader* recorder = nullptr;  // nullptr: nothing to watch
+  std::string run_dir;
+};
+
+// Starts the frame thread (never throws; a failure is logged and leaves the job without frames).
+void start_frames(const FramesSetup& setup);
+// Normal exit: takes what is complete, then stops.
+void stop_frames();
+// Forked child: forget the parent's thread.
+void abandon_frames();
+
+// TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (cached per distinct name; thread-safe).
+// False before start_frames and under any other marker.
+bool step_marker_matches(const char* name);
+
+// File names of the per-rank reports in the run directory (the base; ".txt" and ".json" are added).
+std::string nonfinite_base_name(int32_t rank);        // "nonfinite-rank3"
+std::string overflow_streak_base_name(int32_t rank);  // "overflow-streak-rank3"
+std::string near_overflow_base_name(int32_t rank);    // "near-overflow-rank3"
+std::string stop_base_name(int32_t rank);             // "stop-rank3"
+std::string trace_base_name(int32_t rank);            // "trace-rank3" (.txt and .jsonl)
+
+}  // namespace trainscope::engine

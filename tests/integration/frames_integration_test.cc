@@ -1,0 +1,280 @@
+// End-to-end tests of the frame reports: 4-rank "training" jobs (train_program) on the CPU stand-in NCCL under the
+// shim, where one rank puts inf or NaN into what it sends. Each step all-reduces an fp32 bucket (call 3k+1), then
+// in one group all-reduces an fp16 bucket and broadcasts from rank 0 (calls 3k+2, 3k+3), so batch b's fp32
+// all-reduce is call #3b+1. Every wait is bounded (ts-launch's deadline, eventually()'s attempt count).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "integration_helpers.h"
+#include "support/subprocess.h"
+
+namespace trainscope {
+namespace {
+
+using testing::ProcessOptions;
+using testing::ProcessResult;
+using testing::TempDir;
+
+constexpr int kStopExit = 87;
+
+std::vector<std::string> train(const std::vector<std::string>& args, int ranks = 4) {
+  std::vector<std::string> argv = {TS_LAUNCH, "-n", std::to_string(ranks),   "--timeout",
+                                   "60",      "--", program("train_program")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+std::string file(const TempDir& dir, const std::string& name) {
+  const std::string path = run_dir(dir) + "/" + name;
+  return std::filesystem::exists(path) ? testing::read_file(path) : std::string();
+}
+
+// The origin file is rewritten as ranks' first frames reach the coordinator: wait until it says what is expected
+// (bounded), and return what it says then.
+std::string origin_when_complete(const TempDir& dir, const std::string& expected) {
+  std::string text;
+  eventually([&] {
+    text = file(dir, "origin.txt");
+    return text == expected;
+  });
+  return text;
+}
+
+// The frames of a clean step of train_program on 4 ranks, as the report prints them once without_comm_ids() has
+// dropped the communicator ids (fp32 gradients 1e-3..1e-1 summed over 4 ranks; fp16 ones max-reduced; 0.5 broadcast
+// from rank 0).
+std::string clean_step_frames(int rank, int step) {
+  const std::string header = "                  comm ";
+  const int first = 3 * step + 1;
+  return header + "all-reduce #" + std::to_string(first) +
+         " ncclAllReduce\n1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01 output\n" + header + "all-reduce #" +
+         std::to_string(first + 1) + " ncclAllReduce\n1.00e+00 1.00e+00 input[0]\n1.00e+00 1.00e+00 output\n" + header +
+         "broadcast #" + std::to_string(first + 2) + " ncclBroadcast\n" +
+         (rank == 0 ? "5.00e-01 5.00e-01 input[0]\n" : "             None input[0]\n") + "5.00e-01 5.00e-01 output\n";
+}
+
+// "comm 3f2a9c all-reduce" -> "comm all-reduce": the communicator id differs from run to run.
+std::string without_comm_ids(const std::string& text) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t found = text.find("comm ", pos);
+    if (found == std::string::npos) {
+      out += text.substr(pos);
+      break;
+    }
+    out += text.substr(pos, found - pos) + "comm ";
+    pos = found + 5;
+    if (text.size() >= pos + 7 && text[pos + 6] == ' ' &&
+        text.substr(pos, 6).find_first_not_of("0123456789abcdef") == std::string::npos)
+      pos += 7;
+  }
+  return out;
+}
+
+struct MarkerCase {
+  const char* name;
+  const char* marker;
+  bool nvtx;
+};
+
+class InfAtBatchThree : public ::testing::TestWithParam<MarkerCase> {};
+
+TEST_P(InfAtBatchThree, EveryRankReportsBatchThreeAndTheOriginNamesTheSender) {
+  const MarkerCase& c = GetParam();
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = c.marker;
+  std::vector<std::string> args = {"--steps", "8", "--inject", "inf", "--rank", "2", "--step", "3"};
+  if (c.nvtx) {
+    args.push_back("--nvtx");
+    options.env["NVTX_INJECTION64_PATH"] = TS_SHIM;
+  }
+  const ProcessResult job = testing::run_process(train(args), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;  // report mode: the job goes on
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string text = file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt");
+    ASSERT_FALSE(text.empty()) << "rank " << rank << "\n" << job.err;
+    EXPECT_TRUE(std::filesystem::exists(run_dir(dir) + "/nonfinite-rank" + std::to_string(rank) + ".json"));
+    // The seed's report: the batch, the last frames oldest first (10 watched calls so far), the detecting call.
+    std::string expected =
+        "\nDetected inf/nan during batch_number=3\nLast 10 forward frames:\nabs min  abs max  metadata\n";
+    for (int step = 0; step < 3; ++step) expected += clean_step_frames(rank, step);
+    expected += "                  comm all-reduce #10 ncclAllReduce\n";
+    expected += rank == 2 ? "1.00e-03      inf input[0]\n" : "1.00e-03 1.00e-01 input[0]\n";
+    expected += "4.00e-03      inf output\n";
+    EXPECT_EQ(without_comm_ids(text), expected) << "rank " << rank;
+  }
+  const std::string origin =
+      "rank 2 sent inf in all-reduce call #10 in batch 3; ranks 0, 1 and 3 first saw it in that call's output\n";
+  EXPECT_EQ(origin_when_complete(dir, origin), origin);
+  EXPECT_NE(job.err.find("Detected inf/nan during batch_number=3"), std::string::npos) << "the main rank prints it";
+}
+
+INSTANTIATE_TEST_SUITE_P(StepMarkers, InfAtBatchThree,
+                         ::testing::Values(MarkerCase{"auto", "auto", false}, MarkerCase{"every", "every:3", false},
+                                           MarkerCase{"collective", "collective:^ncclAllReduce$", false},
+                                           MarkerCase{"nvtx", "nvtx:^train_step$", true}),
+                         [](const ::testing::TestParamInfo<MarkerCase>& param) { return param.param.name; });
+
+TEST(Frames, NanIsReportedAsNanWithItsOrigin) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job =
+      testing::run_process(train({"--steps", "6", "--inject", "nan", "--rank", "1", "--step", "2"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string rank1 = file(dir, "nonfinite-rank1.txt");
+  EXPECT_NE(rank1.find("Detected inf/nan during batch_number=2"), std::string::npos) << rank1;
+  EXPECT_NE(rank1.find("     nan      nan input[0]\n     nan      nan output\n"), std::string::npos) << rank1;
+  const std::string origin =
+      "rank 1 sent nan in all-reduce call #7 in batch 2; ranks 0, 2 and 3 first saw it in that call's output\n";
+  EXPECT_EQ(origin_when_complete(dir, origin), origin);
+}
+
+TEST(Frames, AbortModeStopsTheJobAfterTheReportsAreWritten) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job =
+      testing::run_process(train({"--steps", "200000", "--inject", "inf", "--rank", "3", "--step", "1"}), options);
+  EXPECT_EQ(job.exit_code, kStopExit) << job.err;
+  EXPECT_EQ(job.out.find("200000 steps done"), std::string::npos) << "the job was stopped";
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt").find("batch_number=1"), std::string::npos)
+        << rank;
+  EXPECT_NE(file(dir, "origin.txt").find("rank 3 sent inf in all-reduce call #4 in batch 1"), std::string::npos);
+  EXPECT_NE(job.err.find("trainscope: stopping: inf/nan detected during batch_number=1"), std::string::npos) << job.err;
+  EXPECT_EQ(report(dir, "vanished-"), "") << "stopped ranks are no vanished ranks";
+}
+
+TEST(Frames, TraceBatchesPrintEveryFrameAndDetectionIsOffInThem) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1,3";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job =
+      testing::run_process(train({"--steps", "5", "--inject", "inf", "--rank", "0", "--step", "3"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string trace = without_comm_ids(file(dir, "trace-rank0.txt"));
+  const std::string start1 = "\n                  *** Starting batch number=1 ***\nabs min  abs max  metadata\n";
+  const std::string start3 = "\n                  *** Starting batch number=3 ***\nabs min  abs max  metadata\n";
+  std::string batch3 = clean_step_frames(0, 3);
+  batch3.replace(batch3.find("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01"),
+                 std::string("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01").size(),
+                 "1.00e-03      inf input[0]\n4.00e-03      inf");
+  EXPECT_EQ(trace, start1 + clean_step_frames(0, 1) + start3 + batch3);
+  EXPECT_EQ(file(dir, "nonfinite-rank0.txt"), "") << "the inf in traced batch 3 is not a detection";
+  EXPECT_FALSE(file(dir, "trace-rank0.jsonl").empty());
+}
+
+TEST(Frames, AbortAfterBatchStopsEveryRankOnceTheBatchHasEnded) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_ABORT_AFTER_BATCH"] = "2";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job = testing::run_process(train({"--steps", "1000"}), options);
+  EXPECT_EQ(job.exit_code, kStopExit) << job.err;
+  EXPECT_EQ(job.out.find("1000 steps done"), std::string::npos);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(file(dir, "stop-rank" + std::to_string(rank) + ".txt"),
+              "trainscope: stopping after batch_number=2 (TRAINSCOPE_ABORT_AFTER_BATCH)\n")
+        << rank;
+  EXPECT_EQ(report(dir, "vanished-"), "");
+  EXPECT_EQ(report(dir, "desync-"), "");
+}
+
+TEST(Frames, InfInFiveBatchesInARowIsAPersistentOverflow) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job = testing::run_process(
+      train({"--steps", "10", "--inject", "inf", "--rank", "1", "--step", "2", "--streak", "5"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string text = without_comm_ids(file(dir, "overflow-streak-rank1.txt"));
+  EXPECT_EQ(text.substr(0, text.find("The loss scaler")),
+            "trainscope: OVERFLOW! non-finite values in 5 consecutive batches (batch_number=2 to 6) on rank 1:\n"
+            "  batch_number=2: first in comm all-reduce #7 input[0]\n"
+            "  batch_number=3: first in comm all-reduce #10 input[0]\n"
+            "  batch_number=4: first in comm all-reduce #13 input[0]\n"
+            "  batch_number=5: first in comm all-reduce #16 input[0]\n"
+            "  batch_number=6: first in comm all-reduce #19 input[0]\n")
+      << text;
+  EXPECT_NE(text.find("initial_scale_power"), std::string::npos);
+  EXPECT_NE(file(dir, "overflow-streak-rank0.txt").find("first in comm"), std::string::npos)
+      << "rank 0 received the inf in the same batches";
+}
+
+TEST(Frames, NearOverflowWarnsOncePerFrameBeforeItBecomesInf) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  const ProcessResult job = testing::run_process(
+      train({"--steps", "6", "--inject", "big", "--rank", "2", "--step", "1", "--streak", "3"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string text = without_comm_ids(file(dir, "near-overflow-rank2.txt"));
+  EXPECT_EQ(text,
+            "near overflow: comm all-reduce #5 input[0] abs max 6.27e+04 is 96% of float16's largest finite value "
+            "6.55e+04\n")
+      << "one warning per frame name, the first row that is near";
+  EXPECT_NE(file(dir, "near-overflow-rank0.txt").find("all-reduce #5 output abs max 6.27e+04"), std::string::npos);
+  EXPECT_EQ(report(dir, "nonfinite-"), "") << "6.27e+04 is finite";
+}
+
+TEST(Frames, SamplingWatchesEveryKthCallAndOnlyLargeEnoughOnes) {
+  {
+    TempDir dir;
+    ProcessOptions options = job_options(dir);
+    options.env["TRAINSCOPE_WATCH_EVERY"] = "3";  // calls 1, 4, 7, ...: the fp32 all-reduce of every step
+    options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+    const ProcessResult job =
+        testing::run_process(train({"--steps", "6", "--inject", "inf", "--rank", "0", "--step", "4"}), options);
+    ASSERT_EQ(job.exit_code, 0) << job.err;
+    const std::string text = file(dir, "nonfinite-rank0.txt");
+    EXPECT_NE(text.find("batch_number=4\nLast 5 forward frames:"), std::string::npos) << text;
+    EXPECT_EQ(text.find("broadcast"), std::string::npos) << text;
+  }
+  {
+    TempDir dir;
+    ProcessOptions options = job_options(dir);
+    options.env["TRAINSCOPE_WATCH_MIN_BYTES"] = "1M";  // more than any buffer of the job
+    const ProcessResult job =
+        testing::run_process(train({"--steps", "6", "--inject", "inf", "--rank", "0", "--step", "4"}), options);
+    ASSERT_EQ(job.exit_code, 0) << job.err;
+    EXPECT_EQ(report(dir, "nonfinite-"), "") << "nothing was watched";
+  }
+  {
+    TempDir dir;
+    ProcessOptions options = job_options(dir);
+    options.env["TRAINSCOPE_WATCH"] = "off";
+    const ProcessResult job =
+        testing::run_process(train({"--steps", "6", "--inject", "inf", "--rank", "0", "--step", "4"}), options);
+    ASSERT_EQ(job.exit_code, 0) << job.err;
+    EXPECT_EQ(report(dir, "nonfinite-"), "");
+  }
+}
+
+TEST(Frames, CleanTrainingJobWritesNoFrameReport) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process(train({"--steps", "400"}), job_options(dir));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  for (const char* kind : {"nonfinite-", "overflow-streak-", "near-overflow-", "stop-", "origin"})
+    EXPECT_EQ(report(dir, kind), "") << kind;
+  EXPECT_EQ(job.err.find("warn"), std::string::npos) << job.err;
+}
+
+TEST(Frames, BadStepMarkerStopsTheJobBeforeItRunsWithAClearError) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "nvtx:step(";
+  const ProcessResult job = testing::run_process({program("train_program"), "--steps", "1"}, options);
+  EXPECT_EQ(job.exit_code, 2);
+  EXPECT_NE(job.err.find("trainscope: invalid TRAINSCOPE_STEP_MARKER='nvtx:step(': accepted"), std::string::npos)
+      << job.err;
+}
+
+}  // namespace
+}  // namespace trainscope

@@ -1,0 +1,86 @@
+// Shared by the integration tests: where the programs are, the environment of a job under the shim, the reports
+// a job left in its run directory.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/subprocess.h"
+
+namespace trainscope {
+
+inline std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
+inline bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
+
+inline testing::ProcessOptions job_options(const testing::TempDir& dir) {
+  testing::ProcessOptions options;
+  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
+  options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
+  options.env["TRAINSCOPE_RUN_ID"] = "job";
+  options.env["LD_PRELOAD"] = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+  for (const char* name : {"RANK",
+                           "WORLD_SIZE",
+                           "LOCAL_RANK",
+                           "MASTER_ADDR",
+                           "MASTER_PORT",
+                           "TORCHELASTIC_RUN_ID",
+                           "TRAINSCOPE_LOG_RANKS",
+                           "TRAINSCOPE_LOG_LEVEL",
+                           "TRAINSCOPE_COORDINATOR",
+                           "TRAINSCOPE_TOKEN",
+                           "TRAINSCOPE_ON_MISMATCH",
+                           "TRAINSCOPE_ON_DESYNC",
+                           "TRAINSCOPE_WATCH",
+                           "TRAINSCOPE_WATCH_EVERY",
+                           "TRAINSCOPE_WATCH_MIN_BYTES",
+                           "TRAINSCOPE_MAX_FRAMES",
+                           "TRAINSCOPE_STEP_MARKER",
+                           "TRAINSCOPE_ON_NONFINITE",
+                           "TRAINSCOPE_OVERFLOW_STREAK",
+                           "TRAINSCOPE_NEAR_OVERFLOW",
+                           "TRAINSCOPE_TRACE_BATCHES",
+                           "TRAINSCOPE_ABORT_AFTER_BATCH",
+                           "NVTX_INJECTION64_PATH"})
+    options.env[name] = std::nullopt;
+  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
+  options.timeout_seconds = 120;
+  return options;
+}
+
+inline std::string run_dir(const testing::TempDir& dir) { return dir.path() + "/runs/job"; }
+
+// The text of the one report whose name starts with `prefix`, or "" if there is none.
+inline std::string report(const testing::TempDir& dir, const std::string& prefix, int* count = nullptr) {
+  std::string text;
+  int found = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && entry.path().extension() == ".txt") {
+      ++found;
+      text = testing::read_file(entry.path());
+      EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(entry.path()).replace_extension(".json")))
+          << "no JSON twin of " << name;
+    }
+  }
+  if (count != nullptr) *count = found;
+  return text;
+}
+
+// Polls `done` up to `attempts` times, 10 ms apart: for files another process writes.
+template <typename Fn>
+inline bool eventually(Fn done, int attempts = 3000) {
+  for (int i = 0; i < attempts; ++i) {
+    if (done()) return true;
+    usleep(10000);
+  }
+  return done();
+}
+
+}  // namespace trainscope

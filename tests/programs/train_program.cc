@@ -1,0 +1,92 @@
+// An unmodified NCCL "training" job for the frame reports: each step all-reduces an fp32 gradient bucket (out of
+// place), all-reduces an fp16 bucket in place inside a group with a broadcast, and broadcasts a small fp32 buffer
+// from rank 0 — the same sequence every step, as a real step repeats its collectives. Gradients are recomputed
+// (reset) every step, so a bad value lives in one step only unless it is injected again.
+//
+//   train_program [--steps N] [--count N] [--nvtx] [--inject inf|nan|big --rank R --step S [--streak K]]
+//     --nvtx     each step opens an NVTX range "train_step" (and an inner "forward" range that is no marker)
+//     --inject   on rank R at step S (and the K-1 steps after it): inf or NaN in the fp32 gradient bucket's send
+//                buffer, or (big) 6.27e+04 in the fp16 bucket, 96% of float16's largest finite value
+#include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bootstrap.h"
+
+int main(int argc, char** argv) {
+  int steps = 10;
+  size_t count = 4096;
+  bool nvtx = false;
+  std::string inject;
+  int inject_rank = -1;
+  int inject_step = -1;
+  int streak = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else if (arg == "--count" && i + 1 < argc) {
+      count = static_cast<size_t>(std::atoll(argv[++i]));
+    } else if (arg == "--nvtx") {
+      nvtx = true;
+    } else if (arg == "--inject" && i + 1 < argc) {
+      inject = argv[++i];
+    } else if (arg == "--rank" && i + 1 < argc) {
+      inject_rank = std::atoi(argv[++i]);
+    } else if (arg == "--step" && i + 1 < argc) {
+      inject_step = std::atoi(argv[++i]);
+    } else if (arg == "--streak" && i + 1 < argc) {
+      streak = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: train_program [--steps N] [--count N] [--nvtx] [--inject inf|nan|big --rank R --step S "
+                   "[--streak K]]\n");
+      return 2;
+    }
+  }
+  if (!inject.empty() && inject != "inf" && inject != "nan" && inject != "big") {
+    std::fprintf(stderr, "train_program: --inject takes inf, nan or big, not '%s'\n", inject.c_str());
+    return 2;
+  }
+  const tsprog::Job job = tsprog::job();
+  const ncclUniqueId id = tsprog::shared_unique_id(job);
+  ncclComm_t comm = nullptr;
+  tsprog::check(ncclCommInitRank(&comm, job.world, id, job.rank), "ncclCommInitRank");
+
+  std::vector<float> grads(count), reduced(count), params(16);
+  std::vector<uint16_t> halves(count / 2);
+  constexpr uint16_t kHalfOne = 0x3C00;
+  constexpr uint16_t kHalfBig = 0x7BA8;  // 62720 = 6.27e+04
+  for (int step = 0; step < steps; ++step) {
+    if (nvtx) nvtxRangePushA("train_step");
+    if (nvtx) nvtxRangePushA("forward");
+    for (size_t i = 0; i < count; ++i) grads[i] = 0.001f * static_cast<float>(i % 100 + 1);
+    for (auto& h : halves) h = kHalfOne;
+    for (size_t i = 0; i < params.size(); ++i) params[i] = job.rank == 0 ? 0.5f : 0.0f;
+    const bool injecting = job.rank == inject_rank && step >= inject_step && step < inject_step + streak;
+    if (injecting && inject == "inf") grads[7] = std::numeric_limits<float>::infinity();
+    if (injecting && inject == "nan") grads[7] = std::numeric_limits<float>::quiet_NaN();
+    if (injecting && inject == "big" && !halves.empty()) halves[3] = kHalfBig;
+    if (nvtx) nvtxRangePop();
+
+    tsprog::check(ncclAllReduce(grads.data(), reduced.data(), count, ncclFloat32, ncclSum, comm, nullptr),
+                  "ncclAllReduce");
+    tsprog::check(ncclGroupStart(), "ncclGroupStart");
+    tsprog::check(ncclAllReduce(halves.data(), halves.data(), halves.size(), ncclFloat16, ncclMax, comm, nullptr),
+                  "ncclAllReduce");
+    tsprog::check(ncclBroadcast(params.data(), params.data(), params.size(), ncclFloat32, 0, comm, nullptr),
+                  "ncclBroadcast");
+    tsprog::check(ncclGroupEnd(), "ncclGroupEnd");
+    if (nvtx) nvtxRangePop();
+  }
+  tsprog::check(ncclCommDestroy(comm), "ncclCommDestroy");
+  std::printf("rank %d: %d steps done\n", job.rank, steps);
+  return 0;
+}
