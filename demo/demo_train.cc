@@ -3,9 +3,10 @@
 // buckets (fp32 and bf16), averages the loss, and passes activations to its neighbour in a pipeline group;
 // every few steps it all-gathers a small evaluation shard.
 //
-//   demo_train [STEPS] [--mismatch-at STEP]
+//   demo_train [STEPS] [--mismatch-at STEP] [--overflow-at STEP]
 // With --mismatch-at, rank 1 all-reduces only half of its gradient bucket at that step: the classic shape bug
-// that makes every other rank hang in real NCCL.
+// that makes every other rank hang in real NCCL. With --overflow-at, one of rank 2's bf16 gradients overflows to
+// inf at that step: the all-reduce sum hands it to every rank.
 #include <nccl.h>
 
 #include <cmath>
@@ -30,15 +31,18 @@ uint16_t to_bf16(float f) {
 int main(int argc, char** argv) {
   int steps = 20;
   int mismatch_at = -1;
+  int overflow_at = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--mismatch-at") == 0 && i + 1 < argc) {
       mismatch_at = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--overflow-at") == 0 && i + 1 < argc) {
+      overflow_at = std::atoi(argv[++i]);
     } else {
       steps = std::atoi(argv[i]);
     }
   }
   if (steps < 1 || steps > 100000) {
-    std::fprintf(stderr, "usage: demo_train [STEPS 1..100000] [--mismatch-at STEP]\n");
+    std::fprintf(stderr, "usage: demo_train [STEPS 1..100000] [--mismatch-at STEP] [--overflow-at STEP]\n");
     return 2;
   }
   const tsprog::Job job = tsprog::job();
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < kWeights; ++i)
       grads[i] = 0.001f * static_cast<float>((i + static_cast<size_t>(job.rank + step)) % 13);
     for (size_t i = 0; i < kBf16Bucket; ++i) bf16_grads[i] = to_bf16(0.01f * static_cast<float>(i % 5));
+    constexpr uint16_t kBf16Inf = 0x7F80;
+    if (step == overflow_at && job.rank == 2) bf16_grads[1234] = kBf16Inf;
     const size_t bucket = step == mismatch_at && job.rank == 1 ? kWeights / 2 : kWeights;
     tsprog::check(ncclAllReduce(grads.data(), grads.data(), bucket, ncclFloat32, ncclAvg, comm, nullptr), "grads");
     tsprog::check(

@@ -32,3 +32,16 @@ echo
 elapsed_ms=$(((end - start) / 1000000))
 printf '== the job ended with status %d after %d.%03d s (with real NCCL it would have hung until its timeout)\n' \
   "$status" $((elapsed_ms / 1000)) $((elapsed_ms % 1000))
+
+echo
+echo "== 3. rank 2's bf16 gradients overflow to inf at step 12 (trainscope run; a batch starts at each step's first"
+echo "==    all-reduce: TRAINSCOPE_STEP_MARKER=collective:^ncclAllReduce\$)"
+set +e
+TRAINSCOPE_STEP_MARKER='collective:^ncclAllReduce$' TRAINSCOPE_LOG_LEVEL=warn \
+  build/tools/trainscope run --dir "$runs" -- "${launch[@]}" build/demo/demo_train 20 --overflow-at 12 2>&1 |
+  grep -v '^\[trainscope\]\[rank 0\] error: *$' | sed -n '/^trainscope: the job exited/,$p'
+set -e
+overflow_run=$(ls -td "$runs"/run-* | head -1)
+echo
+echo "== what rank 2 (the one that produced the inf) wrote: $overflow_run/nonfinite-rank2.txt"
+cat "$overflow_run/nonfinite-rank2.txt"

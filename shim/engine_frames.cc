@@ -7,6 +7,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -127,8 +128,20 @@ class FrameThread {
 
   void pass() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
+    const uint64_t dropped = cursor_.dropped();
     cursor_.poll(header_, [this](uint64_t index, const Record& r) { on_record(index, r); });
     drain_backlog();
+    if (cursor_.dropped() != dropped) {
+      // Records lapped before this thread read them: their watched calls will never be asked for.
+      uint64_t wanted = cursor_.position();
+      for (const Pending& p : backlog_) {
+        if (!p.batch_start) {
+          wanted = std::min(wanted, p.index);
+          break;
+        }
+      }
+      watch_board().discard_complete_before(wanted);
+    }
   }
 
   void on_record(uint64_t index, const Record& r) {
@@ -218,8 +231,10 @@ class FrameThread {
     const recorder::Record& r = call.record;
     frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (r.caller * 0x9E3779B97F4A7C15ull) ^
                  (static_cast<uint64_t>(static_cast<uint32_t>(r.peer)) << 17);
-    const bool input = add_row(call.input, "input[0]", &frame);
-    const bool output = add_row(call.output, "output", &frame);
+    // A send has no output and a receive no input: no row, rather than a "None" that says nothing.
+    const Op op = static_cast<Op>(call.record.op);
+    const bool input = op != Op::kRecv && add_row(call.input, "input[0]", &frame);
+    const bool output = op != Op::kSend && add_row(call.output, "output", &frame);
     if (!input && !output) frame.rows.clear();
     return frame;
   }

@@ -108,6 +108,17 @@ std::unique_ptr<WatchedCall> WatchBoard::take_if_complete(uint64_t index, bool* 
   return call;
 }
 
+void WatchBoard::discard_complete_before(uint64_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (it->first < index && it->second->complete.load(std::memory_order_acquire)) {
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 size_t WatchBoard::size() {
   std::lock_guard<std::mutex> lock(mutex_);
   return calls_.size();

@@ -66,6 +66,9 @@ class WatchBoard {
   // `present` says whether it was there at all.
   std::unique_ptr<WatchedCall> take_if_complete(uint64_t index, bool* present);
   size_t size();
+  // Frame thread: forgets complete calls below `index` that it will never take (their records were overwritten in
+  // the flight recorder before it read them). Incomplete ones stay until their thread has finished with them.
+  void discard_complete_before(uint64_t index);
   WatchCounters& counters() { return counters_; }
 
  private:

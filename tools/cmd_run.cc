@@ -22,6 +22,8 @@
 
 #include "collectors/coordinator_server.h"
 #include "reports/flight_recorder_reader.h"
+#include "reports/recorder_report.h"
+#include "reports/run_summary.h"
 #include "shim/config.h"
 #include "tools/commands.h"
 
@@ -116,33 +118,20 @@ int exit_status(int status) {
   return 1;
 }
 
+// The job's end: its status, then the run's summary (what went wrong, where and when), as `trainscope report
+// --summary` prints it.
 void print_summary(const std::string& run_dir, int status) {
   std::fprintf(stderr, "\ntrainscope: the job exited with status %d\n", status);
   std::fprintf(stderr, "trainscope: run directory %s\n", run_dir.c_str());
-  recorder::RunDirectory run;
+  reports::RunSummary summary;
   std::string error;
-  if (recorder::read_run_directory(run_dir, &run, &error)) {
-    uint64_t calls = 0;
-    for (const auto& file : run.files) calls += file.records_total();
-    std::fprintf(stderr, "trainscope: %zu processes recorded %llu NCCL calls\n", run.files.size(),
-                 static_cast<unsigned long long>(calls));
-  } else {
-    std::fprintf(stderr, "trainscope: no flight recorder in the run directory (did the job use NCCL?)\n");
+  if (!reports::read_run_summary(run_dir, &summary, &error)) {
+    std::fprintf(stderr, "trainscope: %s\n", error.c_str());
+    return;
   }
-  std::vector<std::string> reports;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() == ".txt" &&
-        (name.rfind("mismatch-", 0) == 0 || name.rfind("desync-", 0) == 0 || name.rfind("vanished-", 0) == 0))
-      reports.push_back(entry.path().string());
-  }
-  std::sort(reports.begin(), reports.end());
-  if (reports.empty()) {
-    std::fprintf(stderr, "trainscope: no mismatch, desync or vanished rank\n");
-  } else {
-    for (const auto& report : reports) std::fprintf(stderr, "trainscope: report %s\n", report.c_str());
-  }
+  recorder::RunDirectory run;
+  if (recorder::read_run_directory(run_dir, &run, &error)) summary.processes = recorder::process_overview(run);
+  std::fputs(reports::format_summary_text(summary).c_str(), stderr);
   std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
 }
 
@@ -249,6 +238,7 @@ int cmd_run(int argc, char** argv) {
   // The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
   std::vector<std::string> env;
   std::string preload = library;
+  bool nvtx_tool_set = false;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     if (entry.rfind("LD_PRELOAD=", 0) == 0) {
@@ -258,8 +248,18 @@ int cmd_run(int argc, char** argv) {
     bool ours = false;
     for (const char* name : {"TRAINSCOPE_COORDINATOR=", "TRAINSCOPE_TOKEN=", "TRAINSCOPE_DIR=", "TRAINSCOPE_RUN_ID="})
       if (entry.rfind(name, 0) == 0) ours = true;
+    if (entry.rfind("NVTX_INJECTION64_PATH=", 0) == 0) {
+      // Another NVTX tool (Nsight Systems) keeps its place; nvtx: step markers then need it gone.
+      std::fprintf(stderr,
+                   "[trainscope][run] NVTX_INJECTION64_PATH is set (%s): TRAINSCOPE_STEP_MARKER=nvtx:... "
+                   "will see no NVTX range\n",
+                   entry.c_str() + 22);
+      nvtx_tool_set = true;
+    }
     if (!ours) env.push_back(entry);
   }
+  // trainscope is the job's NVTX tool, so batches can start at the framework's own NVTX ranges (nvtx: markers).
+  if (!nvtx_tool_set) env.push_back("NVTX_INJECTION64_PATH=" + library);
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back("TRAINSCOPE_COORDINATOR=" + host_port_of(server.endpoint()));
   env.push_back("TRAINSCOPE_TOKEN=" + token);

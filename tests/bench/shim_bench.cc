@@ -8,9 +8,12 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "reports/flight_recorder_writer.h"
 
@@ -70,6 +73,41 @@ void BM_GroupOfTwoThroughShim(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_GroupOfTwoThroughShim)->Repetitions(5)->ReportAggregatesOnly(true);
+
+// A watched all-reduce (TRAINSCOPE_WATCH=collectives, the default) of a host buffer of Arg fp32 elements: the
+// calling thread takes the send buffer's statistics before the call and the receive buffer's after it (two passes
+// of the host implementation) and posts the frame for the engine's frame thread. Only the call is timed (manual
+// time); between calls the benchmark pauses 50 us, the pace of real collectives, so the frame thread keeps up as
+// it would in a job. Run the binary once with TRAINSCOPE_WATCH=off for the same call unwatched (scripts/test.sh
+// runs both).
+void BM_AllReduceWatched(benchmark::State& state) {
+  static std::vector<float> buffer;
+  buffer.assign(static_cast<size_t>(state.range(0)), 0.5f);
+  ncclComm_t comm = bench_comm();
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(
+        ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat32, ncclSum, comm, nullptr));
+    const auto end = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0) * 4 * 2);
+}
+// Fixed iteration counts: the pauses are not timed, so a time budget would run for minutes.
+BENCHMARK(BM_AllReduceWatched)->Arg(16)->Iterations(20000)->UseManualTime()->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_AllReduceWatched)
+    ->Arg(4096)
+    ->Iterations(5000)
+    ->UseManualTime()
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK(BM_AllReduceWatched)
+    ->Arg(1 << 20)
+    ->Iterations(40)
+    ->UseManualTime()
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
 
 // The recorder on its own: claim, fill, checksum, commit, then complete.
 void BM_RecorderAppend(benchmark::State& state) {

@@ -266,6 +266,23 @@ TEST(Frames, CleanTrainingJobWritesNoFrameReport) {
   EXPECT_EQ(job.err.find("warn"), std::string::npos) << job.err;
 }
 
+TEST(Frames, TrainscopeRunMakesNvtxRangesStepMarkersAndSummarisesTheOrigin) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.env["TRAINSCOPE_STEP_MARKER"] = "nvtx:^train_step$";
+  std::vector<std::string> argv = {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--library", TS_SHIM, "--"};
+  for (const auto& arg : train({"--steps", "6", "--nvtx", "--inject", "inf", "--rank", "1", "--step", "4"}))
+    argv.push_back(arg);
+  const ProcessResult run = testing::run_process(argv, options);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("\n  inf/nan origin: rank 1 sent inf in all-reduce call #13 in batch 4; ranks 0, 2 and 3 "
+                         "first saw it in that call's output\n"),
+            std::string::npos)
+      << run.err;
+}
+
 TEST(Frames, BadStepMarkerStopsTheJobBeforeItRunsWithAClearError) {
   TempDir dir;
   ProcessOptions options = job_options(dir);
