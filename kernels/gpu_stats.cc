@@ -158,8 +158,9 @@ struct ContextEntry {
 struct GpuStats::State {
   std::mutex mutex;  // guards everything below; held only for the few driver calls of one enqueue
   bool loaded = false;
-  std::string unavailable;  // empty: the driver is usable
-  bool host_only = false;   // no driver or no GPU: every buffer of this process is host memory
+  std::string unavailable;         // empty: the driver is usable
+  bool host_only = false;          // no driver or no GPU: every buffer of this process is host memory
+  std::atomic<bool> ready{false};  // loaded, unavailable and host_only are final
   Driver driver;
   std::vector<std::unique_ptr<ContextEntry>> contexts;
   std::atomic<std::uint64_t> dropped{0};
@@ -238,11 +239,14 @@ GpuStats& GpuStats::instance() {
 
 GpuStats::State* GpuStats::state() {
   static State* state = new State();
+  // Once loaded, nothing here changes again: every later call (one per watched buffer) skips the lock.
+  if (state->ready.load(std::memory_order_acquire)) return state;
   std::lock_guard<std::mutex> lock(state->mutex);
   if (!state->loaded) {
     InsideScope inside;
     state->unavailable = load_driver(state->driver, &state->host_only);
     state->loaded = true;
+    state->ready.store(true, std::memory_order_release);
   }
   return state;
 }

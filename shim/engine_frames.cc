@@ -469,6 +469,9 @@ void stop_frames() {
 }
 
 void abandon_frames() {
+  // The matcher's lock may have been held by another thread at the fork: the child starts with none.
+  g_marker_matcher = nullptr;
+  abandon_watch_board();
   if (g_frames == nullptr) return;
   g_frames->abandon();
   g_frames = nullptr;

@@ -124,9 +124,21 @@ size_t WatchBoard::size() {
   return calls_.size();
 }
 
+// Leaked: job threads may still watch while the process exits.
+std::atomic<WatchBoard*> g_board{nullptr};
+
 WatchBoard& watch_board() {
-  static WatchBoard* board = new WatchBoard();  // leaked: job threads may still watch while the process exits
+  WatchBoard* board = g_board.load(std::memory_order_acquire);
+  if (board != nullptr) return *board;
+  auto* fresh = new WatchBoard();
+  if (g_board.compare_exchange_strong(board, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread made it first
   return *board;
+}
+
+void abandon_watch_board() {
+  g_board.store(new WatchBoard(), std::memory_order_release);
+  t_grouped.clear();  // the forking thread's grouped calls were the parent's
 }
 
 WatchedCall* watch_begin(const recorder::Record& record, uint64_t index) {

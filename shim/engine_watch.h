@@ -78,6 +78,9 @@ class WatchBoard {
 };
 
 WatchBoard& watch_board();
+// Forked child: a fresh, empty board (the parent's, whose lock another thread may have held at the fork, is leaked:
+// its calls belong to the parent's records, and the child's records start again from index 0).
+void abandon_watch_board();
 
 // The engine entry points' work (engine.cc forwards to these).
 WatchedCall* watch_begin(const recorder::Record& record, uint64_t index);

@@ -49,4 +49,28 @@ if [ -x build-gpu/tests/gpu/stats_gpu_bench ]; then
   step stats-gpu-bench build-gpu/tests/gpu/stats_gpu_bench --json "$results/stats-gpu-bench.json"
   cat "$results/stats-gpu-bench.log" >>"$results/summary.txt"
 fi
+# Frame reports on device buffers (issue 5): the real NCCL, one rank, an inf in a device send buffer at batch 3
+# (every:2 marks a batch per step: an fp32 all-reduce, then an fp16 one in a group). The shim takes their statistics
+# with the kernel on the call's stream.
+frames_dir="$PWD/$results/frames-runs"
+if TRAINSCOPE_DIR="$frames_dir" TRAINSCOPE_RUN_ID=gpu TRAINSCOPE_STEP_MARKER=every:2 \
+  LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" build-gpu/tests/gpu/watch_gpu_program 6 \
+  >"$results/watch-gpu.log" 2>&1 &&
+  grep -q "Detected inf/nan during batch_number=3" "$frames_dir/gpu/nonfinite-rank0.txt" &&
+  grep -q "     inf input\[0\]" "$frames_dir/gpu/nonfinite-rank0.txt"; then
+  echo "frames-on-device-buffers: OK" | tee -a "$results/summary.txt"
+else
+  echo "frames-on-device-buffers: FAILED (see watch-gpu.log, frames-runs/)" | tee -a "$results/summary.txt"
+  status=1
+fi
+cat "$frames_dir/gpu/nonfinite-rank0.txt" >>"$results/summary.txt" 2>/dev/null
+# Calling-thread cost of a watched call on device buffers, and the end-to-end ratio, on the GPU job.
+for watch in off collectives; do
+  start=$(date +%s%N)
+  TRAINSCOPE_DIR="$frames_dir" TRAINSCOPE_RUN_ID="bench-$watch" TRAINSCOPE_WATCH=$watch \
+    LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" build-gpu/tests/gpu/watch_gpu_program 200 >/dev/null 2>&1
+  end=$(date +%s%N)
+  echo "watch_gpu_program 200 steps, TRAINSCOPE_WATCH=$watch: $(((end - start) / 1000000)) ms" |
+    tee -a "$results/summary.txt"
+done
 exit $status
