@@ -332,16 +332,27 @@ bool parse_token(const char* value, Config* out, const char** reason) {
   return true;
 }
 
-bool parse_policy(const char* value, VerdictPolicy* out) {
-  if (equals_ignore_case(value, "abort")) {
-    *out = VerdictPolicy::kAbort;
-    return true;
-  }
-  if (equals_ignore_case(value, "warn")) {
-    *out = VerdictPolicy::kWarn;
-    return true;
+// One of a few words (any case), each standing for a value of E.
+template <typename E>
+struct Choice {
+  const char* word;
+  E value;
+};
+template <typename E, size_t N>
+bool parse_choice(const char* value, const Choice<E> (&choices)[N], E* out) {
+  for (const Choice<E>& choice : choices) {
+    if (equals_ignore_case(value, choice.word)) {
+      *out = choice.value;
+      return true;
+    }
   }
   return false;
+}
+
+bool parse_policy(const char* value, VerdictPolicy* out) {
+  static constexpr Choice<VerdictPolicy> kChoices[] = {{"abort", VerdictPolicy::kAbort},
+                                                       {"warn", VerdictPolicy::kWarn}};
+  return parse_choice(value, kChoices, out);
 }
 
 bool parse_on_mismatch(const char* value, Config* out, const char**) { return parse_policy(value, &out->on_mismatch); }
@@ -376,15 +387,8 @@ bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
 }
 
 bool parse_watch(const char* value, Config* out, const char**) {
-  if (equals_ignore_case(value, "off")) {
-    out->watch = WatchMode::kOff;
-    return true;
-  }
-  if (equals_ignore_case(value, "collectives")) {
-    out->watch = WatchMode::kCollectives;
-    return true;
-  }
-  return false;
+  static constexpr Choice<WatchMode> kChoices[] = {{"off", WatchMode::kOff}, {"collectives", WatchMode::kCollectives}};
+  return parse_choice(value, kChoices, &out->watch);
 }
 
 // A whole number with an optional binary suffix from `suffixes` ("KMG" or ""), at most `max`.
@@ -476,15 +480,9 @@ bool parse_step_marker(const char* value, Config* out, const char** reason) {
 }
 
 bool parse_on_nonfinite(const char* value, Config* out, const char**) {
-  if (equals_ignore_case(value, "report")) {
-    out->on_nonfinite = NonfinitePolicy::kReport;
-    return true;
-  }
-  if (equals_ignore_case(value, "abort")) {
-    out->on_nonfinite = NonfinitePolicy::kAbort;
-    return true;
-  }
-  return false;
+  static constexpr Choice<NonfinitePolicy> kChoices[] = {{"report", NonfinitePolicy::kReport},
+                                                         {"abort", NonfinitePolicy::kAbort}};
+  return parse_choice(value, kChoices, &out->on_nonfinite);
 }
 
 bool parse_overflow_streak(const char* value, Config* out, const char** reason) {

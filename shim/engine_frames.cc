@@ -3,17 +3,16 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <unordered_map>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "collectors/batch_tracker.h"
@@ -38,13 +37,11 @@ constexpr auto kFrameInterval = std::chrono::milliseconds(5);
 // before it stops on its own.
 constexpr auto kStopVerdictWait = std::chrono::seconds(4);
 
-const char* op_phrase_name(Op op) { return recorder::op_name(op); }
-
 // "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
 std::string frame_name(const Record& r) {
   const Op op = static_cast<Op>(r.op);
   std::string name = "comm " + recorder::short_hex_id(r.comm_id) + " " +
-                     reports::collective_phrase(op_phrase_name(op)) + " #" + std::to_string(r.seq);
+                     reports::collective_phrase(recorder::op_name(op)) + " #" + std::to_string(r.seq);
   if (op == Op::kSend) name += " to rank " + std::to_string(r.peer);
   if (op == Op::kRecv) name += " from rank " + std::to_string(r.peer);
   return name;
@@ -331,11 +328,9 @@ class FrameThread {
            {"batch_number", detection.batch},
            {"message", message.substr(0, message.size() - 1)}});
     log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
-    if (exchange_running()) {
-      // The coordinator stops every rank (this one too) once the others' first frames had a moment to arrive.
-      const auto deadline = std::chrono::steady_clock::now() + kStopVerdictWait;
-      while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
+    // verdict ends the process while this thread waits. Without one, this rank stops on its own.
+    if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
     stop_rank();
   }
 
