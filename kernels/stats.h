@@ -60,13 +60,18 @@ const char* dtype_spellings();
 std::optional<DType> dtype_from_nccl(int nccl_datatype);
 
 // ---- Host implementation ---------------------------------------------------------------------------------------
+// kSkip leaves the checksum out (it is then 0): the frame reports never print it, and its per-element hash is
+// most of the work, so watched host buffers are read about twice as fast without it.
+enum class ChecksumMode { kCompute, kSkip };
+
 // Statistics of `count` elements of `type` at `data` (any alignment; data may be null when count is 0).
-TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type);
+TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type,
+                               ChecksumMode checksum = ChecksumMode::kCompute);
 
 // Adds elements [first_index, first_index + count) of a tensor, stored at `data`, to `partial`; for tensors
 // processed in pieces (a dump read in parts). Finish with finalize_stats.
 void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_t count, DType type,
-                           std::uint64_t first_index);
+                           std::uint64_t first_index, ChecksumMode checksum = ChecksumMode::kCompute);
 
 // Turns the partial of a whole tensor of `count` elements into its statistics (the kernel's results too).
 TensorStats finalize_stats(DType type, std::uint64_t count, const StatsPartial& partial);

@@ -77,7 +77,7 @@ Bits load_bits(const unsigned char* p) {
 
 // The loop for one type. Finite elements take the short path (one compare); the rest go through add_element,
 // which is the definition; both produce exactly what add_element alone would.
-template <DType kType, typename Bits>
+template <DType kType, typename Bits, bool kChecksum>
 void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first) {
   constexpr DTypeRules kRules = dtype_rules(kType);
   static_assert(sizeof(Bits) == kRules.size);
@@ -91,7 +91,7 @@ void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uin
       const std::uint64_t key = magnitude_key(kRules, bits);
       min_key = key < min_key ? key : min_key;
       max_key = key > max_key ? key : max_key;
-      checksum += element_hash(index_salt(index), bits, kRules.size == 8);
+      if constexpr (kChecksum) checksum += element_hash(index_salt(index), bits, kRules.size == 8);
     } else {
       add_element(partial, kRules, index, bits);
     }
@@ -183,41 +183,67 @@ std::optional<DType> dtype_from_nccl(int nccl_datatype) {
 }
 
 void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_t count, DType type,
-                           std::uint64_t first_index) {
+                           std::uint64_t first_index, ChecksumMode checksum) {
   if (count == 0) return;
   const auto* bytes = static_cast<const unsigned char*>(data);
   switch (type) {
     case DType::kFloat64:
-      return accumulate_typed<DType::kFloat64, std::uint64_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kFloat64, std::uint64_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kFloat64, std::uint64_t, false>(partial, bytes, count, first_index);
     case DType::kFloat32:
-      return accumulate_typed<DType::kFloat32, std::uint32_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kFloat32, std::uint32_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kFloat32, std::uint32_t, false>(partial, bytes, count, first_index);
     case DType::kFloat16:
-      return accumulate_typed<DType::kFloat16, std::uint16_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kFloat16, std::uint16_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kFloat16, std::uint16_t, false>(partial, bytes, count, first_index);
     case DType::kBfloat16:
-      return accumulate_typed<DType::kBfloat16, std::uint16_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kBfloat16, std::uint16_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kBfloat16, std::uint16_t, false>(partial, bytes, count, first_index);
     case DType::kFloat8E4M3:
-      return accumulate_typed<DType::kFloat8E4M3, std::uint8_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kFloat8E4M3, std::uint8_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kFloat8E4M3, std::uint8_t, false>(partial, bytes, count, first_index);
     case DType::kFloat8E5M2:
-      return accumulate_typed<DType::kFloat8E5M2, std::uint8_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kFloat8E5M2, std::uint8_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kFloat8E5M2, std::uint8_t, false>(partial, bytes, count, first_index);
     case DType::kInt8:
-      return accumulate_typed<DType::kInt8, std::uint8_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kInt8, std::uint8_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kInt8, std::uint8_t, false>(partial, bytes, count, first_index);
     case DType::kUint8:
-      return accumulate_typed<DType::kUint8, std::uint8_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kUint8, std::uint8_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kUint8, std::uint8_t, false>(partial, bytes, count, first_index);
     case DType::kInt32:
-      return accumulate_typed<DType::kInt32, std::uint32_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kInt32, std::uint32_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kInt32, std::uint32_t, false>(partial, bytes, count, first_index);
     case DType::kUint32:
-      return accumulate_typed<DType::kUint32, std::uint32_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kUint32, std::uint32_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kUint32, std::uint32_t, false>(partial, bytes, count, first_index);
     case DType::kInt64:
-      return accumulate_typed<DType::kInt64, std::uint64_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kInt64, std::uint64_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kInt64, std::uint64_t, false>(partial, bytes, count, first_index);
     case DType::kUint64:
-      return accumulate_typed<DType::kUint64, std::uint64_t>(partial, bytes, count, first_index);
+      return checksum == ChecksumMode::kCompute
+                 ? accumulate_typed<DType::kUint64, std::uint64_t, true>(partial, bytes, count, first_index)
+                 : accumulate_typed<DType::kUint64, std::uint64_t, false>(partial, bytes, count, first_index);
   }
 }
 
-TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type) {
+TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type, ChecksumMode checksum) {
   StatsPartial partial = empty_partial();
-  accumulate_stats_host(partial, data, count, type, 0);
-  return finalize_stats(type, count, partial);
+  accumulate_stats_host(partial, data, count, type, 0, checksum);
+  TensorStats stats = finalize_stats(type, count, partial);
+  if (checksum == ChecksumMode::kSkip) stats.checksum = 0;  // the non-finite elements' share alone means nothing
+  return stats;
 }
 
 TensorStats finalize_stats(DType type, std::uint64_t count, const StatsPartial& partial) {

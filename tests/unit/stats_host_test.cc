@@ -232,6 +232,33 @@ Specials specials(DType type) {
   }
 }
 
+TEST(StatsHost, SkippingTheChecksumChangesNothingElse) {
+  using trainscope::stats::ChecksumMode;
+  using trainscope::stats::compute_stats_host;
+  std::vector<float> values(1001);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.37f - 100.0f;
+  values[17] = std::numeric_limits<float>::infinity();
+  values[400] = -std::numeric_limits<float>::infinity();
+  values[999] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t count : {size_t{0}, size_t{16}, size_t{500}, values.size()}) {
+    const auto full = compute_stats_host(values.data(), count, DType::kFloat32);
+    const auto quick = compute_stats_host(values.data(), count, DType::kFloat32, ChecksumMode::kSkip);
+    EXPECT_EQ(quick.checksum, 0u) << count;
+    EXPECT_EQ(quick.count, full.count);
+    EXPECT_EQ(std::isnan(quick.abs_min), std::isnan(full.abs_min));
+    if (!std::isnan(full.abs_min)) {
+      EXPECT_EQ(quick.abs_min, full.abs_min);
+      EXPECT_EQ(quick.abs_max, full.abs_max);
+    }
+    EXPECT_EQ(quick.finite_abs_min, full.finite_abs_min);
+    EXPECT_EQ(quick.finite_abs_max, full.finite_abs_max);
+    EXPECT_EQ(quick.nan_count, full.nan_count);
+    EXPECT_EQ(quick.pos_inf_count, full.pos_inf_count);
+    EXPECT_EQ(quick.neg_inf_count, full.neg_inf_count);
+    EXPECT_EQ(quick.first_nonfinite, full.first_nonfinite);
+  }
+}
+
 TEST(StatsHost, LargestFiniteAndSmallestSubnormalDecodeToKnownValues) {
   EXPECT_EQ(65504.0, trainscope::stats::key_to_double(DType::kFloat16, specials(DType::kFloat16).largest_finite));
   EXPECT_EQ(448.0, trainscope::stats::key_to_double(DType::kFloat8E4M3, 0x7e));
