@@ -222,12 +222,6 @@ const FrameRow* Frame::first_nonfinite_row() const {
   return nullptr;
 }
 
-void FrameHistory::push(Frame frame) {
-  if (capacity_ == 0) return;
-  while (frames_.size() >= capacity_) frames_.pop_front();
-  frames_.push_back(std::move(frame));
-}
-
 // ---- Frame text --------------------------------------------------------------------------------------------------
 
 std::string format_frame_header(const Frame& frame) {
@@ -408,18 +402,6 @@ NearOverflow check_near_overflow(const TensorStats& stats, std::string_view fram
   result.text += " abs max " + format_e(stats.finite_abs_max) + " is " + percent + " of " +
                  long_dtype_name(stats.dtype) + "'s largest finite value " + format_e(largest) + "\n";
   return result;
-}
-
-std::optional<std::string> NearOverflowWarner::check(const Frame& frame) {
-  if (warned_.count(frame.name)) return std::nullopt;
-  for (const FrameRow& row : frame.rows) {
-    if (!row.is_tensor()) continue;
-    NearOverflow near = check_near_overflow(row.stats, frame.name, row.label, threshold_);
-    if (!near.near) continue;
-    warned_.insert(frame.name);
-    return std::move(near.text);
-  }
-  return std::nullopt;
 }
 
 // ---- Origin report -----------------------------------------------------------------------------------------------

@@ -15,11 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,21 +72,6 @@ struct Frame {
   bool has_nonfinite() const;
   // The first row holding a NaN or an infinity; nullptr when none does.
   const FrameRow* first_nonfinite_row() const;
-};
-
-// The last `capacity` frames of the current batch, oldest first (transformers' frames deque).
-class FrameHistory {
- public:
-  explicit FrameHistory(std::size_t capacity = kDefaultMaxFrames) : capacity_(capacity) {}
-  void push(Frame frame);  // drops the oldest once full; a capacity of 0 keeps nothing
-  void clear() { frames_.clear(); }
-  std::size_t capacity() const { return capacity_; }
-  const std::deque<Frame>& frames() const { return frames_; }
-  std::vector<Frame> snapshot() const { return {frames_.begin(), frames_.end()}; }
-
- private:
-  std::size_t capacity_;
-  std::deque<Frame> frames_;
 };
 
 // ---- Frame text --------------------------------------------------------------------------------------------------
@@ -160,18 +143,6 @@ struct NearOverflow {
 // Whether the finite abs max of a floating tensor reaches `threshold` of its type's largest finite value.
 NearOverflow check_near_overflow(const stats::TensorStats& stats, std::string_view frame_name, std::string_view label,
                                  double threshold = kDefaultNearOverflowFraction);
-
-// Warns once per frame name: returns the text the first time a frame name is near overflow, nullopt after.
-class NearOverflowWarner {
- public:
-  explicit NearOverflowWarner(double threshold = kDefaultNearOverflowFraction) : threshold_(threshold) {}
-  // Checks every tensor row of the frame; at most one warning (the first near row) per frame name, ever.
-  std::optional<std::string> check(const Frame& frame);
-
- private:
-  double threshold_;
-  std::unordered_set<std::string> warned_;
-};
 
 // ---- Origin report (coordinator side) ----------------------------------------------------------------------------
 

@@ -153,8 +153,9 @@ bool parse_run_id(const char* value, Config* out, const char** reason) {
   return true;
 }
 
-bool parse_recorder_records(const char* value, Config* out, const char** reason) {
-  // Saturates instead of wrapping so that a huge number reads as out of range, never as a small one.
+// A whole number with an optional binary suffix from `suffixes` ("KMG" or ""), at most `max`.
+bool parse_count(const char* value, const char* suffixes, uint64_t min, uint64_t max, uint64_t* out,
+                 const char** reason) {
   constexpr uint64_t kSaturated = uint64_t{1} << 62;
   const char* p = value;
   if (!is_digit(*p)) return false;
@@ -164,21 +165,24 @@ bool parse_recorder_records(const char* value, Config* out, const char** reason)
     if (v > kSaturated) v = kSaturated;
   }
   uint64_t multiplier = 1;
-  if (*p == 'K' || *p == 'k') {
-    multiplier = uint64_t{1} << 10;
-    ++p;
-  } else if (*p == 'M' || *p == 'm') {
-    multiplier = uint64_t{1} << 20;
+  if (*p != '\0') {
+    const char* suffix = strchr(suffixes, *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    if (suffix == nullptr || *suffix == '\0') return false;
+    multiplier = uint64_t{1} << (10 * (1 + (suffix - suffixes)));
     ++p;
   }
   if (*p != '\0') return false;
-  // Checked before multiplying so that the product cannot wrap into range.
-  if (v > kMaxRecorderRecords || v * multiplier < kMinRecorderRecords || v * multiplier > kMaxRecorderRecords) {
+  // Divided, not multiplied, so a huge number with a suffix cannot wrap around into range.
+  if (v > max / multiplier || v * multiplier < min) {
     *reason = "(out of range)";
     return false;
   }
-  out->recorder_records = v * multiplier;
+  *out = v * multiplier;
   return true;
+}
+
+bool parse_recorder_records(const char* value, Config* out, const char** reason) {
+  return parse_count(value, "KM", kMinRecorderRecords, kMaxRecorderRecords, &out->recorder_records, reason);
 }
 
 bool parse_log_level(const char* value, Config* out, const char** /*reason*/) {
@@ -389,33 +393,6 @@ bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
 bool parse_watch(const char* value, Config* out, const char**) {
   static constexpr Choice<WatchMode> kChoices[] = {{"off", WatchMode::kOff}, {"collectives", WatchMode::kCollectives}};
   return parse_choice(value, kChoices, &out->watch);
-}
-
-// A whole number with an optional binary suffix from `suffixes` ("KMG" or ""), at most `max`.
-bool parse_count(const char* value, const char* suffixes, uint64_t min, uint64_t max, uint64_t* out,
-                 const char** reason) {
-  constexpr uint64_t kSaturated = uint64_t{1} << 62;
-  const char* p = value;
-  if (!is_digit(*p)) return false;
-  uint64_t v = 0;
-  for (; is_digit(*p); ++p) {
-    v = v * 10 + static_cast<uint64_t>(*p - '0');
-    if (v > kSaturated) v = kSaturated;
-  }
-  uint64_t multiplier = 1;
-  if (*p != '\0') {
-    const char* suffix = strchr(suffixes, *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
-    if (suffix == nullptr || *suffix == '\0') return false;
-    multiplier = uint64_t{1} << (10 * (1 + (suffix - suffixes)));
-    ++p;
-  }
-  if (*p != '\0') return false;
-  if (v > max || v * multiplier < min || v * multiplier > max) {
-    *reason = "(out of range)";
-    return false;
-  }
-  *out = v * multiplier;
-  return true;
 }
 
 bool parse_watch_every(const char* value, Config* out, const char** reason) {

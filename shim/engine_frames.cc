@@ -170,8 +170,16 @@ class FrameThread {
         continue;
       }
       if (!taken_) {
+        // Read before the board: the engine's watch begins before the real call, so a call that had returned
+        // when the board did not hold it never had a watch (the engine could not allocate one, or the record was
+        // lapped): skip it rather than wait for it forever.
+        const bool returned = live_result(header_, front.index) != recorder::kResultPending;
         bool present = false;
         taken_ = watch_board().take_if_complete(front.index, &present);
+        if (!taken_ && !present && returned) {
+          backlog_.pop_front();
+          continue;
+        }
         if (!taken_) return;  // not begun or not complete yet (the call runs, or its group has not ended)
       }
       if (!ready(taken_->input) || !ready(taken_->output)) return;

@@ -784,6 +784,8 @@ TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
       {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
       {"TRAINSCOPE_WATCH_EVERY=3x", "an integer from 1 to 1000000000"},
       {"TRAINSCOPE_WATCH_MIN_BYTES=1T", "suffixed K, M or G"},
+      {"TRAINSCOPE_WATCH_MIN_BYTES=1099511627776G", "(out of range)"},  // 2^70 bytes: must not wrap to 0
+      {"TRAINSCOPE_RECORDER_RECORDS=17592186044416M", "(out of range)"},
       {"TRAINSCOPE_MAX_FRAMES=0", "(out of range)"},
       {"TRAINSCOPE_STEP_MARKER=nvtx:", "(the regular expression after the colon is empty)"},
       {"TRAINSCOPE_STEP_MARKER=nvtx:step(", "(invalid POSIX extended regular expression:"},

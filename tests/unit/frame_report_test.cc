@@ -10,6 +10,8 @@
 
 #include "reports/frame_report.h"
 
+#include "collectors/frame_window.h"
+
 namespace trainscope::reports {
 namespace {
 
@@ -164,21 +166,30 @@ const char* const kSeedTrace =
     "[...]\n";
 
 TEST(FrameReportTest, SeedDetectionExampleCharacterByCharacter) {
-  // 4 older frames that the 21-frame limit drops, then the seed's 21 frames (1 + 12 elided + 8).
-  FrameHistory history;
-  EXPECT_EQ(history.capacity(), 21u);
-  for (int i = 0; i < 4; ++i) history.push(filler(100 + i));
-  for (Frame& f : seed_frames_before_elision()) history.push(f);
+  // 4 older frames that the 21-frame limit drops, then the seed's 21 frames (1 + 12 elided + 8), through the
+  // frame window the engine uses: its detection carries the last 21 frames.
+  frames::FrameWindow window;
+  EXPECT_EQ(window.options().max_frames, 21u);
+  const auto add = [&window](const Frame& f) {
+    frames::Frame framed;
+    static_cast<Frame&>(framed) = f;
+    return window.add_frame(framed);
+  };
+  for (int i = 0; i < 4; ++i) add(filler(100 + i));
+  for (Frame& f : seed_frames_before_elision()) add(f);
   std::vector<Frame> elided;
   for (int i = 0; i < 12; ++i) elided.push_back(filler(i));
-  for (Frame& f : elided) history.push(f);
-  for (Frame& f : seed_frames_after_elision()) history.push(f);
-  ASSERT_EQ(history.frames().size(), 21u);
+  for (Frame& f : elided) add(f);
+  std::vector<Frame> last = seed_frames_after_elision();
+  for (size_t i = 0; i + 1 < last.size(); ++i) EXPECT_FALSE(add(last[i]).detection) << i;
+  const frames::FrameUpdate update = add(last.back());  // the seed's Dropout frame holding inf
+  ASSERT_TRUE(update.detection);
+  ASSERT_EQ(update.detection->frames.size(), 21u);
 
   DetectionReport report;
   report.rank = 0;
-  report.batch_number = 0;
-  report.frames = history.snapshot();
+  report.batch_number = update.detection->batch;
+  report.frames.assign(update.detection->frames.begin(), update.detection->frames.end());
   EXPECT_EQ(elide(format_detection_text(report), elided), kSeedDetection);
 
   // The report itself applies the limit too: all 25 frames in, the same 21 out.
@@ -263,17 +274,6 @@ TEST(FrameReportTest, EmptyFramesAndLimits) {
                 format_frame(filler(2)) + format_frame(filler(3)));
   report.max_frames = 0;
   EXPECT_NE(format_detection_text(report).find("Last 0 forward frames:\n"), std::string::npos);
-
-  FrameHistory none(0);
-  none.push(filler(1));
-  EXPECT_TRUE(none.frames().empty());
-  FrameHistory two(2);
-  for (int i = 0; i < 5; ++i) two.push(filler(i));
-  ASSERT_EQ(two.frames().size(), 2u);
-  EXPECT_EQ(two.frames().front().name, "elided.3");
-  EXPECT_EQ(two.frames().back().name, "elided.4");
-  two.clear();
-  EXPECT_TRUE(two.frames().empty());
 }
 
 TEST(FrameReportTest, DetectionJson) {
@@ -381,16 +381,6 @@ TEST(FrameReportTest, NearOverflow) {
   EXPECT_FALSE(check_near_overflow(all_inf, "f", "o").near);  // no finite element
   TensorStats empty;
   EXPECT_FALSE(check_near_overflow(empty, "f", "o").near);
-
-  NearOverflowWarner warner;
-  const Frame hot = frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce",
-                          {FrameRow::none("input[0]"), row("input[1]", 0, 1.0), row("output", 0, 6.27e+04)});
-  const std::optional<std::string> first = warner.check(hot);
-  ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(*first, near.text);
-  EXPECT_FALSE(warner.check(hot).has_value());  // once per frame name
-  EXPECT_FALSE(warner.check(frame("cold", "k", {row("output", 0, 1.0)})).has_value());
-  EXPECT_TRUE(warner.check(frame("other", "k", {row("output", 0, 6.5e4)})).has_value());
 }
 
 FirstNonfinite first_seen(int32_t rank, NonfiniteWhere where, NonfiniteKind kind = NonfiniteKind::kInf,
