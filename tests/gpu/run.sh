@@ -1,76 +1,160 @@
 #!/usr/bin/env bash
 # Runs every GPU check on a machine with a GPU and writes the results to a folder:
 #   tests/gpu/run.sh [RESULTS_DIR]   (default: ./gpu-results, or $OUT when set)
-# Without a GPU it says so and exits 0: these checks skip, they do not fail.
+# RESULTS_DIR receives summary.txt (also printed), the benchmark's JSON and gpu-results.tar.gz with every log, the
+# test XML and the run directories: few files, so a machine that hands back only a handful loses nothing.
+# With a kit from scripts/gpu-kit.sh in ./gpu-kit (or $TRAINSCOPE_GPU_KIT) nothing is built: a lent GPU machine has no
+# package registry and none of our dependencies. Otherwise it builds build-gpu first.
+# Without a GPU it says so and exits 0: these checks skip, they do not fail. Every step has a time limit, so the whole
+# script ends within about 9 minutes even when a step hangs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 results="${1:-${OUT:-gpu-results}}"
 mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+work="$(mktemp -d)"
+summary="$work/summary.txt"
+status=0
+say() { echo "$*" | tee -a "$summary"; }
+finish() {
+  say "gpu checks: $([ $status -eq 0 ] && echo 'ALL OK' || echo 'SOME FAILED')"
+  cp "$summary" "$results/summary.txt"
+  [ -f "$work/stats-gpu-bench.json" ] && cp "$work/stats-gpu-bench.json" "$results/"
+  tar -C "$work" -czf "$results/gpu-results.tar.gz" . 2>/dev/null
+  rm -rf "$work"
+  exit $status
+}
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "tests/gpu: no GPU on this machine: skipping the GPU checks" | tee "$results/summary.txt"
   exit 0
 fi
-nvidia-smi >"$results/nvidia-smi.txt" 2>&1
-bash scripts/build.sh build-gpu >"$results/build.log" 2>&1 || { echo "build failed" | tee "$results/summary.txt"; exit 1; }
+nvidia-smi >"$work/nvidia-smi.txt" 2>&1
+say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
 
-# The real NCCL on a real GPU, with and without the shim: a one-rank communicator must initialise, and every
-# return code must be the same.
-export LD_LIBRARY_PATH="${NCCL_LIB_DIR:-/usr/local/cuda/lib}"
-build-gpu/tests/programs/nccl_probe_program >"$results/probe-plain.txt" 2>&1
-TRAINSCOPE_DIR="$PWD/$results/runs" TRAINSCOPE_RUN_ID=gpu LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" \
-  build-gpu/tests/programs/nccl_probe_program >"$results/probe-shim.txt" 2>"$results/probe-shim.err"
-status=0
-if ! diff -u "$results/probe-plain.txt" "$results/probe-shim.txt" >"$results/probe.diff"; then status=1; fi
-grep -q "ncclCommInitRank 0" "$results/probe-shim.txt" || status=1
-build-gpu/tools/trainscope report "$PWD/$results/runs/gpu" >"$results/report.txt" 2>&1 || status=1
-{ echo "probe (real NCCL, 1 rank, with and without the shim): $([ $status -eq 0 ] && echo OK || echo FAILED)"
-  cat "$results/probe-shim.txt"; } | tee "$results/summary.txt"
+kit="${TRAINSCOPE_GPU_KIT:-gpu-kit}"
+if [ -f "$kit/kit.txt" ]; then
+  build="$kit"
+  export LD_LIBRARY_PATH="$PWD/$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The machine's libstdc++ may be older than the one the kit was built with: then, and only then, use ours.
+  if ! "$build/tools/trainscope" version >"$work/kit-check.txt" 2>&1; then
+    export LD_LIBRARY_PATH="$PWD/$kit/lib-fallback:$LD_LIBRARY_PATH"
+    "$build/tools/trainscope" version >>"$work/kit-check.txt" 2>&1 ||
+      { say "kit: its binaries do not start here: $(tail -n 1 "$work/kit-check.txt")"; status=1; finish; }
+    say "kit: using its own libstdc++ (the machine's is older)"
+  fi
+  say "kit: $(grep -E '^(commit|built):' "$kit/kit.txt" | tr '\n' ' ')"
+  fatbin="$kit/stats_kernels.fatbin"
+else
+  build=build-gpu
+  timeout 900 bash scripts/build.sh build-gpu >"$work/build.log" 2>&1 ||
+    { say "build failed: $(tail -n 3 "$work/build.log" | tr '\n' ' ')"; status=1; finish; }
+  fatbin="build-gpu/kernels/stats_kernels.fatbin"
+fi
+cuobjdump="$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)"
+if [ -x "$cuobjdump" ] && [ -f "$fatbin" ]; then
+  say "fatbin: $("$cuobjdump" --list-elf --list-ptx "$fatbin" 2>&1 | grep -o -E '(sm|compute)_[0-9]+[a-z]?' | sort -u |
+    tr '\n' ' ')"
+fi
+
+# The real NCCL: $NCCL_LIB_DIR, the toolkit's folders, the system's, then the NCCL wheel of the machine's Python.
+nccl_dir=""
+python_nccl="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
+  2>/dev/null || true)"
+for dir in "${NCCL_LIB_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu "$python_nccl"; do
+  if [ -n "$dir" ] && [ -e "$dir/libnccl.so.2" ]; then nccl_dir="$dir"; break; fi
+done
+if [ -z "$nccl_dir" ]; then
+  say "NCCL: no libnccl.so.2 found (set NCCL_LIB_DIR); the NCCL checks are skipped"
+else
+  export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "NCCL: $nccl_dir/libnccl.so.2"
+fi
+shim="$PWD/$build/shim/libtrainscope.so"
+
+step() {  # step NAME SECONDS COMMAND...: runs with a time limit, logs to NAME.log, says OK/FAILED
+  local name="$1" limit="$2"
+  shift 2
+  local start=$SECONDS
+  if timeout --kill-after=10 "$limit" "$@" >"$work/$name.log" 2>&1; then
+    say "$name: OK ($((SECONDS - start)) s)"
+  else
+    local rc=$?
+    say "$name: FAILED, exit $rc$([ $rc -eq 124 ] && echo " (past its $limit s)") after $((SECONDS - start)) s"
+    grep -E '^\[  FAILED  \]|Failure|ERROR SUMMARY|error' "$work/$name.log" | head -n 20 | sed 's/^/    /' |
+      tee -a "$summary"
+    status=1
+  fi
+}
+
+if [ -n "$nccl_dir" ]; then
+  # The real NCCL on a real GPU, with and without the shim: a one-rank communicator must initialise, and every
+  # return code must be the same.
+  timeout 120 "$build/tests/programs/nccl_probe_program" >"$work/probe-plain.txt" 2>&1
+  TRAINSCOPE_DIR="$work/runs" TRAINSCOPE_RUN_ID=gpu LD_PRELOAD="$shim" timeout 120 \
+    "$build/tests/programs/nccl_probe_program" >"$work/probe-shim.txt" 2>"$work/probe-shim.err"
+  if diff -u "$work/probe-plain.txt" "$work/probe-shim.txt" >"$work/probe.diff" &&
+    grep -q "ncclCommInitRank 0" "$work/probe-shim.txt" &&
+    timeout 60 "$build/tools/trainscope" report "$work/runs/gpu" >"$work/report.txt" 2>&1; then
+    say "probe (real NCCL, 1 rank, with and without the shim): OK"
+  else
+    say "probe (real NCCL, 1 rank, with and without the shim): FAILED"
+    status=1
+  fi
+  sed 's/^/    /' "$work/probe-shim.txt" | tee -a "$summary"
+fi
 
 # Statistics kernels (issue 4): every GPU test against the host implementation, then compute-sanitizer memcheck and
 # racecheck on the tests that run quickly under it (the 2^31-element test takes minutes there), then the benchmark.
-step() {  # step NAME COMMAND...: runs, logs to $results/NAME.log, appends OK/FAILED to the summary
-  local name="$1"; shift
-  if "$@" >"$results/$name.log" 2>&1; then echo "$name: OK" | tee -a "$results/summary.txt"
-  else echo "$name: FAILED (see $name.log)" | tee -a "$results/summary.txt"; status=1; fi
-}
-step stats-gpu-tests build-gpu/tests/gpu/stats_gpu_tests --gtest_output="xml:$results/stats-gpu-tests.xml"
+step stats-gpu-tests 240 "$build/tests/gpu/stats_gpu_tests" --gtest_output="xml:$work/stats-gpu-tests.xml"
+grep -E '^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ tests?[,.]|^\[==========\] .* ran' "$work/stats-gpu-tests.log" |
+  sed 's/^/    /' | tee -a "$summary"
+# nvidia-smi sees a GPU, so a test that skips (no driver for us, a launcher that cannot load) is a failure here.
+if grep -q -E '^\[  SKIPPED \] [1-9]' "$work/stats-gpu-tests.log"; then
+  say "stats-gpu-tests: SKIPPED on a machine with a GPU: $(grep -m 1 -o -E 'no GPU here.*|the launcher cannot run.*' \
+    "$work/stats-gpu-tests.log")"
+  status=1
+fi
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 quick='StatsGpu.OneLaunchForAThousandMixedTensors:StatsGpu.AddressNotAMultipleOfTheElementSizeIsReadBytewise'
 quick="$quick:StatsGpu.ACapturingStreamGetsNoWork"
 if [ -x "$sanitizer" ]; then
   for tool in memcheck racecheck; do
-    step "stats-gpu-$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 \
-      build-gpu/tests/gpu/stats_gpu_tests --gtest_filter="$quick"
+    step "stats-gpu-$tool" 150 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      "$build/tests/gpu/stats_gpu_tests" --gtest_filter="$quick"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/stats-gpu-$tool.log" | sed 's/^/    /' | tee -a "$summary"
   done
 else
-  echo "compute-sanitizer: not found, memcheck/racecheck skipped" | tee -a "$results/summary.txt"
+  say "compute-sanitizer: not found, memcheck/racecheck skipped"
 fi
-if [ -x build-gpu/tests/gpu/stats_gpu_bench ]; then
-  step stats-gpu-bench build-gpu/tests/gpu/stats_gpu_bench --json "$results/stats-gpu-bench.json"
-  cat "$results/stats-gpu-bench.log" >>"$results/summary.txt"
+step stats-gpu-bench 150 "$build/tests/gpu/stats_gpu_bench" --json "$work/stats-gpu-bench.json"
+tee -a "$summary" <"$work/stats-gpu-bench.log"
+grep -q 'skipped' "$work/stats-gpu-bench.log" && status=1
+
+if [ -n "$nccl_dir" ]; then
+  # Frame reports on device buffers (issue 5): the real NCCL, one rank, an inf in a device send buffer at batch 3
+  # (every:2 marks a batch per step: an fp32 all-reduce, then an fp16 one in a group). The shim takes their
+  # statistics with the kernel on the call's stream.
+  frames="$work/frames-runs"
+  step watch-gpu 120 env TRAINSCOPE_DIR="$frames" TRAINSCOPE_RUN_ID=gpu TRAINSCOPE_STEP_MARKER=every:2 \
+    LD_PRELOAD="$shim" "$build/tests/gpu/watch_gpu_program" 6
+  if grep -q "Detected inf/nan during batch_number=3" "$frames/gpu/nonfinite-rank0.txt" 2>/dev/null &&
+    grep -q "     inf input\[0\]" "$frames/gpu/nonfinite-rank0.txt"; then
+    say "frames-on-device-buffers: OK"
+  else
+    say "frames-on-device-buffers: FAILED (see watch-gpu.log, frames-runs/)"
+    status=1
+  fi
+  sed 's/^/    /' "$frames/gpu/nonfinite-rank0.txt" 2>/dev/null | tee -a "$summary"
+  # Calling-thread cost of a watched call on device buffers, and the end-to-end ratio, on the GPU job.
+  for watch in none off collectives; do
+    preload="$shim"
+    [ "$watch" = none ] && preload=""
+    TRAINSCOPE_DIR="$frames" TRAINSCOPE_RUN_ID="bench-$watch" TRAINSCOPE_WATCH="${watch/none/off}" \
+      LD_PRELOAD="$preload" timeout 120 "$build/tests/gpu/watch_gpu_program" 200 >"$work/bench-$watch.log" 2>&1 ||
+      status=1
+    say "watch_gpu_program 200 steps, $([ "$watch" = none ] && echo 'without the shim' ||
+      echo "TRAINSCOPE_WATCH=$watch"): $(grep -o 'loop .*' "$work/bench-$watch.log" || echo 'failed')"
+  done
 fi
-# Frame reports on device buffers (issue 5): the real NCCL, one rank, an inf in a device send buffer at batch 3
-# (every:2 marks a batch per step: an fp32 all-reduce, then an fp16 one in a group). The shim takes their statistics
-# with the kernel on the call's stream.
-frames_dir="$PWD/$results/frames-runs"
-if TRAINSCOPE_DIR="$frames_dir" TRAINSCOPE_RUN_ID=gpu TRAINSCOPE_STEP_MARKER=every:2 \
-  LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" build-gpu/tests/gpu/watch_gpu_program 6 \
-  >"$results/watch-gpu.log" 2>&1 &&
-  grep -q "Detected inf/nan during batch_number=3" "$frames_dir/gpu/nonfinite-rank0.txt" &&
-  grep -q "     inf input\[0\]" "$frames_dir/gpu/nonfinite-rank0.txt"; then
-  echo "frames-on-device-buffers: OK" | tee -a "$results/summary.txt"
-else
-  echo "frames-on-device-buffers: FAILED (see watch-gpu.log, frames-runs/)" | tee -a "$results/summary.txt"
-  status=1
-fi
-cat "$frames_dir/gpu/nonfinite-rank0.txt" >>"$results/summary.txt" 2>/dev/null
-# Calling-thread cost of a watched call on device buffers, and the end-to-end ratio, on the GPU job.
-for watch in off collectives; do
-  start=$(date +%s%N)
-  TRAINSCOPE_DIR="$frames_dir" TRAINSCOPE_RUN_ID="bench-$watch" TRAINSCOPE_WATCH=$watch \
-    LD_PRELOAD="$PWD/build-gpu/shim/libtrainscope.so" build-gpu/tests/gpu/watch_gpu_program 200 >/dev/null 2>&1
-  end=$(date +%s%N)
-  echo "watch_gpu_program 200 steps, TRAINSCOPE_WATCH=$watch: $(((end - start) / 1000000)) ms" |
-    tee -a "$results/summary.txt"
-done
-exit $status
+finish
