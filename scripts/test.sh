@@ -28,6 +28,10 @@ bench_dir="$(mktemp -d)"
 rm -rf "$bench_dir"
 bash tests/bench/frames_end_to_end.sh build-ci 500 65536 3 || echo "end-to-end figure failed (not a test)"
 
+echo "== $(date -u +%T) the GPU kit runs with nothing but glibc (what a lent GPU machine has of ours)"
+TRAINSCOPE_GPU_KIT_BUILD=build-ci bash scripts/gpu-kit.sh build-ci-kit
+bash tests/gpu/kit_check.sh build-ci-kit build-ci/tests/fakes/lib
+
 echo "== $(date -u +%T) fuzzing the exchange's message decoder (libFuzzer, clang, 60 s)"
 mkdir -p build-ci-fuzz
 CC=clang-14 CXX=clang++-14 bash scripts/build.sh build-ci-fuzz -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_BUILD_FUZZ=ON \
