@@ -107,6 +107,12 @@ struct CoordinatorCore::Member {
   uint16_t last_op = 0;
   uint64_t last_start_ns = 0;
   LaggardState ended = LaggardState::kAlive;  // set when the member ended the communicator or its process went
+  // Its latest call of any kind here, a send/recv too (numbered per peer and direction), for send/recv desyncs.
+  bool has_call = false;
+  uint16_t call_op = 0;
+  uint64_t call_seq = 0;
+  int32_t call_peer = -1;  // a send/recv: the peer
+  uint64_t call_start_ns = 0;
   std::array<Fingerprint, kRecentCalls> recent{};
   size_t recent_next = 0;
 };
@@ -118,6 +124,37 @@ struct CoordinatorCore::Entry {
   uint32_t arrived = 0;
   uint64_t first_arrival_ns = 0;
   std::unique_ptr<reports::MismatchReport> mismatch;  // only for mismatched calls: every member's line
+};
+
+// The sends from one rank to another that wait for their receives, or the receives that wait for their sends:
+// whichever side is ahead. The oldest is the call its rank is stuck in if the other side never comes.
+struct CoordinatorCore::PairQueue {
+  struct Pending {
+    Fingerprint call;
+    uint64_t arrived_ns = 0;  // coordinator time
+  };
+  std::deque<Pending> pending;
+  bool holds_sends = false;
+  uint64_t matched_ns = 0;  // coordinator time when a pending call of this pair was last matched
+  // About the oldest pending call; they start over when it is matched.
+  uint64_t front_seq = 0;
+  bool front_is_send = false;
+  uint64_t stuck_since_ns = 0;  // its arrival, or the match of the call before it if later: calls of a pair
+                                // complete in order, so one posted far ahead waits only from then on
+  uint32_t warnings = 0;
+  uint64_t next_warning_ns = 0;
+  bool certain_reported = false;  // or suppressed while the job was stopping
+
+  void follow_front(uint64_t timeout_ns) {
+    const Pending& front = pending.front();
+    if (front.call.seq == front_seq && holds_sends == front_is_send) return;
+    front_seq = front.call.seq;
+    front_is_send = holds_sends;
+    stuck_since_ns = std::max(front.arrived_ns, matched_ns);
+    warnings = 0;
+    next_warning_ns = stuck_since_ns + timeout_ns;
+    certain_reported = false;
+  }
 };
 
 struct CoordinatorCore::Comm {
@@ -136,11 +173,7 @@ struct CoordinatorCore::Comm {
   uint64_t warned_seq = 0;  // the stuck call the timeout warnings are about
   uint32_t warnings = 0;
   uint64_t next_warning_ns = 0;
-  struct PairQueue {
-    std::deque<Fingerprint> pending;  // all sends or all receives: whichever side is ahead
-    bool holds_sends = false;
-  };
-  std::unordered_map<uint64_t, PairQueue> pairs;  // (sender << 32 | receiver) by communicator rank
+  std::unordered_map<uint64_t, PairQueue> pairs;  // (sender << 32 | receiver) by communicator rank; never empty
 };
 
 struct CoordinatorCore::RankInfo {
@@ -231,15 +264,25 @@ void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint>
     ++stats_.fingerprints;
     const auto op = static_cast<Op>(f.op);
     switch (static_cast<EventKind>(f.kind)) {
-      case EventKind::kCall:
+      case EventKind::kCall: {
         info.has_last_call = true;
         info.last_call = f;
-        if (recorder::is_collective(op)) {
-          on_collective(*comm, f, now_ns);
-        } else if (recorder::is_point_to_point(op)) {
+        const bool point_to_point = recorder::is_point_to_point(op);
+        if (point_to_point || recorder::is_collective(op)) {
+          Member& member = comm->members[static_cast<size_t>(f.comm_rank)];
+          member.has_call = true;
+          member.call_op = f.op;
+          member.call_seq = f.seq;
+          member.call_peer = point_to_point ? f.peer : -1;
+          member.call_start_ns = f.start_ns;
+        }
+        if (point_to_point) {
           on_point_to_point(*comm, f, now_ns);
+        } else if (recorder::is_collective(op)) {
+          on_collective(*comm, f, now_ns);
         }
         break;
+      }
       case EventKind::kCommEnded:
         on_comm_ended(*comm, f, now_ns);
         break;
@@ -349,14 +392,8 @@ void CoordinatorCore::emit_mismatch(Comm& comm, Entry& entry) {
     if (line.global_rank < 0 && r < comm.members.size()) line.global_rank = comm.members[r].global_rank;
     if (line.present) line.stack = stack_of(line.global_rank, line.call.stack_id);
   }
-  CoreVerdict verdict;
-  verdict.kind = VerdictKind::kMismatch;
-  verdict.action = options_.on_mismatch;
-  verdict.comm_id = comm.id;
-  verdict.seq = report.seq;
-  verdict.report = std::move(report);
-  ready_.push_back(std::move(verdict));
-  ++stats_.verdicts;
+  const uint64_t seq = report.seq;
+  emit_verdict(VerdictKind::kMismatch, options_.on_mismatch, comm.id, seq, std::move(report));
 }
 
 void CoordinatorCore::complete_front(Comm& comm, uint64_t now_ns) {
@@ -385,20 +422,21 @@ void CoordinatorCore::on_point_to_point(Comm& comm, const Fingerprint& f, uint64
   const auto sender = static_cast<uint32_t>(is_send ? f.comm_rank : f.peer);
   const auto receiver = static_cast<uint32_t>(is_send ? f.peer : f.comm_rank);
   const uint64_t key = (uint64_t{sender} << 32) | receiver;
-  Comm::PairQueue& queue = comm.pairs[key];
+  PairQueue& queue = comm.pairs[key];
   if (!queue.pending.empty() && queue.holds_sends != is_send) {
     // The other side is ahead: the n-th send from a to b meets the n-th receive on b from a.
-    while (!queue.pending.empty() && queue.pending.front().seq < f.seq) {
+    while (!queue.pending.empty() && queue.pending.front().call.seq < f.seq) {
       queue.pending.pop_front();
       ++stats_.lost_counterparts;
     }
     if (!queue.pending.empty()) {
-      if (queue.pending.front().seq > f.seq) {
+      if (queue.pending.front().call.seq > f.seq) {
         ++stats_.lost_counterparts;
         return;
       }
-      const Fingerprint other = queue.pending.front();
+      const Fingerprint other = queue.pending.front().call;
       queue.pending.pop_front();
+      queue.matched_ns = now_ns;
       if (queue.pending.empty()) comm.pairs.erase(key);
       const Fingerprint& send = is_send ? f : other;
       const Fingerprint& recv = is_send ? other : f;
@@ -427,23 +465,19 @@ void CoordinatorCore::on_point_to_point(Comm& comm, const Fingerprint& f, uint64
         line.stack = stack_of(line.global_rank, side->stack_id);
         report.calls.push_back(std::move(line));
       }
-      CoreVerdict verdict;
-      verdict.kind = VerdictKind::kMismatch;
-      verdict.action = options_.on_mismatch;
-      verdict.comm_id = comm.id;
-      verdict.seq = f.seq;
-      verdict.report = std::move(report);
-      ready_.push_back(std::move(verdict));
-      ++stats_.verdicts;
+      emit_verdict(VerdictKind::kMismatch, options_.on_mismatch, comm.id, f.seq, std::move(report));
       return;
     }
   }
   if (queue.pending.size() >= options_.max_pending_point_to_point) {
     ++stats_.untracked_point_to_point;
+    if (queue.pending.empty()) comm.pairs.erase(key);  // a bound of 0 tracks nothing
     return;
   }
   queue.holds_sends = is_send;
-  queue.pending.push_back(f);
+  queue.pending.push_back({f, now_ns});
+  // Its peer may have left already (its end, or its goodbye, came before this rank's call).
+  check_certain_pair(comm, queue, now_ns);
 }
 
 void CoordinatorCore::on_comm_ended(Comm& comm, const Fingerprint& f, uint64_t now_ns) {
@@ -451,6 +485,7 @@ void CoordinatorCore::on_comm_ended(Comm& comm, const Fingerprint& f, uint64_t n
   member.ended = state_of_end(static_cast<Op>(f.op));
   comm.final_floor = std::min(comm.final_floor, member.last_seq);
   check_certain_desync(comm, now_ns);
+  check_certain_point_to_point(comm, f.comm_rank, now_ns);
 }
 
 void CoordinatorCore::member_gone(int32_t rank, uint64_t now_ns) {
@@ -460,14 +495,69 @@ void CoordinatorCore::member_gone(int32_t rank, uint64_t now_ns) {
     auto it = comms_.find(id);
     if (it == comms_.end()) continue;
     Comm& comm = *it->second;
-    for (Member& member : comm.members) {
+    int32_t seat = -1;
+    for (size_t r = 0; r < comm.members.size(); ++r) {
+      Member& member = comm.members[r];
       if (member.global_rank != rank) continue;
       // A communicator it ended stays "destroyed" in reports: that is the more precise reason.
       if (member.ended == LaggardState::kAlive) member.ended = state;
       comm.final_floor = std::min(comm.final_floor, member.last_seq);
+      seat = static_cast<int32_t>(r);
     }
     check_certain_desync(comm, now_ns);
+    if (seat >= 0) check_certain_point_to_point(comm, seat, now_ns);
   }
+}
+
+void CoordinatorCore::emit_verdict(VerdictKind kind, VerdictAction action, uint64_t comm_id, uint64_t seq,
+                                   decltype(CoreVerdict::report) report) {
+  CoreVerdict verdict;
+  verdict.kind = kind;
+  verdict.action = action;
+  verdict.comm_id = comm_id;
+  verdict.seq = seq;
+  verdict.report = std::move(report);
+  ready_.push_back(std::move(verdict));
+  ++stats_.verdicts;
+}
+
+void CoordinatorCore::check_certain_point_to_point(Comm& comm, int32_t gone_comm_rank, uint64_t now_ns) {
+  std::vector<uint64_t> keys;  // in pair order, so the reports come in a stable order
+  for (const auto& [key, queue] : comm.pairs) {
+    if (static_cast<int32_t>(key >> 32) == gone_comm_rank || static_cast<int32_t>(key & 0xffffffffu) == gone_comm_rank)
+      keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  for (uint64_t key : keys) check_certain_pair(comm, comm.pairs.at(key), now_ns);
+}
+
+void CoordinatorCore::check_certain_pair(Comm& comm, PairQueue& queue, uint64_t now_ns) {
+  if (queue.pending.empty()) return;
+  queue.follow_front(options_.desync_timeout_ns);
+  if (queue.certain_reported) return;
+  const Fingerprint& f = queue.pending.front().call;
+  const Member& waiting = comm.members[static_cast<size_t>(f.comm_rank)];
+  const Member& other = comm.members[static_cast<size_t>(f.peer)];
+  // A pending call whose own rank is gone leaves nobody waiting (a rank that sent and exited, its receiver's
+  // fingerprints still on their way); a peer that can still come is the timeout's business.
+  if (waiting.ended != LaggardState::kAlive || other.ended == LaggardState::kAlive) return;
+  // Certain at once, without check_certain_desync's grace period: the two members of the pair are settled. The
+  // waiting call is here, and the peer's fingerprints came before its end (a rank's fingerprints arrive in its call
+  // order, the end of a communicator after every call on it, the goodbye after the last of them; what a vanished
+  // rank had not sent is lost either way).
+  queue.certain_reported = true;
+  // The job is being stopped (a verdict, or the user's stop condition): ranks leaving mid-call is the stop.
+  if (job_stopping_) return;
+  reports::DesyncReport report = pair_desync_report(comm, queue, true, now_ns);
+  VerdictAction action = options_.on_desync;
+  // A peer that dropped fingerprints may have made the call we never saw: then "certain" is a guess.
+  if (auto it = ranks_.find(other.global_rank); it != ranks_.end() && it->second->dropped_total > 0) {
+    action = VerdictAction::kWarn;
+    report.note =
+        "the missing rank dropped fingerprints before the coordinator saw them; it may have made this call "
+        "without it being seen here, so this is reported as a warning only";
+  }
+  emit_verdict(VerdictKind::kDesync, action, comm.id, f.seq, std::move(report));
 }
 
 void CoordinatorCore::check_certain_desync(Comm& comm, uint64_t now_ns) {
@@ -499,20 +589,14 @@ void CoordinatorCore::check_certain_desync(Comm& comm, uint64_t now_ns) {
     comm.certain_reported = true;
     return;
   }
-  CoreVerdict verdict;
-  verdict.kind = VerdictKind::kDesync;
-  verdict.action = options_.on_desync;
+  VerdictAction action = options_.on_desync;
   if (lossy) {
-    verdict.action = VerdictAction::kWarn;
+    action = VerdictAction::kWarn;
     report.note =
         "a missing rank dropped fingerprints before the coordinator saw them; it may have made calls "
         "not shown here, so this is reported as a warning only";
   }
-  verdict.comm_id = comm.id;
-  verdict.seq = seq;
-  verdict.report = std::move(report);
-  ready_.push_back(std::move(verdict));
-  ++stats_.verdicts;
+  emit_verdict(VerdictKind::kDesync, action, comm.id, seq, std::move(report));
 }
 
 reports::DesyncReport CoordinatorCore::desync_report(const Comm& comm, uint64_t seq, bool certain,
@@ -538,10 +622,11 @@ reports::DesyncReport CoordinatorCore::desync_report(const Comm& comm, uint64_t 
       waiting.seq = member.last_seq;
       waiting.op = member.last_op;
       waiting.since_ns = member.last_start_ns;
-      // The heartbeat knows whether the rank is still inside a call on this communicator, and since when.
+      // The heartbeat knows whether the rank is still inside a call on this communicator, and since when (a
+      // send/recv it is inside has a number of its own: not this count's).
       if (info != nullptr) {
         for (const HeartbeatCall& call : info->inside) {
-          if (call.comm_id == comm.id) {
+          if (call.comm_id == comm.id && !recorder::is_point_to_point(static_cast<Op>(call.op))) {
             waiting.seq = call.seq;
             waiting.op = call.op;
             waiting.since_ns = call.since_ns;
@@ -551,23 +636,67 @@ reports::DesyncReport CoordinatorCore::desync_report(const Comm& comm, uint64_t 
       report.waiting.push_back(waiting);
       continue;
     }
-    reports::MissingRank missing;
-    missing.global_rank = member.global_rank;
-    missing.comm_rank = static_cast<int32_t>(r);
-    missing.has_last_call = member.last_seq > 0;
-    missing.last_seq = member.last_seq;
-    missing.last_op = member.last_op;
-    missing.last_call_ns = member.last_start_ns;
-    missing.state = member.global_rank < 0 ? LaggardState::kUnknown : member.ended;
-    if (info != nullptr) {
-      missing.host = info->hello.host;
-      missing.pid = info->hello.pid;
-      missing.process_gone = info->vanished || info->said_goodbye;
-      if (missing.state == LaggardState::kAlive && info->vanished) missing.state = LaggardState::kVanished;
-      if (missing.state == LaggardState::kAlive && info->said_goodbye) missing.state = LaggardState::kExited;
-    }
-    report.missing.push_back(std::move(missing));
+    report.missing.push_back(missing_rank(comm, r));
   }
+  return report;
+}
+
+// A member that has not arrived, with its last collective call on the communicator.
+reports::MissingRank CoordinatorCore::missing_rank(const Comm& comm, size_t comm_rank) const {
+  const Member& member = comm.members[comm_rank];
+  reports::MissingRank missing;
+  missing.global_rank = member.global_rank;
+  missing.comm_rank = static_cast<int32_t>(comm_rank);
+  missing.has_last_call = member.last_seq > 0;
+  missing.last_seq = member.last_seq;
+  missing.last_op = member.last_op;
+  missing.last_call_ns = member.last_start_ns;
+  missing.state = member.global_rank < 0 ? LaggardState::kUnknown : member.ended;
+  if (auto it = ranks_.find(member.global_rank); it != ranks_.end()) {
+    const RankInfo& info = *it->second;
+    missing.host = info.hello.host;
+    missing.pid = info.hello.pid;
+    missing.process_gone = info.vanished || info.said_goodbye;
+    if (missing.state == LaggardState::kAlive && info.vanished) missing.state = LaggardState::kVanished;
+    if (missing.state == LaggardState::kAlive && info.said_goodbye) missing.state = LaggardState::kExited;
+  }
+  return missing;
+}
+
+// The oldest pending call of a pair: its rank waits, the peer has not made the other side.
+reports::DesyncReport CoordinatorCore::pair_desync_report(const Comm& comm, const PairQueue& queue, bool certain,
+                                                          uint64_t now_ns) const {
+  const PairQueue::Pending& front = queue.pending.front();
+  const Fingerprint& f = front.call;
+  const bool is_send = static_cast<Op>(f.op) == Op::kSend;
+  reports::DesyncReport report;
+  report.comm_id = comm.id;
+  report.seq = f.seq;
+  report.op = f.op;
+  report.point_to_point = true;
+  report.sender = is_send ? f.comm_rank : f.peer;
+  report.receiver = is_send ? f.peer : f.comm_rank;
+  report.certain = certain;
+  report.detected_ns = now_ns;
+  report.stuck_since_ns = queue.stuck_since_ns;
+  reports::WaitingRank waiting;
+  waiting.global_rank = comm.members[static_cast<size_t>(f.comm_rank)].global_rank;
+  waiting.comm_rank = f.comm_rank;
+  waiting.seq = f.seq;
+  waiting.op = f.op;
+  waiting.since_ns = f.start_ns;
+  waiting.stack = stack_of(waiting.global_rank, f.stack_id);
+  waiting.caller = f.caller;
+  report.waiting.push_back(std::move(waiting));
+  // The peer's last call of any kind: on a pipeline's communicator there may be no collective at all.
+  const Member& other = comm.members[static_cast<size_t>(f.peer)];
+  reports::MissingRank missing = missing_rank(comm, static_cast<size_t>(f.peer));
+  missing.has_last_call = other.has_call;
+  missing.last_seq = other.call_seq;
+  missing.last_op = other.call_op;
+  missing.last_peer = other.call_peer;
+  missing.last_call_ns = other.call_start_ns;
+  report.missing.push_back(std::move(missing));
   return report;
 }
 
@@ -633,13 +762,9 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   report.has_last_call = info.has_last_call;
   report.last_call = info.last_call;
   report.flight_recorder_path = info.hello.flight_recorder_path;
-  CoreVerdict verdict;
-  verdict.kind = VerdictKind::kVanished;
   // A rank that had ended all its communicators leaves nobody waiting: worth a report, not a stop.
-  verdict.action = has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn;
-  verdict.report = std::move(report);
-  ready_.push_back(std::move(verdict));
-  ++stats_.verdicts;
+  emit_verdict(VerdictKind::kVanished, has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn, 0, 0,
+               std::move(report));
   info.vanished = true;
   member_gone(rank, now_ns);
 }
@@ -683,9 +808,6 @@ void CoordinatorCore::check_nonfinite_stop(uint64_t now_ns) {
   report.firsts = nonfinite_firsts();
   report.requested_by = nonfinite_stop_rank_;
   report.detected_ns = nonfinite_stop_since_ns_;
-  CoreVerdict verdict;
-  verdict.kind = VerdictKind::kNonfinite;
-  verdict.action = VerdictAction::kAbort;  // the user asked for it (TRAINSCOPE_ON_NONFINITE=abort)
   // The call the value came from: the earliest batch, a rank that sent it before one that received it (the order of
   // reports::format_origin_text).
   const auto earliest =
@@ -694,37 +816,60 @@ void CoordinatorCore::check_nonfinite_stop(uint64_t now_ns) {
                          return std::make_tuple(a.batch_number, a.where, a.call_number, a.comm_id, a.rank) <
                                 std::make_tuple(b.batch_number, b.where, b.call_number, b.comm_id, b.rank);
                        });
-  if (earliest != report.firsts.end()) {
-    verdict.comm_id = earliest->comm_id;
-    verdict.seq = earliest->call_number;
-  }
-  verdict.report = std::move(report);
-  ready_.push_back(std::move(verdict));
-  ++stats_.verdicts;
+  const uint64_t comm_id = earliest != report.firsts.end() ? earliest->comm_id : 0;
+  const uint64_t seq = earliest != report.firsts.end() ? earliest->call_number : 0;
+  // Abort: the user asked for it (TRAINSCOPE_ON_NONFINITE=abort).
+  emit_verdict(VerdictKind::kNonfinite, VerdictAction::kAbort, comm_id, seq, std::move(report));
 }
 
 void CoordinatorCore::scan_timeouts(uint64_t now_ns) {
   for (auto& [id, comm_ptr] : comms_) {
-    Comm& comm = *comm_ptr;
-    if (comm.outstanding.empty() || comm.certain_reported) continue;
-    const Entry& front = comm.outstanding.front();
-    if (comm.warned_seq != comm.base_seq) {
-      comm.warned_seq = comm.base_seq;
-      comm.warnings = 0;
-      comm.next_warning_ns = front.first_arrival_ns + options_.desync_timeout_ns;
+    scan_collective_timeout(*comm_ptr, now_ns);
+    scan_pair_timeouts(*comm_ptr, now_ns);
+  }
+}
+
+void CoordinatorCore::scan_collective_timeout(Comm& comm, uint64_t now_ns) {
+  if (comm.outstanding.empty() || comm.certain_reported) return;
+  const Entry& front = comm.outstanding.front();
+  if (comm.warned_seq != comm.base_seq) {
+    comm.warned_seq = comm.base_seq;
+    comm.warnings = 0;
+    comm.next_warning_ns = front.first_arrival_ns + options_.desync_timeout_ns;
+  }
+  if (now_ns < comm.next_warning_ns) return;
+  reports::DesyncReport report = desync_report(comm, comm.base_seq, false, now_ns);
+  report.repeat = ++comm.warnings;
+  comm.next_warning_ns = now_ns + options_.desync_timeout_ns;
+  // A warning: alive but silent, and a checkpoint save on one rank looks the same.
+  emit_verdict(VerdictKind::kDesync, VerdictAction::kWarn, comm.id, comm.base_seq, std::move(report));
+}
+
+// One warning per stuck pair (about its oldest pending call), not one per pending call.
+void CoordinatorCore::scan_pair_timeouts(Comm& comm, uint64_t now_ns) {
+  std::vector<uint64_t> due;  // in pair order, so the reports come in a stable order
+  for (auto& [key, queue] : comm.pairs) {
+    if (queue.pending.empty()) continue;
+    queue.follow_front(options_.desync_timeout_ns);
+    if (queue.certain_reported) continue;
+    const Fingerprint& f = queue.pending.front().call;
+    if (comm.members[static_cast<size_t>(f.comm_rank)].ended != LaggardState::kAlive) continue;  // nobody waits
+    if (now_ns >= queue.next_warning_ns || comm.members[static_cast<size_t>(f.peer)].ended != LaggardState::kAlive)
+      due.push_back(key);
+  }
+  std::sort(due.begin(), due.end());
+  for (uint64_t key : due) {
+    PairQueue& queue = comm.pairs.at(key);
+    const Fingerprint& f = queue.pending.front().call;
+    if (comm.members[static_cast<size_t>(f.peer)].ended != LaggardState::kAlive) {
+      check_certain_pair(comm, queue, now_ns);  // the peer left: certain, not a warning
+      continue;
     }
-    if (now_ns < comm.next_warning_ns) continue;
-    reports::DesyncReport report = desync_report(comm, comm.base_seq, false, now_ns);
-    report.repeat = ++comm.warnings;
-    comm.next_warning_ns = now_ns + options_.desync_timeout_ns;
-    CoreVerdict verdict;
-    verdict.kind = VerdictKind::kDesync;
-    verdict.action = VerdictAction::kWarn;  // alive but silent: a checkpoint save on one rank looks the same
-    verdict.comm_id = comm.id;
-    verdict.seq = comm.base_seq;
-    verdict.report = std::move(report);
-    ready_.push_back(std::move(verdict));
-    ++stats_.verdicts;
+    reports::DesyncReport report = pair_desync_report(comm, queue, false, now_ns);
+    report.repeat = ++queue.warnings;
+    queue.next_warning_ns = now_ns + options_.desync_timeout_ns;
+    // A warning: the peer is alive and may still come, as after a long checkpoint save.
+    emit_verdict(VerdictKind::kDesync, VerdictAction::kWarn, comm.id, f.seq, std::move(report));
   }
 }
 

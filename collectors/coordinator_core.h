@@ -6,7 +6,14 @@
 // Memory: per communicator one reference fingerprint and an arrival count per call that some members reached and
 // others have not (a bounded window; what falls out of it is counted, not kept), plus a small fixed history per
 // member. Completed calls are forgotten at once. Calls complete in order because each rank's fingerprints arrive
-// in its own call order.
+// in its own call order. Sends and receives wait for their other side in one bounded queue per (sender, receiver)
+// pair (max_pending_point_to_point); a matched pair is forgotten at once.
+//
+// Desyncs of send/recv: the oldest unmatched send or receive of a pair is the call its rank is stuck in. Its other
+// side not come desync_timeout_ns after it arrived here (or after the call before it was matched, if later) is a
+// warning, repeated every further timeout; the peer that must make the other side having ended the communicator,
+// exited or vanished is a certain desync. A pending call whose own rank is gone leaves nobody waiting: nothing is
+// said about it.
 //
 // Thread safety: none; one thread (the server's) owns the core.
 #pragma once
@@ -35,6 +42,7 @@ struct CoordinatorOptions {
   VerdictAction on_mismatch = VerdictAction::kAbort;  // TRAINSCOPE_ON_MISMATCH
   VerdictAction on_desync = VerdictAction::kAbort;    // TRAINSCOPE_ON_DESYNC, for certain desyncs and vanished ranks
   uint64_t desync_timeout_ns = 300'000'000'000ull;    // TRAINSCOPE_DESYNC_TIMEOUT: alive-but-silent becomes a warning
+                                                      // (a collective, or a send/recv whose other side has not come)
   uint64_t mismatch_grace_ns = 2'000'000'000ull;      // a mismatch or certain-desync report waits this long for
                                                       // members not yet there
   uint64_t scan_interval_ns = 100'000'000ull;         // timeouts are looked for at most this often
@@ -123,6 +131,7 @@ class CoordinatorCore {
   struct Member;
   struct Entry;
   struct Comm;
+  struct PairQueue;
   struct RankInfo;
 
   RankInfo& rank_info(int32_t rank);
@@ -132,15 +141,25 @@ class CoordinatorCore {
   void on_comm_ended(Comm& comm, const Fingerprint& f, uint64_t now_ns);
   void member_gone(int32_t rank, uint64_t now_ns);
   void check_certain_desync(Comm& comm, uint64_t now_ns);
+  void check_certain_point_to_point(Comm& comm, int32_t gone_comm_rank, uint64_t now_ns);
+  void check_certain_pair(Comm& comm, PairQueue& queue, uint64_t now_ns);
   void complete_front(Comm& comm, uint64_t now_ns);
   void drop_front(Comm& comm, uint64_t now_ns);
   void start_mismatch(Comm& comm, Entry& entry, uint64_t seq, std::vector<std::string> differences, uint64_t now_ns);
   void emit_mismatch(Comm& comm, Entry& entry);
   void scan_timeouts(uint64_t now_ns);
+  void scan_collective_timeout(Comm& comm, uint64_t now_ns);
+  void scan_pair_timeouts(Comm& comm, uint64_t now_ns);
   reports::DesyncReport desync_report(const Comm& comm, uint64_t seq, bool certain, uint64_t now_ns) const;
+  reports::DesyncReport pair_desync_report(const Comm& comm, const PairQueue& queue, bool certain,
+                                           uint64_t now_ns) const;
+  reports::MissingRank missing_rank(const Comm& comm, size_t comm_rank) const;
   std::vector<std::string> stack_of(int32_t global_rank, uint32_t stack_id) const;
   bool has_live_comm(int32_t rank) const;
   void check_nonfinite_stop(uint64_t now_ns);
+  // Queues a verdict for tick() and counts it.
+  void emit_verdict(VerdictKind kind, VerdictAction action, uint64_t comm_id, uint64_t seq,
+                    decltype(CoreVerdict::report) report);
 
   CoordinatorOptions options_;
   std::unordered_map<int32_t, std::unique_ptr<RankInfo>> ranks_;

@@ -42,6 +42,18 @@ std::string shape_text(const Fingerprint& f, bool show_op) {
   return text;
 }
 
+// A send/recv is numbered per peer and direction: "send #7 to rank 1", "recv #7 from rank 0" (communicator ranks).
+std::string p2p_call_text(uint16_t op, uint64_t seq, int32_t peer) {
+  const bool send = static_cast<Op>(op) == Op::kSend;
+  return std::string(send ? "send #" : "recv #") + std::to_string(seq) + (send ? " to rank " : " from rank ") +
+         std::to_string(peer);
+}
+
+// The rank a send/recv desync's waiting side waits for.
+int32_t p2p_other(const DesyncReport& report) {
+  return static_cast<Op>(report.op) == Op::kSend ? report.receiver : report.sender;
+}
+
 std::string join(const std::vector<std::string>& parts, const char* separator) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? separator : "") + parts[i];
@@ -198,31 +210,52 @@ std::string mismatch_base_name(const MismatchReport& report) {
 }
 
 std::string format_desync_text(const DesyncReport& report) {
-  std::string out = "Desync on communicator " + recorder::short_hex_id(report.comm_id) + " at call #" +
-                    std::to_string(report.seq) + " (`" + op_text(report.op) + "`): ";
-  if (report.certain) {
-    out += "some members can never reach this call.\n";
+  const std::string stuck_for = recorder::duration_string(
+      report.detected_ns > report.stuck_since_ns ? report.detected_ns - report.stuck_since_ns : 0);
+  const std::string again = report.repeat > 1 ? " (reported again: still stuck)" : "";
+  const std::string alive = "a long checkpoint save or evaluation on some ranks looks like this too.\n";
+  std::string out = "Desync on communicator " + recorder::short_hex_id(report.comm_id);
+  if (report.point_to_point) {
+    const bool send_waits = static_cast<Op>(report.op) == Op::kSend;
+    const std::string waiting = std::to_string(send_waits ? report.sender : report.receiver);
+    const std::string other = std::to_string(p2p_other(report));
+    out += " at send #" + std::to_string(report.seq) + " from rank " + std::to_string(report.sender) + " to rank " +
+           std::to_string(report.receiver) + " (`ncclSend`/`ncclRecv`): rank " + waiting + " waits in " +
+           p2p_call_text(report.op, report.seq, p2p_other(report)) + "; rank " + other;
+    const char* side = send_waits ? "receive" : "send";
+    if (report.certain) {
+      out += " can never make that " + std::string(side) + ".\n";
+    } else {
+      out += " has not made that " + std::string(side) + " after " + stuck_for + again + ". It is alive; " + alive;
+    }
   } else {
-    out += "some members have not reached this call after " +
-           recorder::duration_string(
-               report.detected_ns > report.stuck_since_ns ? report.detected_ns - report.stuck_since_ns : 0) +
-           (report.repeat > 1 ? " (reported again: still stuck)" : "") +
-           ". They are alive; a long checkpoint save or evaluation on some ranks looks like this too.\n";
+    out += " at call #" + std::to_string(report.seq) + " (`" + op_text(report.op) + "`): ";
+    if (report.certain) {
+      out += "some members can never reach this call.\n";
+    } else {
+      out += "some members have not reached this call after " + stuck_for + again + ". They are alive; " + alive;
+    }
   }
+  // "Process 3 (communicator rank 1", "Process ? (communicator rank 1": the caller closes the parenthesis.
+  const auto label = [](int32_t global_rank, int32_t comm_rank) {
+    return std::string("Process ") + (global_rank >= 0 ? std::to_string(global_rank) : "?") + " (communicator rank " +
+           std::to_string(comm_rank);
+  };
   out += "Waiting in the communicator:\n";
   for (const WaitingRank& w : report.waiting) {
-    out += "  - " + process_label(w.global_rank, w.comm_rank) + " (communicator rank " + std::to_string(w.comm_rank) +
-           "): call #" + std::to_string(w.seq) + " `" + op_text(w.op) + "` " +
-           since_text(w.since_ns, report.detected_ns) + "\n";
+    out += "  - " + label(w.global_rank, w.comm_rank) + "): " +
+           (report.point_to_point ? p2p_call_text(w.op, w.seq, p2p_other(report)) : "call #" + std::to_string(w.seq)) +
+           " `" + op_text(w.op) + "` " + since_text(w.since_ns, report.detected_ns) + "\n";
   }
   out += "Not arrived:\n";
   for (const MissingRank& m : report.missing) {
-    out += "  - " + process_label(m.global_rank, m.comm_rank) + " (communicator rank " + std::to_string(m.comm_rank);
+    out += "  - " + label(m.global_rank, m.comm_rank);
     if (!m.host.empty()) out += ", host " + m.host + ", pid " + std::to_string(m.pid);
     out += "): ";
     if (m.has_last_call) {
-      out += "last call #" + std::to_string(m.last_seq) + " `" + op_text(m.last_op) + "` at " +
-             recorder::utc_date_time(m.last_call_ns);
+      out += "last call " +
+             (m.last_peer >= 0 ? p2p_call_text(m.last_op, m.last_seq, m.last_peer) : "#" + std::to_string(m.last_seq)) +
+             " `" + op_text(m.last_op) + "` at " + recorder::utc_date_time(m.last_call_ns);
     } else {
       out += "no call on this communicator seen";
     }
@@ -230,17 +263,34 @@ std::string format_desync_text(const DesyncReport& report) {
            (m.process_gone ? "gone" : "still running") + "\n";
   }
   if (!report.note.empty()) out += "Note: " + report.note + "\n";
+  if (report.point_to_point) {
+    out += "\nNative stack at the waiting call:\n";
+    for (const WaitingRank& w : report.waiting) {
+      out += "  " + process_label(w.global_rank, w.comm_rank) + ":\n";
+      if (w.stack.empty()) {
+        out += "    (no stack captured; call site " + hex_address(w.caller) + ")\n";
+        continue;
+      }
+      for (size_t i = 0; i < w.stack.size(); ++i) out += "    #" + std::to_string(i) + " " + w.stack[i] + "\n";
+    }
+  }
   return out;
 }
 
 nlohmann::json desync_json(const DesyncReport& report) {
   nlohmann::json waiting = nlohmann::json::array();
   for (const WaitingRank& w : report.waiting) {
-    waiting.push_back({{"process", w.global_rank},
-                       {"comm_rank", w.comm_rank},
-                       {"seq", w.seq},
-                       {"op", op_text(w.op)},
-                       {"since_ns", w.since_ns}});
+    nlohmann::json entry = {{"process", w.global_rank},
+                            {"comm_rank", w.comm_rank},
+                            {"seq", w.seq},
+                            {"op", op_text(w.op)},
+                            {"since_ns", w.since_ns}};
+    if (report.point_to_point) {
+      entry["peer"] = p2p_other(report);
+      entry["stack"] = w.stack;
+      entry["caller"] = hex_address(w.caller);
+    }
+    waiting.push_back(std::move(entry));
   }
   nlohmann::json missing = nlohmann::json::array();
   for (const MissingRank& m : report.missing) {
@@ -252,15 +302,20 @@ nlohmann::json desync_json(const DesyncReport& report) {
                             {"process_gone", m.process_gone}};
     if (m.has_last_call) {
       entry["last_call"] = {{"seq", m.last_seq}, {"op", op_text(m.last_op)}, {"start_ns", m.last_call_ns}};
+      if (m.last_peer >= 0) entry["last_call"]["peer"] = m.last_peer;
     } else {
       entry["last_call"] = nullptr;
     }
     missing.push_back(std::move(entry));
   }
+  const auto rank_or_null = [&](int32_t rank) { return report.point_to_point ? nlohmann::json(rank) : nullptr; };
   return {{"kind", "desync"},
           {"communicator", recorder::hex_id(report.comm_id)},
           {"seq", report.seq},
-          {"operation", op_text(report.op)},
+          {"operation", report.point_to_point ? "ncclSend/ncclRecv" : op_text(report.op)},
+          {"point_to_point", report.point_to_point},
+          {"sender", rank_or_null(report.sender)},
+          {"receiver", rank_or_null(report.receiver)},
           {"certain", report.certain},
           {"repeat", report.repeat},
           {"detected_ns", report.detected_ns},
@@ -271,7 +326,10 @@ nlohmann::json desync_json(const DesyncReport& report) {
 }
 
 std::string desync_base_name(const DesyncReport& report) {
-  std::string name = "desync-" + recorder::short_hex_id(report.comm_id) + "-" + std::to_string(report.seq);
+  std::string name = "desync-" + recorder::short_hex_id(report.comm_id) + "-";
+  if (report.point_to_point)
+    name += "send-" + std::to_string(report.sender) + "-" + std::to_string(report.receiver) + "-";
+  name += std::to_string(report.seq);
   if (report.repeat > 1) name += "-" + std::to_string(report.repeat);
   return name;
 }

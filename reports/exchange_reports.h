@@ -50,9 +50,11 @@ const char* laggard_state_text(LaggardState state);  // "destroyed the communica
 struct WaitingRank {
   int32_t global_rank = -1;
   int32_t comm_rank = -1;
-  uint64_t seq = 0;  // the call it is in (its latest on the communicator)
+  uint64_t seq = 0;  // the call it is in (its latest on the communicator); send/recv: its number for that peer
   uint16_t op = 0;
-  uint64_t since_ns = 0;  // CLOCK_REALTIME of the rank, when that call started
+  uint64_t since_ns = 0;           // CLOCK_REALTIME of the rank, when that call started
+  std::vector<std::string> stack;  // send/recv only: symbolised frames of the call, innermost first (may be empty)
+  uint64_t caller = 0;             // send/recv only: the call site, shown when no stack was captured
 };
 
 struct MissingRank {
@@ -61,21 +63,29 @@ struct MissingRank {
   std::string host;
   int32_t pid = 0;
   bool has_last_call = false;
-  uint64_t last_seq = 0;  // its last call on this communicator
+  uint64_t last_seq = 0;  // its last call on this communicator (a send/recv: its number for that peer)
   uint16_t last_op = 0;
+  int32_t last_peer = -1;  // the last call was a send/recv: to / from this communicator rank
   uint64_t last_call_ns = 0;
   LaggardState state = LaggardState::kUnknown;
   bool process_gone = false;
 };
 
+// A collective some members reached and others did not, or (point_to_point) a send or receive whose other side has
+// not come: the n-th send from `sender` to `receiver` meets the n-th receive on `receiver` from `sender`; the one
+// rank in `waiting` made its side, the one in `missing` did not.
 struct DesyncReport {
   uint64_t comm_id = 0;
-  uint64_t seq = 0;      // the first call some members reached and others did not
-  uint16_t op = 0;       // that call's operation, as the members that reached it issued it
+  uint64_t seq = 0;  // the first call some members reached and others did not; send/recv: the send's number n
+  uint16_t op = 0;   // that call's operation, as the members that reached it issued it (send/recv: the waiting side's)
+  bool point_to_point = false;
+  int32_t sender = -1;  // point_to_point: the pair, by communicator rank
+  int32_t receiver = -1;
   bool certain = false;  // a missing member can never arrive (communicator ended, process exited or vanished)
   uint32_t repeat = 1;   // 2, 3, ...: the same stuck call reported again after another timeout
   uint64_t detected_ns = 0;
-  uint64_t stuck_since_ns = 0;  // coordinator time when the first member arrived at the call
+  uint64_t stuck_since_ns = 0;  // coordinator time when the first member arrived at the call (send/recv: when the
+                                // waiting call arrived, or the one before it on the pair was matched if later)
   std::vector<WaitingRank> waiting;
   std::vector<MissingRank> missing;
   std::string note;  // e.g. that a missing rank dropped fingerprints, so the verdict may be wrong
@@ -97,7 +107,9 @@ std::string mismatch_base_name(const MismatchReport& report);  // "mismatch-3f2a
 
 std::string format_desync_text(const DesyncReport& report);
 nlohmann::json desync_json(const DesyncReport& report);
-std::string desync_base_name(const DesyncReport& report);  // "desync-3f2a9c-813", "...-813-2" when repeated
+// "desync-3f2a9c-813", "...-813-2" when repeated; a send/recv: "desync-3f2a9c-send-0-1-7" (send #7 from communicator
+// rank 0 to communicator rank 1), "...-7-2" when repeated — never the name of a collective's desync.
+std::string desync_base_name(const DesyncReport& report);
 
 std::string format_vanished_text(const VanishedReport& report);
 nlohmann::json vanished_json(const VanishedReport& report);

@@ -578,13 +578,37 @@ void mismatch_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back("mismatches: " + std::to_string(n) + " (" + (n > 1 ? "first: " : "") + first + ")");
 }
 
+// "desync-3f2a9c-send-0-1-7" -> a send/recv desync: send #7 from communicator rank 0 to communicator rank 1.
+bool parse_send_name(std::string_view base, int32_t* sender, int32_t* receiver, std::optional<uint64_t>* seq) {
+  const size_t at = base.find("-send-");
+  if (at == std::string_view::npos) return false;
+  std::string_view rest = base.substr(at + std::strlen("-send-"));
+  std::optional<uint64_t> numbers[3];
+  for (std::optional<uint64_t>& n : numbers) {
+    n = leading_number(rest);
+    const size_t dash = rest.find('-');
+    rest = dash == std::string_view::npos ? std::string_view() : rest.substr(dash + 1);
+  }
+  const auto rank = [](std::optional<uint64_t> n) {
+    return n && *n <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) ? static_cast<int32_t>(*n) : -1;
+  };
+  *sender = rank(numbers[0]);
+  *receiver = rank(numbers[1]);
+  *seq = numbers[2];
+  return true;
+}
+
 void desync_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
-  std::vector<std::pair<std::string, std::optional<uint64_t>>> calls;  // distinct stuck calls
+  // Distinct stuck calls: (communicator, number, send/recv pair or -1, -1).
+  std::vector<std::tuple<std::string, std::optional<uint64_t>, int32_t, int32_t>> calls;
   std::string first;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kDesync)) {
     std::string comm;
     std::optional<uint64_t> seq;
+    bool p2p = false;  // a send/recv whose other side has not come: seq is the send's number
+    int32_t sender = -1;
+    int32_t receiver = -1;
     std::string operation;
     std::vector<int32_t> waiting;
     std::vector<std::pair<std::string, std::vector<int32_t>>> missing_by_state;  // in order of appearance
@@ -597,6 +621,11 @@ void desync_line(const RunSummary& summary, Analysis* a) {
       operation = string_member(r->json, "operation");
       certain = bool_member(r->json, "certain", false);
       repeat = uint_member(r->json, "repeat");
+      p2p = bool_member(r->json, "point_to_point", false);
+      if (p2p) {
+        sender = rank_member(r->json, "sender");
+        receiver = rank_member(r->json, "receiver");
+      }
       for (const json* w : objects_in(r->json, "waiting")) waiting.push_back(rank_member(*w, "process"));
       for (const json* m : objects_in(r->json, "missing")) {
         const int32_t rank = rank_member(*m, "process");
@@ -612,19 +641,24 @@ void desync_line(const RunSummary& summary, Analysis* a) {
       }
     } else {
       parse_call_name(r->base_name, "desync-", &comm, &seq);
+      p2p = parse_send_name(r->base_name, &sender, &receiver, &seq);
     }
     items.push_back({{"file", source_file(*r)},
                      {"communicator", string_or_null(comm)},
                      {"seq", optional_json(seq)},
                      {"operation", string_or_null(operation)},
+                     {"point_to_point", p2p},
+                     {"sender", rank_json(sender)},
+                     {"receiver", rank_json(receiver)},
                      {"certain", certain},
                      {"repeat", optional_json(repeat)},
                      {"waiting", waiting},
                      {"missing", std::move(missing)}});
-    const auto call = std::make_pair(comm.substr(0, std::min<size_t>(comm.size(), 6)), seq);
+    const auto call =
+        std::make_tuple(comm.substr(0, std::min<size_t>(comm.size(), 6)), seq, p2p ? sender : -1, p2p ? receiver : -1);
     if (std::find(calls.begin(), calls.end(), call) == calls.end()) calls.push_back(call);
     if (!first.empty()) continue;
-    first = "communicator " + short_comm(comm) + " call #" + (seq ? std::to_string(*seq) : "?");
+    first = "communicator " + short_comm(comm) + (p2p ? " send #" : " call #") + (seq ? std::to_string(*seq) : "?");
     if (!operation.empty()) first += " `" + operation + "`";
     std::vector<std::string> missing_parts;
     for (const auto& [state, ranks] : missing_by_state)

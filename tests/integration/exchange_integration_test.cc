@@ -163,6 +163,35 @@ TEST(Exchange, RankThatJustExitsIsACertainDesync) {
   EXPECT_NE(text.find("exited"), std::string::npos) << text;
 }
 
+TEST(Exchange, RankThatSkipsASendAndEndsLeavesItsPeerInACertainPointToPointDesync) {
+  TempDir dir;
+  // Rank 0 skips its send to rank 1 in the last step (it would have been send #10) and ends normally: rank 1 waits
+  // in recv #10 from rank 0 forever, which the verdict stops.
+  const ProcessResult job = testing::run_process(scenario("skip-send", 0, 9), job_options(dir));
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, kVerdictExit) << job.err;
+  int count = 0;
+  const std::string text = report(dir, "desync-", &count);
+  EXPECT_EQ(count, 1) << text;
+  EXPECT_NE(text.find(" at send #10 from rank 0 to rank 1 (`ncclSend`/`ncclRecv`): rank 1 waits in recv #10 from "
+                      "rank 0; rank 0 can never make that send.\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  - Process 1 (communicator rank 1): recv #10 from rank 0 `ncclRecv` since "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  - Process 0 (communicator rank 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("destroyed the communicator"), std::string::npos) << text;
+  EXPECT_NE(text.find("Native stack at the waiting call:\n  Process 1:\n"), std::string::npos) << text;
+  std::string json;
+  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("desync-") && name.ends_with("-send-0-1-10.json")) json = testing::read_file(entry.path());
+  }
+  ASSERT_FALSE(json.empty()) << "no desync-<communicator>-send-0-1-10.json";
+  for (const char* field : {"\"point_to_point\": true", "\"sender\": 0", "\"receiver\": 1", "\"seq\": 10"})
+    EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
+}
+
 TEST(Exchange, RankAliveButSilentIsAWarningAfterTheTimeoutAndTheJobIsNotStopped) {
   TempDir dir;
   ProcessOptions options = job_options(dir);

@@ -1,9 +1,11 @@
 // An unmodified NCCL program that trains for a few steps and, on request, goes wrong on one rank in one of the
 // ways our users meet: a collective with another shape, type, reduction op, root or operation, a send/recv pair
-// that disagrees, or a rank that leaves the loop early (destroying its communicator, or just exiting).
+// that disagrees, a rank that leaves the loop early (destroying its communicator, or just exiting), or one that
+// skips its send to the next rank and then ends as if that step were its last (skip-send: its neighbour waits in
+// that receive forever, as a pipeline stage whose peer counted one micro-batch less).
 //
 //   scenario_program [--steps N] [--count N] [--fault KIND --rank R --step S]
-// KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang
+// KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang, skip-send
 #include <nccl.h>
 #include <unistd.h>
 
@@ -82,10 +84,16 @@ int main(int argc, char** argv) {
       const int right = (job.rank + 1) % job.world;
       const int left = (job.rank + job.world - 1) % job.world;
       const size_t sent = faulty && fault == "p2p-count" ? 64 : 128;
+      const bool skip_send = faulty && fault == "skip-send";
       tsprog::check(ncclGroupStart(), "group start");
-      tsprog::check(ncclSend(grads.data(), sent, ncclFloat32, right, comm, nullptr), "send");
+      if (!skip_send) tsprog::check(ncclSend(grads.data(), sent, ncclFloat32, right, comm, nullptr), "send");
       tsprog::check(ncclRecv(other.data(), 128, ncclFloat32, left, comm, nullptr), "recv");
       tsprog::check(ncclGroupEnd(), "group end");
+      if (skip_send) {
+        std::printf("rank %d skipped its send to rank %d at step %d and leaves the loop\n", job.rank, right, step);
+        std::fflush(stdout);
+        break;
+      }
     }
   }
   tsprog::check(ncclCommDestroy(comm), "destroy");

@@ -1,5 +1,6 @@
-// The coordinator's rules with injected time: every kind of mismatch, certain and timed desyncs, vanished ranks,
-// a long clean run without any verdict, the memory bound, and the job manifest's warnings.
+// The coordinator's rules with injected time: every kind of mismatch, certain and timed desyncs (of collectives and of
+// sends/receives whose other side never comes), vanished ranks, long clean runs without any verdict, the memory
+// bounds, and the job manifest's warnings.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -402,6 +403,383 @@ TEST_F(CoreTest, LostFingerprintsCountAsArrivalsNotAsDesync) {
   EXPECT_EQ(core_.stats().outstanding_calls, 0u);
 }
 
+// ---- send/recv desyncs: a send or receive whose other side never comes ----
+
+Fingerprint send(int32_t from, int32_t to, uint64_t n, int32_t nranks = 2) {
+  return call(from, nranks, n, Op::kSend, 128, kFloat32, -1, to);
+}
+Fingerprint recv(int32_t on, int32_t from, uint64_t n, int32_t nranks = 2) {
+  return call(on, nranks, n, Op::kRecv, 128, kFloat32, -1, from);
+}
+
+Hello hello_of(int32_t rank) {
+  Hello hello;
+  hello.global_rank = rank;
+  hello.world_size = 2;
+  hello.host = "node" + std::to_string(rank);
+  hello.pid = 100 + rank;
+  return hello;
+}
+
+class PointToPointTest : public CoreTest {
+ protected:
+  static CoordinatorOptions options() {
+    CoordinatorOptions options;
+    options.desync_timeout_ns = 300 * kSecond;
+    options.scan_interval_ns = 0;  // every tick looks: the timeout is checked to the nanosecond
+    return options;
+  }
+  PointToPointTest() : CoreTest(options()) {
+    for (int32_t r = 0; r < 2; ++r) core_.on_hello(hello_of(r), kT0);
+  }
+};
+
+TEST_F(PointToPointTest, RecvWithoutItsSendIsAWarningAfterTheTimeoutThenAgain) {
+  feed(send(0, 1, 1), kT0);
+  feed(recv(1, 0, 1), kT0);
+  // Rank 1 waits in its 2nd and 3rd receive from rank 0, which made one send only: one warning, about the 2nd.
+  feed(recv(1, 0, 2), kT0 + kSecond);
+  feed(recv(1, 0, 3), kT0 + 2 * kSecond);
+  EXPECT_TRUE(tick(kT0 + kSecond).empty());
+  EXPECT_TRUE(tick(kT0 + 301 * kSecond - 1).empty());
+  auto verdicts = tick(kT0 + 301 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+  EXPECT_EQ(verdicts[0].comm_id, kComm);
+  EXPECT_EQ(verdicts[0].seq, 2u);
+  const auto& first = desync_of(verdicts[0]);
+  EXPECT_TRUE(first.point_to_point);
+  EXPECT_FALSE(first.certain);
+  EXPECT_EQ(first.repeat, 1u);
+  EXPECT_EQ(first.sender, 0);
+  EXPECT_EQ(first.receiver, 1);
+  EXPECT_EQ(first.seq, 2u);
+  EXPECT_EQ(first.op, uint16_t(Op::kRecv));
+  EXPECT_EQ(first.stuck_since_ns, kT0 + kSecond);
+  ASSERT_EQ(first.waiting.size(), 1u);
+  EXPECT_EQ(first.waiting[0].global_rank, 1);
+  EXPECT_EQ(first.waiting[0].seq, 2u);
+  EXPECT_EQ(first.waiting[0].since_ns, recv(1, 0, 2).start_ns);
+  ASSERT_EQ(first.missing.size(), 1u);
+  EXPECT_EQ(first.missing[0].global_rank, 0);
+  EXPECT_EQ(first.missing[0].state, reports::LaggardState::kAlive);
+  EXPECT_EQ(first.missing[0].host, "node0");
+  EXPECT_EQ(first.missing[0].last_op, uint16_t(Op::kSend));
+  EXPECT_EQ(first.missing[0].last_seq, 1u);
+  EXPECT_EQ(first.missing[0].last_peer, 1);
+  EXPECT_EQ(reports::desync_base_name(first), "desync-3f2a9c-send-0-1-2");
+  const std::string text = reports::format_desync_text(first);
+  EXPECT_NE(text.find("rank 1 waits in recv #2 from rank 0; rank 0 has not made that send after 300.00s. It is alive"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("last call send #1 to rank 1 `ncclSend`"), std::string::npos) << text;
+  // Not again before another timeout; then again, as the same stuck receive.
+  EXPECT_TRUE(tick(kT0 + 600 * kSecond).empty());
+  verdicts = tick(kT0 + 601 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
+  EXPECT_EQ(desync_of(verdicts[0]).seq, 2u);
+  EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-send-0-1-2-2");
+  // The sends come: nothing more is said.
+  feed(send(0, 1, 2), kT0 + 700 * kSecond);
+  feed(send(0, 1, 3), kT0 + 700 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 2000 * kSecond).empty());
+  EXPECT_EQ(core_.stats().verdicts, 2u);
+}
+
+TEST_F(PointToPointTest, SendWithoutItsRecvIsAWarningAfterTheTimeoutThenAgain) {
+  feed(send(0, 1, 1), kT0);
+  feed(recv(1, 0, 1), kT0);
+  feed(send(1, 0, 1), kT0 + 10 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 310 * kSecond - 1).empty());
+  auto verdicts = tick(kT0 + 310 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.point_to_point);
+  EXPECT_EQ(report.sender, 1);
+  EXPECT_EQ(report.receiver, 0);
+  EXPECT_EQ(report.seq, 1u);
+  EXPECT_EQ(report.op, uint16_t(Op::kSend));
+  ASSERT_EQ(report.waiting.size(), 1u);
+  EXPECT_EQ(report.waiting[0].global_rank, 1);
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].global_rank, 0);
+  EXPECT_EQ(report.missing[0].last_op, uint16_t(Op::kSend));
+  EXPECT_EQ(report.missing[0].last_peer, 1);
+  EXPECT_EQ(reports::desync_base_name(report), "desync-3f2a9c-send-1-0-1");
+  const std::string text = reports::format_desync_text(report);
+  EXPECT_NE(text.find("rank 1 waits in send #1 to rank 0; rank 0 has not made that receive after 300.00s."),
+            std::string::npos)
+      << text;
+  EXPECT_TRUE(tick(kT0 + 609 * kSecond).empty());
+  verdicts = tick(kT0 + 610 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
+}
+
+TEST_F(PointToPointTest, MatchedPairsArrivingLateInEitherOrderAreNoDesync) {
+  uint64_t now = kT0;
+  for (uint64_t n = 1; n <= 50; ++n) {
+    const bool send_first = n % 2 == 0;
+    feed(send_first ? send(0, 1, n) : recv(1, 0, n), now);
+    feed(send_first ? recv(0, 1, n) : send(1, 0, n), now);
+    ASSERT_TRUE(tick(now + 299 * kSecond).empty()) << n;
+    // The other side comes just within the timeout.
+    now += 299 * kSecond;
+    feed(send_first ? recv(1, 0, n) : send(0, 1, n), now);
+    feed(send_first ? send(1, 0, n) : recv(0, 1, n), now);
+    ASSERT_TRUE(tick(now).empty()) << n;
+  }
+  for (int32_t r = 0; r < 2; ++r) core_.on_goodbye(r, now);
+  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_EQ(core_.stats().verdicts, 0u);
+  EXPECT_EQ(core_.stats().lost_counterparts, 0u);
+}
+
+TEST_F(PointToPointTest, ReceivesPostedFarAheadWaitFromTheMatchBeforeThemNotFromTheirArrival) {
+  // Rank 1 posts ten receives at once; rank 0 sends one every 200 s: slow, but the pair moves.
+  for (uint64_t n = 1; n <= 10; ++n) feed(recv(1, 0, n), kT0);
+  for (uint64_t n = 1; n <= 5; ++n) {
+    ASSERT_TRUE(tick(kT0 + (200 * n - 1) * kSecond).empty()) << n;
+    feed(send(0, 1, n), kT0 + 200 * n * kSecond);
+  }
+  // Then rank 0 stops sending: receive #6 waits from the match of #5 on.
+  EXPECT_TRUE(tick(kT0 + 1300 * kSecond - 1).empty());
+  const auto verdicts = tick(kT0 + 1300 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).seq, 6u);
+  EXPECT_EQ(desync_of(verdicts[0]).stuck_since_ns, kT0 + 1000 * kSecond);
+}
+
+enum class HowItLeft { kDestroyed, kExited, kVanished };
+
+class PeerLeftTest : public PointToPointTest, public ::testing::WithParamInterface<HowItLeft> {
+ protected:
+  void leave(int32_t rank, uint64_t now) {
+    switch (GetParam()) {
+      case HowItLeft::kDestroyed:
+        feed(ended(rank, 2, Op::kCommDestroy), now);
+        break;
+      case HowItLeft::kExited:
+        core_.on_goodbye(rank, now);
+        core_.on_disconnect(rank, true, now);
+        break;
+      case HowItLeft::kVanished:
+        core_.on_disconnect(rank, false, now);
+        break;
+    }
+  }
+  // The verdicts but the vanished-rank report.
+  static std::vector<CoreVerdict> desyncs(std::vector<CoreVerdict> verdicts) {
+    std::erase_if(verdicts, [](const CoreVerdict& v) { return v.kind == VerdictKind::kVanished; });
+    return verdicts;
+  }
+  static reports::LaggardState state() {
+    switch (GetParam()) {
+      case HowItLeft::kDestroyed:
+        return reports::LaggardState::kDestroyed;
+      case HowItLeft::kExited:
+        return reports::LaggardState::kExited;
+      case HowItLeft::kVanished:
+        return reports::LaggardState::kVanished;
+    }
+    return reports::LaggardState::kUnknown;
+  }
+};
+
+TEST_P(PeerLeftTest, WhileARecvWaitsForItIsACertainDesync) {
+  for (uint64_t n = 1; n <= 6; ++n) {
+    feed(send(0, 1, n), kT0);
+    feed(recv(1, 0, n), kT0);
+  }
+  core_.on_stack(StackDefinition{1, 9, {"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"}});
+  Fingerprint waiting = recv(1, 0, 7);
+  waiting.stack_id = 9;
+  feed(waiting, kT0 + kSecond);
+  EXPECT_TRUE(tick(kT0 + kSecond).empty());
+  leave(0, kT0 + 2 * kSecond);
+  const auto verdicts = desyncs(tick(kT0 + 2 * kSecond));
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  EXPECT_EQ(verdicts[0].seq, 7u);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.point_to_point);
+  EXPECT_TRUE(report.certain);
+  EXPECT_EQ(report.sender, 0);
+  EXPECT_EQ(report.receiver, 1);
+  EXPECT_EQ(report.seq, 7u);
+  ASSERT_EQ(report.waiting.size(), 1u);
+  EXPECT_EQ(report.waiting[0].stack,
+            (std::vector<std::string>{"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"}));
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].state, state());
+  EXPECT_EQ(report.missing[0].process_gone, GetParam() != HowItLeft::kDestroyed);
+  EXPECT_EQ(report.missing[0].last_seq, 6u);
+  EXPECT_EQ(report.missing[0].last_op, uint16_t(Op::kSend));
+  const std::string text = reports::format_desync_text(report);
+  EXPECT_NE(text.find("rank 1 waits in recv #7 from rank 0; rank 0 can never make that send.\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(reports::laggard_state_text(state())), std::string::npos) << text;
+  EXPECT_NE(text.find("    #0 recv_activations at pipeline.cc:88\n"), std::string::npos) << text;
+  // Reported once: no timeout warnings about it later.
+  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kSecond)).empty());
+}
+
+TEST_P(PeerLeftTest, BeforeTheWaitingSideArrivesIsACertainDesyncWhenItDoes) {
+  // Rank 1 left after its 3 receives; rank 0's 4th send to it arrives afterwards.
+  for (uint64_t n = 1; n <= 3; ++n) {
+    feed(send(0, 1, n), kT0);
+    feed(recv(1, 0, n), kT0);
+  }
+  leave(1, kT0 + kSecond);
+  const auto at_leave = tick(kT0 + kSecond);
+  EXPECT_TRUE(desyncs(at_leave).empty());
+  feed(send(0, 1, 4), kT0 + 2 * kSecond);
+  const auto verdicts = desyncs(tick(kT0 + 2 * kSecond));
+  if (GetParam() == HowItLeft::kVanished) {
+    // Vanishing while still a member of a live communicator stopped the job already: what follows is no news.
+    ASSERT_EQ(at_leave.size(), 1u);
+    EXPECT_EQ(at_leave[0].action, VerdictAction::kAbort);
+    EXPECT_TRUE(verdicts.empty());
+    return;
+  }
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.certain);
+  EXPECT_EQ(report.op, uint16_t(Op::kSend));
+  EXPECT_EQ(report.waiting[0].global_rank, 0);
+  EXPECT_EQ(report.missing[0].global_rank, 1);
+  EXPECT_NE(reports::format_desync_text(report).find("rank 0 waits in send #4 to rank 1; rank 1 can never make that "
+                                                     "receive.\n"),
+            std::string::npos);
+}
+
+TEST_P(PeerLeftTest, AfterItsLastSendMatchedTheOtherSideStillComingIsNoDesync) {
+  // Rank 0 made its 3 sends and left; rank 1's receives are still on their way: nobody waits for rank 0.
+  for (uint64_t n = 1; n <= 3; ++n) feed(send(0, 1, n), kT0);
+  leave(0, kT0 + kSecond);
+  EXPECT_TRUE(desyncs(tick(kT0 + kSecond)).empty());
+  // Its own sends wait for nobody either, however long the receives take.
+  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kSecond)).empty());
+  for (uint64_t n = 1; n <= 3; ++n) feed(recv(1, 0, n), kT0 + 1001 * kSecond);
+  EXPECT_TRUE(desyncs(tick(kT0 + 2000 * kSecond)).empty());
+  EXPECT_EQ(core_.stats().lost_counterparts, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(HowItLeft, PeerLeftTest,
+                         ::testing::Values(HowItLeft::kDestroyed, HowItLeft::kExited, HowItLeft::kVanished),
+                         [](const ::testing::TestParamInfo<HowItLeft>& param_info) {
+                           switch (param_info.param) {
+                             case HowItLeft::kDestroyed:
+                               return "Destroyed";
+                             case HowItLeft::kExited:
+                               return "Exited";
+                             case HowItLeft::kVanished:
+                               return "Vanished";
+                           }
+                           return "Unknown";
+                         });
+
+TEST(PointToPointOptionsTest, CertainDesyncFollowsOnDesyncAndAPeerThatDroppedFingerprintsOnlyWarns) {
+  for (const bool lossy : {false, true}) {
+    CoordinatorOptions options;
+    options.on_desync = VerdictAction::kWarn;
+    CoordinatorCore core(options);
+    const Fingerprint s = send(0, 1, 1);
+    core.on_fingerprints(0, {&s, 1}, lossy ? 5 : 0, kT0);
+    const Fingerprint r1 = recv(1, 0, 1);
+    const Fingerprint r2 = recv(1, 0, 2);
+    core.on_fingerprints(1, {&r1, 1}, 0, kT0);
+    core.on_fingerprints(1, {&r2, 1}, 0, kT0);
+    core.on_goodbye(0, kT0);
+    auto verdicts = core.tick(kT0);
+    ASSERT_EQ(verdicts.size(), 1u) << lossy;
+    EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+    EXPECT_EQ(desync_of(verdicts[0]).note.empty(), !lossy);
+  }
+  // Abort by default, warn only for the lossy peer.
+  CoordinatorCore core;
+  const Fingerprint s = send(0, 1, 1);
+  core.on_fingerprints(0, {&s, 1}, 5, kT0);
+  const Fingerprint r = recv(1, 0, 2);
+  core.on_fingerprints(1, {&r, 1}, 0, kT0);  // the fingerprint of its first receive is not here
+  core.on_goodbye(0, kT0);
+  auto verdicts = core.tick(kT0);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+  EXPECT_NE(reports::format_desync_text(desync_of(verdicts[0])).find("Note: the missing rank dropped fingerprints"),
+            std::string::npos);
+}
+
+TEST_F(PointToPointTest, HealthyPipelineEndIsNoVerdict) {
+  // Four stages, 200 micro-batches: activations forward (r -> r+1), gradients back (r+1 -> r). Each rank's
+  // fingerprints arrive in batches of its own, in a different order per rank; the last stage's arrive only after
+  // every other stage has destroyed its communicator and said goodbye.
+  constexpr int32_t kStages = 4;
+  constexpr uint64_t kMicroBatches = 200;
+  std::vector<std::vector<Fingerprint>> calls(kStages);
+  for (uint64_t n = 1; n <= kMicroBatches; ++n) {
+    for (int32_t r = 0; r < kStages; ++r) {
+      if (r > 0) calls[r].push_back(recv(r, r - 1, n, kStages));
+      if (r + 1 < kStages) calls[r].push_back(send(r, r + 1, n, kStages));
+    }
+    for (int32_t r = kStages - 1; r >= 0; --r) {
+      if (r + 1 < kStages) calls[r].push_back(recv(r, r + 1, n, kStages));
+      if (r > 0) calls[r].push_back(send(r, r - 1, n, kStages));
+    }
+  }
+  for (int32_t r = 0; r < kStages; ++r) calls[r].push_back(ended(r, kStages, Op::kCommDestroy));
+  uint64_t now = kT0;
+  std::vector<size_t> next(kStages, 0);
+  const auto fed = [&] {
+    return next[0] == calls[0].size() && next[1] == calls[1].size() && next[2] == calls[2].size();
+  };
+  for (int32_t round = 0; !fed(); ++round) {
+    for (int32_t r : {2, 0, 1}) {
+      const size_t n = std::min<size_t>(17 + 5 * r, calls[r].size() - next[r]);
+      core_.on_fingerprints(r, std::span(calls[r]).subspan(next[r], n), 0, now);
+      next[r] += n;
+    }
+    now += kSecond / 10;
+    ASSERT_TRUE(tick(now).empty()) << round;
+  }
+  for (int32_t r : {1, 0, 2}) core_.on_goodbye(r, now);
+  ASSERT_TRUE(tick(now).empty());
+  for (size_t at = 0; at < calls[kStages - 1].size(); at += 50) {
+    core_.on_fingerprints(
+        kStages - 1, std::span(calls[kStages - 1]).subspan(at, std::min<size_t>(50, calls[kStages - 1].size() - at)), 0,
+        now);
+    ASSERT_TRUE(tick(now).empty()) << at;
+  }
+  core_.on_goodbye(kStages - 1, now);
+  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_EQ(core_.stats().verdicts, 0u);
+  EXPECT_EQ(core_.stats().lost_counterparts, 0u);
+}
+
+TEST_F(PointToPointTest, PeerLeavingOnAStopRequestIsNoDesync) {
+  feed(send(0, 1, 1), kT0);
+  feed(recv(1, 0, 1), kT0);
+  feed(recv(1, 0, 2), kT0);  // rank 1 waits when rank 0 stops the job after its batch
+  core_.on_goodbye(0, kT0 + kSecond, /*stopping_job=*/true);
+  for (uint64_t t = 1; t < 2000; t += 100) EXPECT_TRUE(tick(kT0 + t * kSecond).empty()) << t;
+}
+
+TEST_F(PointToPointTest, PeerLeavingAfterAnAbortVerdictIsNoFurtherDesync) {
+  // A collective mismatch stops the job; rank 0 then leaves while rank 1 waits in a receive from it.
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  feed(call(1, 2, 1, Op::kAllReduce, 9));
+  auto verdicts = tick(kT0);
+  ASSERT_EQ(verdicts.size(), 1u);
+  ASSERT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  feed(recv(1, 0, 1), kT0 + kSecond);
+  core_.on_disconnect(0, false, kT0 + 2 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 2 * kSecond).empty());
+}
+
 TEST(CoreMemoryTest, OutstandingCallsStayWithinTheWindow) {
   CoordinatorOptions options;
   options.max_outstanding_calls = 1000;
@@ -428,6 +806,22 @@ TEST(CoreMemoryTest, PendingPointToPointIsBounded) {
     core.on_fingerprints(0, {&f, 1}, 0, kT0);
   }
   EXPECT_EQ(core.stats().untracked_point_to_point, 84u);
+  // Stuck, the pair is one warning about its oldest send, however many wait behind it.
+  auto verdicts = core.tick(kT0 + options.desync_timeout_ns);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).seq, 1u);
+  EXPECT_EQ(core.stats().untracked_point_to_point, 84u);
+}
+
+TEST(CoreMemoryTest, NoPendingPointToPointWithABoundOfZero) {
+  CoordinatorOptions options;
+  options.max_pending_point_to_point = 0;
+  CoordinatorCore core(options);
+  const Fingerprint f = send(0, 1, 1);
+  core.on_fingerprints(0, {&f, 1}, 0, kT0);
+  EXPECT_EQ(core.stats().untracked_point_to_point, 1u);
+  core.on_goodbye(1, kT0);
+  EXPECT_TRUE(core.tick(kT0 + options.desync_timeout_ns).empty());
 }
 
 TEST(CoreManifestTest, WarnsAboutHeterogeneousGpusVersionsAndOldKernels) {

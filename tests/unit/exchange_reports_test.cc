@@ -1,4 +1,5 @@
-// The exchange's report files: both forms written mode 0600, never overwriting an earlier report.
+// The exchange's report files: both forms written mode 0600, never overwriting an earlier report; the desync
+// report of a send/recv to the character, and its file name apart from the collective's.
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -6,10 +7,166 @@
 #include <string>
 
 #include "reports/exchange_reports.h"
+#include "reports/recorder_report.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::reports {
 namespace {
+
+using recorder::Op;
+
+constexpr uint64_t kT0 = 1700000000000000000ull;
+constexpr uint64_t kSecond = 1000000000ull;
+
+// Process 1 waits in its 7th receive from process 0, which made 6 sends and destroyed the communicator.
+DesyncReport point_to_point_desync() {
+  DesyncReport report;
+  report.comm_id = 0x3f2a9c0011223344ull;
+  report.seq = 7;
+  report.op = static_cast<uint16_t>(Op::kRecv);
+  report.point_to_point = true;
+  report.sender = 0;
+  report.receiver = 1;
+  report.certain = true;
+  report.stuck_since_ns = kT0 + kSecond;
+  report.detected_ns = kT0 + 312 * kSecond + 400000000ull;
+  WaitingRank waiting;
+  waiting.global_rank = 1;
+  waiting.comm_rank = 1;
+  waiting.seq = 7;
+  waiting.op = static_cast<uint16_t>(Op::kRecv);
+  waiting.since_ns = kT0;
+  waiting.stack = {"recv_activations(Stage&) at pipeline.cc:88", "train_step() at pipeline.cc:120"};
+  waiting.caller = 0x401234;
+  report.waiting.push_back(waiting);
+  MissingRank missing;
+  missing.global_rank = 0;
+  missing.comm_rank = 0;
+  missing.host = "node0";
+  missing.pid = 4242;
+  missing.has_last_call = true;
+  missing.last_seq = 6;
+  missing.last_op = static_cast<uint16_t>(Op::kSend);
+  missing.last_peer = 1;
+  missing.last_call_ns = kT0 - kSecond;
+  missing.state = LaggardState::kDestroyed;
+  report.missing.push_back(missing);
+  return report;
+}
+
+TEST(ExchangeReportsTest, PointToPointDesyncText) {
+  DesyncReport report = point_to_point_desync();
+  EXPECT_EQ(format_desync_text(report),
+            "Desync on communicator 3f2a9c at send #7 from rank 0 to rank 1 (`ncclSend`/`ncclRecv`): rank 1 waits in "
+            "recv #7 from rank 0; rank 0 can never make that send.\n"
+            "Waiting in the communicator:\n"
+            "  - Process 1 (communicator rank 1): recv #7 from rank 0 `ncclRecv` since 2023-11-14 22:13:20.000000 UTC "
+            "(312.40s)\n"
+            "Not arrived:\n"
+            "  - Process 0 (communicator rank 0, host node0, pid 4242): last call send #6 to rank 1 `ncclSend` at "
+            "2023-11-14 22:13:19.000000 UTC; destroyed the communicator; process still running\n"
+            "\n"
+            "Native stack at the waiting call:\n"
+            "  Process 1:\n"
+            "    #0 recv_activations(Stage&) at pipeline.cc:88\n"
+            "    #1 train_step() at pipeline.cc:120\n");
+  // The timed warning, from the sender's side: the receiver is alive and may still come.
+  report.op = static_cast<uint16_t>(Op::kSend);
+  report.certain = false;
+  report.repeat = 2;
+  report.waiting[0] = WaitingRank{};
+  report.waiting[0].global_rank = 0;
+  report.waiting[0].comm_rank = 0;
+  report.waiting[0].seq = 7;
+  report.waiting[0].op = static_cast<uint16_t>(Op::kSend);
+  report.waiting[0].caller = 0x401234;
+  report.missing[0] = MissingRank{};
+  report.missing[0].global_rank = 1;
+  report.missing[0].comm_rank = 1;
+  report.missing[0].state = LaggardState::kAlive;
+  EXPECT_EQ(format_desync_text(report),
+            "Desync on communicator 3f2a9c at send #7 from rank 0 to rank 1 (`ncclSend`/`ncclRecv`): rank 0 waits in "
+            "send #7 to rank 1; rank 1 has not made that receive after 311.40s (reported again: still stuck). It is "
+            "alive; a long checkpoint save or evaluation on some ranks looks like this too.\n"
+            "Waiting in the communicator:\n"
+            "  - Process 0 (communicator rank 0): send #7 to rank 1 `ncclSend` since an unknown time\n"
+            "Not arrived:\n"
+            "  - Process 1 (communicator rank 1): no call on this communicator seen; alive, not arrived; process still "
+            "running\n"
+            "\n"
+            "Native stack at the waiting call:\n"
+            "  Process 0:\n"
+            "    (no stack captured; call site 0x401234)\n");
+}
+
+TEST(ExchangeReportsTest, PointToPointDesyncJson) {
+  EXPECT_EQ(desync_json(point_to_point_desync()), nlohmann::json::parse(R"({
+    "kind": "desync",
+    "communicator": "3f2a9c0011223344",
+    "seq": 7,
+    "operation": "ncclSend/ncclRecv",
+    "point_to_point": true,
+    "sender": 0,
+    "receiver": 1,
+    "certain": true,
+    "repeat": 1,
+    "detected_ns": 1700000312400000000,
+    "stuck_since_ns": 1700000001000000000,
+    "waiting": [{
+      "process": 1, "comm_rank": 1, "seq": 7, "op": "ncclRecv", "since_ns": 1700000000000000000, "peer": 0,
+      "stack": ["recv_activations(Stage&) at pipeline.cc:88", "train_step() at pipeline.cc:120"],
+      "caller": "0x401234"
+    }],
+    "missing": [{
+      "process": 0, "comm_rank": 0, "host": "node0", "pid": 4242, "state": "destroyed the communicator",
+      "process_gone": false,
+      "last_call": {"seq": 6, "op": "ncclSend", "peer": 1, "start_ns": 1699999999000000000}
+    }],
+    "note": ""
+  })"));
+}
+
+TEST(ExchangeReportsTest, CollectiveDesyncTextIsUnchangedAndHasNoPairFields) {
+  DesyncReport report;
+  report.comm_id = 0x3f2a9c0011223344ull;
+  report.seq = 813;
+  report.op = static_cast<uint16_t>(Op::kAllReduce);
+  report.certain = true;
+  report.detected_ns = kT0 + 2 * kSecond;
+  WaitingRank waiting;
+  waiting.global_rank = 0;
+  waiting.comm_rank = 0;
+  waiting.seq = 813;
+  waiting.op = report.op;
+  waiting.since_ns = kT0;
+  report.waiting.push_back(waiting);
+  MissingRank missing;
+  missing.comm_rank = 1;  // never heard from
+  report.missing.push_back(missing);
+  EXPECT_EQ(format_desync_text(report),
+            "Desync on communicator 3f2a9c at call #813 (`ncclAllReduce`): some members can never reach this call.\n"
+            "Waiting in the communicator:\n"
+            "  - Process 0 (communicator rank 0): call #813 `ncclAllReduce` since 2023-11-14 22:13:20.000000 UTC "
+            "(2.00s)\n"
+            "Not arrived:\n"
+            "  - Process ? (communicator rank 1): no call on this communicator seen; never heard from; process still "
+            "running\n");
+  const nlohmann::json json = desync_json(report);
+  EXPECT_EQ(json["point_to_point"], false);
+  EXPECT_TRUE(json["sender"].is_null());
+  EXPECT_TRUE(json["receiver"].is_null());
+  EXPECT_FALSE(json["waiting"][0].contains("stack"));
+}
+
+TEST(ExchangeReportsTest, PointToPointDesyncNamesNeverMeetACollectivesName) {
+  DesyncReport report = point_to_point_desync();
+  EXPECT_EQ(desync_base_name(report), "desync-3f2a9c-send-0-1-7");
+  report.repeat = 3;
+  EXPECT_EQ(desync_base_name(report), "desync-3f2a9c-send-0-1-7-3");
+  report.point_to_point = false;
+  report.repeat = 1;
+  EXPECT_EQ(desync_base_name(report), "desync-3f2a9c-7");
+}
 
 TEST(ExchangeReportsTest, WritesTextAndJsonPrivatelyWithoutOverwriting) {
   testing::TempDir dir;

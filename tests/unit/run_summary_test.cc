@@ -217,6 +217,68 @@ TEST(RunSummary, MismatchOnly) {
   EXPECT_EQ(j["processes"]["exited"], 2);
 }
 
+TEST(RunSummary, PointToPointDesyncIsASendAndNotTheCollectiveOfTheSameNumber) {
+  RunDir dir;
+  // Rank 1 waits in its 7th receive from rank 0, which destroyed the communicator; later, the collective call #7 of
+  // the same communicator is stuck too: two desyncs.
+  DesyncReport p2p;
+  p2p.comm_id = kComm;
+  p2p.seq = 7;
+  p2p.op = static_cast<uint16_t>(recorder::Op::kRecv);
+  p2p.point_to_point = true;
+  p2p.sender = 0;
+  p2p.receiver = 1;
+  p2p.certain = true;
+  p2p.detected_ns = 1700000001000000000ull;
+  WaitingRank waiting;
+  waiting.global_rank = 1;
+  waiting.comm_rank = 1;
+  waiting.seq = 7;
+  waiting.op = p2p.op;
+  p2p.waiting.push_back(waiting);
+  MissingRank missing;
+  missing.global_rank = 0;
+  missing.comm_rank = 0;
+  missing.state = LaggardState::kDestroyed;
+  p2p.missing.push_back(missing);
+  write_pair(dir, desync_base_name(p2p), format_desync_text(p2p), desync_json(p2p));
+  DesyncReport collective = p2p;
+  collective.point_to_point = false;
+  collective.op = static_cast<uint16_t>(recorder::Op::kAllReduce);
+  collective.detected_ns += 1000;
+  write_pair(dir, desync_base_name(collective), format_desync_text(collective), desync_json(collective));
+  const std::string line =
+      "  desyncs: 2 (first: communicator 3f2a9c send #7 `ncclSend/ncclRecv`: rank 1 waits for rank 0 (destroyed the "
+      "communicator))\n";
+  RunSummary summary = read(dir);
+  EXPECT_NE(format_summary_text(summary).find(line), std::string::npos) << format_summary_text(summary);
+  const json j = summary_json(summary);
+  ASSERT_EQ(j["desyncs"].size(), 2u);
+  EXPECT_EQ(j["desyncs"][0]["file"], "desync-3f2a9c-send-0-1-7.json");
+  EXPECT_EQ(j["desyncs"][0]["point_to_point"], true);
+  EXPECT_EQ(j["desyncs"][0]["sender"], 0);
+  EXPECT_EQ(j["desyncs"][0]["receiver"], 1);
+  EXPECT_EQ(j["desyncs"][0]["seq"], 7);
+  EXPECT_EQ(j["desyncs"][1]["point_to_point"], false);
+  EXPECT_TRUE(j["desyncs"][1]["sender"].is_null());
+  // Without its JSON, the file's name still says which pair and which send.
+  ASSERT_EQ(::unlink(dir.file("desync-3f2a9c-send-0-1-7.json").c_str()), 0);
+  summary = read(dir);
+  const json without = summary_json(summary);
+  bool found = false;
+  for (const json& item : without["desyncs"]) {
+    if (item["point_to_point"] != true) continue;
+    found = true;
+    EXPECT_EQ(item["sender"], 0);
+    EXPECT_EQ(item["receiver"], 1);
+    EXPECT_EQ(item["seq"], 7);
+    EXPECT_EQ(item["communicator"], "3f2a9c");
+  }
+  EXPECT_TRUE(found) << without.dump(2);
+  EXPECT_NE(format_summary_text(summary).find("  desyncs: 2 (first: "), std::string::npos)
+      << format_summary_text(summary);
+}
+
 TEST(RunSummary, NothingWrongSaysSo) {
   RunDir dir;
   write_manifest(dir, 4);
@@ -256,7 +318,14 @@ TEST(RunSummary, EveryOtherKindInOneLine) {
   desync.op = static_cast<uint16_t>(recorder::Op::kAllReduce);
   desync.certain = true;
   desync.detected_ns = 1700000001000000000ull;
-  for (int32_t rank = 0; rank < 3; ++rank) desync.waiting.push_back({rank, rank, 813, desync.op, 0});
+  for (int32_t rank = 0; rank < 3; ++rank) {
+    WaitingRank waiting;
+    waiting.global_rank = rank;
+    waiting.comm_rank = rank;
+    waiting.seq = 813;
+    waiting.op = desync.op;
+    desync.waiting.push_back(waiting);
+  }
   MissingRank missing;
   missing.global_rank = 3;
   missing.comm_rank = 3;
