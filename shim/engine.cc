@@ -70,6 +70,10 @@ TS_ENGINE_EXPORT void trainscope_engine_set_rank(int32_t global_rank) {
 
 TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   if (!g_started) return;
+  try {
+    trainscope::engine::skip_all_parked();  // before the frame thread's last pass, so it does not wait on them
+  } catch (...) {
+  }
   trainscope::engine::stop_frames();
   trainscope::engine::stop_exchange();
   trainscope::engine::flush_logs();
@@ -99,9 +103,28 @@ TS_ENGINE_EXPORT void trainscope_engine_watch_end(void* token, int32_t result) {
   }
 }
 
-TS_ENGINE_EXPORT void trainscope_engine_group_end(int32_t executed) {
+TS_ENGINE_EXPORT void trainscope_engine_group_end(int32_t executed, int32_t result) {
   try {
-    trainscope::engine::group_end(executed != 0);
+    trainscope::engine::group_end(executed != 0, result);
+  } catch (...) {
+  }
+}
+
+TS_ENGINE_EXPORT const std::atomic<uint32_t>* trainscope_engine_parked_calls(void) {
+  return &trainscope::engine::parked_call_count();
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_comm_async_state(uint64_t comm_id, int32_t state) {
+  try {
+    trainscope::engine::comm_async_state(comm_id, state);
+  } catch (...) {
+    // Out of memory for a reason string: the calls stay parked until the next call, the end or the exit.
+  }
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_comm_next_call(uint64_t comm_id, uint16_t op) {
+  try {
+    trainscope::engine::comm_next_call(comm_id, op);
   } catch (...) {
   }
 }

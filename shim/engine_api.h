@@ -4,6 +4,7 @@
 // lives in libtrainscope-engine.so. The ABI is versioned: the shim refuses an engine of another version.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "reports/flight_record_format.h"
@@ -11,7 +12,9 @@
 
 namespace trainscope {
 
-inline constexpr uint32_t kEngineAbiVersion = 3;
+// 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
+// parked_calls).
+inline constexpr uint32_t kEngineAbiVersion = 4;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -51,10 +54,21 @@ void trainscope_engine_note_call_site(uint64_t call_site);
 // call. Returns the token for trainscope_engine_watch_end, never null.
 void* trainscope_engine_watch_begin(const trainscope::recorder::Record* record, uint64_t index);
 // After the real call returned `result`: the receive buffer's statistics, or, inside a group, a note to take them
-// when the group ends (NCCL runs grouped calls at the outermost ncclGroupEnd).
+// when the group ends (NCCL runs grouped calls at the outermost ncclGroupEnd). ncclInProgress (a non-blocking
+// communicator): the call is parked until ncclCommGetAsyncError confirms NCCL's work was enqueued.
 void trainscope_engine_watch_end(void* token, int32_t result);
-// The calling thread's outermost group ended; `executed` is 0 for ncclGroupSimulateEnd (nothing ran).
-void trainscope_engine_group_end(int32_t executed);
+// The calling thread's outermost group ended with `result`; `executed` is 0 for ncclGroupSimulateEnd (nothing
+// ran). ncclInProgress parks the group's watched calls like watch_end.
+void trainscope_engine_group_end(int32_t executed, int32_t result);
+// How many watched calls are parked: the shim loads it (relaxed) in ncclCommGetAsyncError and before each call on a
+// communicator, and calls the two functions below only when it is not 0. The address is fixed for the process.
+const std::atomic<uint32_t>* trainscope_engine_parked_calls(void);
+// The job's ncclCommGetAsyncError(comm) returned ncclSuccess with *asyncError == `state` (not ncclInProgress):
+// ncclSuccess takes the parked outputs of communicator `comm_id` on this thread; an error skips them.
+void trainscope_engine_comm_async_state(uint64_t comm_id, int32_t state);
+// Communicator `comm_id` is about to make a call `op` (recorder::Op; ncclCommDestroy and the other ends included):
+// its parked calls were never confirmed, so their outputs are skipped.
+void trainscope_engine_comm_next_call(uint64_t comm_id, uint16_t op);
 // TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (1) or not (0). Called on the job's
 // threads for every range push; the answer is cached per distinct name.
 int trainscope_engine_step_marker_matches(const char* name);

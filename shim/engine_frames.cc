@@ -74,9 +74,11 @@ class FrameThread {
       log(LogLevel::kWarn,
           ("frames: " + std::to_string(c.watched.load()) + " calls watched; " +
            std::to_string(c.skipped_capturing.load()) + " buffers skipped in CUDA graph capture, " +
-           std::to_string(c.skipped_other.load()) + " skipped otherwise, " + std::to_string(c.dropped_backlog.load()) +
-           " dropped (the frame thread fell behind), " + std::to_string(cursor_.dropped()) +
-           " calls overwritten in the flight recorder before they were read")
+           std::to_string(c.skipped_other.load()) + " skipped otherwise (" + std::to_string(c.unconfirmed.load()) +
+           " of " + std::to_string(c.parked.load()) +
+           " non-blocking calls never confirmed by ncclCommGetAsyncError), " +
+           std::to_string(c.dropped_backlog.load()) + " dropped (the frame thread fell behind), " +
+           std::to_string(cursor_.dropped()) + " calls overwritten in the flight recorder before they were read")
               .c_str());
     }
   }

@@ -1,6 +1,7 @@
 // Watching NCCL calls' buffers, the job's side (see engine_watch.h).
 #include "shim/engine_watch.h"
 
+#include <string>
 #include <vector>
 
 #include "collectors/buffer_layout.h"
@@ -14,7 +15,13 @@ using State = WatchedBuffer::State;
 // Grouped calls whose receive buffers wait for the outermost ncclGroupEnd of this thread.
 thread_local std::vector<WatchedCall*> t_grouped;
 
-bool call_succeeded(int32_t result) { return result == 0 /* ncclSuccess */ || result == 7 /* ncclInProgress */; }
+constexpr int32_t kNcclSuccess = 0;
+constexpr int32_t kNcclInProgress = 7;
+
+bool call_succeeded(int32_t result) { return result == kNcclSuccess || result == kNcclInProgress; }
+
+// Mirrors the size of the current board's park list (the shim's cheap check in ncclCommGetAsyncError).
+std::atomic<uint32_t> g_parked_count{0};
 
 void mark_complete(WatchedCall* call) { call->complete.store(true, std::memory_order_release); }
 
@@ -65,6 +72,53 @@ void take(WatchedBuffer* buffer, const recorder::Record& record, uint64_t addres
 
 frames::BufferLayout layout_of(const recorder::Record& r) {
   return frames::buffer_layout(static_cast<Op>(r.op), r.count, r.nranks, r.rank, r.peer);
+}
+
+// A parked call's output that will never be confirmed: skipped with `why`, and the call complete.
+void skip_parked_output(WatchedCall* call, const std::string& why) {
+  WatchCounters& counters = watch_board().counters();
+  counters.unconfirmed.fetch_add(1, std::memory_order_relaxed);
+  if (layout_of(call->record).has_output) {
+    counters.skipped_other.fetch_add(1, std::memory_order_relaxed);
+    call->output.state = State::kSkipped;
+    call->output.skipped_why = why;
+  } else {
+    call->output.state = State::kAbsent;
+  }
+  mark_complete(call);
+}
+
+// Whatever happens to one unparked call (out of memory), it ends complete: the frame thread must not wait on it.
+template <typename Fn>
+void finish_unparked(WatchedCall* call, Fn&& fn) {
+  try {
+    fn(call);
+  } catch (...) {
+    call->output.state = State::kSkipped;
+    mark_complete(call);
+  }
+}
+
+std::string never_confirmed(const std::string& before) {
+  return "non-blocking call never confirmed enqueued (ncclCommGetAsyncError not polled before " + before + ")";
+}
+
+// NCCL returned ncclInProgress: its work is not on the stream yet. A call with an output to take waits for the
+// application's ncclCommGetAsyncError; one without (a send) is complete already.
+void park_or_complete(WatchedCall* call) {
+  if (!layout_of(call->record).has_output) {
+    call->output.state = State::kAbsent;
+    mark_complete(call);
+    return;
+  }
+  if (call->record.comm_id == 0) {
+    skip_parked_output(call, "non-blocking call on a communicator trainscope does not track");
+    return;
+  }
+  call->output.state = State::kSkipped;  // until confirmed
+  if (!watch_board().park(call->record.comm_id, call))
+    skip_parked_output(call, "too many non-blocking calls wait for ncclCommGetAsyncError (" +
+                                 std::to_string(WatchBoard::kMaxParked) + ")");
 }
 
 void take_output(WatchedCall* call, bool executed, int32_t result) {
@@ -119,6 +173,32 @@ void WatchBoard::discard_complete_before(uint64_t index) {
   }
 }
 
+bool WatchBoard::park(uint64_t comm_id, WatchedCall* call) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (parked_.size() >= kMaxParked) return false;
+  parked_.push_back({comm_id, call});
+  counters_.parked.fetch_add(1, std::memory_order_relaxed);
+  g_parked_count.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::vector<WatchedCall*> WatchBoard::unpark(uint64_t comm_id, bool all) {
+  std::vector<WatchedCall*> out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.reserve(parked_.size());  // the only allocation, before anything changes
+  size_t kept = 0;
+  for (const Parked& p : parked_) {
+    if (all || p.comm_id == comm_id) {
+      out.push_back(p.call);
+    } else {
+      parked_[kept++] = p;
+    }
+  }
+  parked_.resize(kept);
+  if (!out.empty()) g_parked_count.fetch_sub(static_cast<uint32_t>(out.size()), std::memory_order_relaxed);
+  return out;
+}
+
 size_t WatchBoard::size() {
   std::lock_guard<std::mutex> lock(mutex_);
   return calls_.size();
@@ -136,9 +216,12 @@ WatchBoard& watch_board() {
   return *board;
 }
 
+const std::atomic<uint32_t>& parked_call_count() { return g_parked_count; }
+
 void abandon_watch_board() {
   g_board.store(new WatchBoard(), std::memory_order_release);
-  t_grouped.clear();  // the forking thread's grouped calls were the parent's
+  g_parked_count.store(0, std::memory_order_relaxed);  // the parent's parked calls stay on its leaked board
+  t_grouped.clear();                                   // the forking thread's grouped calls were the parent's
 }
 
 WatchedCall* watch_begin(const recorder::Record& record, uint64_t index) {
@@ -158,13 +241,55 @@ void watch_end(WatchedCall* call, int32_t result) {
     t_grouped.push_back(call);
     return;
   }
+  if (result == kNcclInProgress) {
+    park_or_complete(call);
+    return;
+  }
   take_output(call, true, result);
 }
 
-void group_end(bool executed) {
+void group_end(bool executed, int32_t result) {
   std::vector<WatchedCall*> grouped;
   grouped.swap(t_grouped);
-  for (WatchedCall* call : grouped) take_output(call, executed, 0);
+  for (WatchedCall* call : grouped) {
+    if (executed && result == kNcclInProgress) {
+      park_or_complete(call);
+    } else {
+      take_output(call, executed, result);
+    }
+  }
+}
+
+void comm_async_state(uint64_t comm_id, int32_t state) {
+  if (state == kNcclInProgress || g_parked_count.load(std::memory_order_relaxed) == 0) return;
+  for (WatchedCall* call : watch_board().unpark(comm_id)) {
+    finish_unparked(call, [state](WatchedCall* c) {
+      if (state == kNcclSuccess) {
+        take_output(c, true, kNcclSuccess);  // NCCL's work is on the stream now: ours goes after it
+      } else {
+        skip_parked_output(c, "the non-blocking call failed: " + std::to_string(state));
+      }
+    });
+  }
+}
+
+void comm_next_call(uint64_t comm_id, uint16_t op) {
+  if (g_parked_count.load(std::memory_order_relaxed) == 0) return;
+  const Op next = static_cast<Op>(op);
+  const bool ends =
+      next == Op::kCommDestroy || next == Op::kCommFinalize || next == Op::kCommAbort || next == Op::kCommRevoke;
+  const std::string why =
+      never_confirmed(ends ? std::string(recorder::op_name(next))
+                           : "the communicator's next call, " + std::string(recorder::op_name(next)));
+  for (WatchedCall* call : watch_board().unpark(comm_id))
+    finish_unparked(call, [&why](WatchedCall* c) { skip_parked_output(c, why); });
+}
+
+void skip_all_parked() {
+  if (g_parked_count.load(std::memory_order_relaxed) == 0) return;
+  const std::string why = never_confirmed("the process exited");
+  for (WatchedCall* call : watch_board().unpark(0, true))
+    finish_unparked(call, [&why](WatchedCall* c) { skip_parked_output(c, why); });
 }
 
 }  // namespace trainscope::engine

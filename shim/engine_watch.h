@@ -5,6 +5,13 @@
 // pinned host buffer) is read at once with the host implementation, because the call may overwrite it (in place);
 // a device buffer gets the fused statistics kernel enqueued on the call's own stream (kernels/gpu_stats.h), which
 // runs in stream order and is polled later by the frame thread. Nothing here waits for the GPU.
+//
+// Non-blocking communicators (config.blocking = 0): a call (or the outermost ncclGroupEnd) that returns
+// ncclInProgress has not enqueued NCCL's work yet, so its receive buffer cannot be read or given a kernel then. The
+// call is parked under its communicator, incomplete, until the application's ncclCommGetAsyncError on that
+// communicator reads ncclSuccess (outputs taken then, on that thread) or an error (outputs skipped). A parked call
+// the application never confirms is completed with its output skipped when the same communicator makes its next
+// call, ends, or the process exits, so the frame thread never waits on it forever.
 #pragma once
 
 #include <atomic>
@@ -13,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/gpu_stats.h"
 #include "kernels/stats.h"
@@ -51,6 +59,8 @@ struct WatchCounters {
   std::atomic<uint64_t> skipped_capturing{0};
   std::atomic<uint64_t> skipped_other{0};
   std::atomic<uint64_t> dropped_backlog{0};  // refused because the frame thread is too far behind
+  std::atomic<uint64_t> parked{0};           // non-blocking calls whose outputs waited for ncclCommGetAsyncError
+  std::atomic<uint64_t> unconfirmed{0};      // of those, outputs skipped: never confirmed, failed, or over the cap
 };
 
 // The table of watched calls between the job's threads (which add and complete them) and the frame thread (which
@@ -71,9 +81,21 @@ class WatchBoard {
   void discard_complete_before(uint64_t index);
   WatchCounters& counters() { return counters_; }
 
+  // Non-blocking calls whose outputs wait for their communicator's ncclCommGetAsyncError, oldest first.
+  static constexpr size_t kMaxParked = 4096;  // beyond, a call's output is skipped at once
+  // Job thread: parks `call` (incomplete) under `comm_id`; false when the list is full.
+  bool park(uint64_t comm_id, WatchedCall* call);
+  // Takes the parked calls of `comm_id` (of every communicator when `all`), oldest first.
+  std::vector<WatchedCall*> unpark(uint64_t comm_id, bool all = false);
+
  private:
+  struct Parked {
+    uint64_t comm_id;
+    WatchedCall* call;
+  };
   std::mutex mutex_;
   std::unordered_map<uint64_t, std::unique_ptr<WatchedCall>> calls_;
+  std::vector<Parked> parked_;  // under mutex_; its size is mirrored in parked_call_count()
   WatchCounters counters_;
 };
 
@@ -82,9 +104,23 @@ WatchBoard& watch_board();
 // its calls belong to the parent's records, and the child's records start again from index 0).
 void abandon_watch_board();
 
+// How many calls are parked (on every board of the process): the shim's ncclCommGetAsyncError hook reads it with
+// one relaxed load and calls into the engine only when it is not 0. Its address never changes.
+const std::atomic<uint32_t>& parked_call_count();
+
 // The engine entry points' work (engine.cc forwards to these).
 WatchedCall* watch_begin(const recorder::Record& record, uint64_t index);
+// `result` ncclInProgress outside a group: the call is parked (see the top of this file).
 void watch_end(WatchedCall* call, int32_t result);
-void group_end(bool executed);
+// The outermost group ended with `result` (ncclInProgress: its watched calls are parked).
+void group_end(bool executed, int32_t result = 0);
+// The application read `state` from ncclCommGetAsyncError(comm) (which returned ncclSuccess): ncclSuccess takes
+// the parked outputs of the communicator now, on this thread; an error skips them; ncclInProgress changes nothing.
+void comm_async_state(uint64_t comm_id, int32_t state);
+// The communicator makes another call (`op`, a recorder::Op; ending it included) while calls of it are parked:
+// the application never saw ncclSuccess for them, so their outputs are skipped rather than guessed.
+void comm_next_call(uint64_t comm_id, uint16_t op);
+// Process exit: every parked call is completed with its output skipped.
+void skip_all_parked();
 
 }  // namespace trainscope::engine

@@ -20,7 +20,9 @@ enum class RealId : int {
 #define TS_HELPER_ID(name, params) name,
       TRAINSCOPE_NCCL_HELPER_FUNCTIONS(TS_HELPER_ID)
 #undef TS_HELPER_ID
-          kCount
+  // Interposed without a record of its own (a query jobs call in tight loops): see its hook in nccl_hooks.cc.
+  ncclCommGetAsyncError,
+  kCount
 };
 
 // Resolves (or returns the cached) address of the real function; nullptr if the loaded NCCL lacks it.

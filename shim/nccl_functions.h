@@ -5,6 +5,8 @@
 //   2. Define the hook in nccl_hooks.cc: TS_HOOK_ENTER(ncclFoo, (argument names)), fill the record, then
 //      `return hook.call(real, args...)` (or begin()/finish() around REAL when the result must be inspected).
 //   3. Export it in libtrainscope.map.
+// A function interposed without a record of its own (ncclCommGetAsyncError, which jobs poll in tight loops) is not
+// listed here: it gets a RealId in interception.h, a hook at the end of nccl_hooks.cc and its line in the map.
 #pragma once
 
 #include <nccl.h>

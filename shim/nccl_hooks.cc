@@ -1,5 +1,5 @@
 // The interposed NCCL entry points: each records one fixed-size record, calls the real function, returns its
-// result unchanged.
+// result unchanged (ncclCommGetAsyncError, at the end, records nothing: it confirms non-blocking calls' watches).
 //
 // Every hook has the same shape (see the recipe in nccl_functions.h):
 //   TS_HOOK_ENTER(fn, op, (args))   -- pass through when disabled or nested; ncclInvalidUsage if NCCL lacks fn
@@ -75,8 +75,17 @@ class Hook {
       record_.rank = info->rank;
       record_.nranks = info->nranks;
       if (info->nonblocking) record_.flags |= recorder::kFlagNonBlocking;
+      note_comm_use(info->id);
     }
     return info;
+  }
+
+  // A call on a communicator whose non-blocking calls still wait for ncclCommGetAsyncError's ncclSuccess: the job
+  // broke NCCL's rule, so their outputs are skipped rather than guessed. One relaxed load when nothing is parked.
+  void note_comm_use(uint64_t comm_id) {
+    const std::atomic<uint32_t>* parked = g_runtime.engine_parked_calls;
+    if (parked != nullptr && __builtin_expect(parked->load(std::memory_order_relaxed) != 0, 0))
+      g_runtime.engine_comm_next_call(comm_id, record_.op);
   }
 
   void set_buffers(const void* send, void* recv, size_t count, ncclDataType_t type, cudaStream_t stream) {
@@ -493,10 +502,11 @@ bool close_group_level() {
   return false;
 }
 
-// The grouped calls ran (or, simulated, never will): their receive buffers can be watched now.
-void group_ended(bool outermost, bool executed) {
+// The grouped calls ran (or, simulated, never will; or, ncclInProgress, will once the job's ncclCommGetAsyncError
+// says so): their receive buffers can be watched now (or then).
+void group_ended(bool outermost, bool executed, ncclResult_t result) {
   auto group_end = trainscope::shim::g_runtime.engine_group_end;
-  if (outermost && group_end != nullptr) group_end(executed ? 1 : 0);
+  if (outermost && group_end != nullptr) group_end(executed ? 1 : 0, static_cast<int32_t>(result));
 }
 }  // namespace
 
@@ -506,7 +516,7 @@ TS_EXPORT ncclResult_t ncclGroupEnd() {
   // Before the call: NCCL has left the group even when ncclGroupEnd reports an error.
   const bool outermost = close_group_level();
   const ncclResult_t result = real();
-  group_ended(outermost, true);
+  group_ended(outermost, true, result);
   return hook.finish(result);
 }
 
@@ -515,6 +525,31 @@ TS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   hook.begin();
   const bool outermost = close_group_level();
   const ncclResult_t result = real(simInfo);
-  group_ended(outermost, false);
+  group_ended(outermost, false, result);
   return hook.finish(result);
+}
+
+// ---- non-blocking communicators ----
+// Not recorded (jobs poll it in tight loops): forwarded, and when it reads ncclSuccess (or an error) for a
+// communicator whose watched calls returned ncclInProgress, their receive buffers are taken now (NCCL's work is on
+// the stream) or skipped. While nothing is parked this costs one acquire and one relaxed load.
+
+TS_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  auto* const real = REAL(ncclCommGetAsyncError);
+  if (real == nullptr) return ncclInvalidUsage;
+  const ncclResult_t result = real(comm, asyncError);
+  using trainscope::shim::g_runtime;
+  using trainscope::shim::t_thread;
+  if (!g_runtime.enabled || t_thread.depth > 0 ||
+      g_runtime.start_state.load(std::memory_order_acquire) != static_cast<int>(trainscope::shim::StartState::kReady))
+    return result;
+  const std::atomic<uint32_t>* parked = g_runtime.engine_parked_calls;
+  if (parked == nullptr || __builtin_expect(parked->load(std::memory_order_relaxed) == 0, 1)) return result;
+  if (result != ncclSuccess || asyncError == nullptr || *asyncError == ncclInProgress) return result;
+  if (const CommInfo* info = trainscope::shim::find_comm(comm)) {
+    ++t_thread.depth;  // a kernel enqueued for the statistics is ours, not the job's
+    g_runtime.engine_comm_async_state(info->id, static_cast<int32_t>(*asyncError));
+    --t_thread.depth;
+  }
+  return result;
 }

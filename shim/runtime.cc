@@ -116,11 +116,21 @@ void start_engine(int run_dir_error) {
     load_symbol(handle, "trainscope_engine_watch_begin", &rt.engine_watch_begin);
     load_symbol(handle, "trainscope_engine_watch_end", &rt.engine_watch_end);
     load_symbol(handle, "trainscope_engine_group_end", &rt.engine_group_end);
-    // All three or none: a hook that began a watch must be able to end it.
-    if (rt.engine_watch_begin == nullptr || rt.engine_watch_end == nullptr || rt.engine_group_end == nullptr) {
+    decltype(&trainscope_engine_parked_calls) parked_calls = nullptr;
+    load_symbol(handle, "trainscope_engine_parked_calls", &parked_calls);
+    load_symbol(handle, "trainscope_engine_comm_async_state", &rt.engine_comm_async_state);
+    load_symbol(handle, "trainscope_engine_comm_next_call", &rt.engine_comm_next_call);
+    rt.engine_parked_calls = parked_calls != nullptr ? parked_calls() : nullptr;
+    // All or none: a hook that began a watch must be able to end it, and a parked call to be confirmed.
+    if (rt.engine_watch_begin == nullptr || rt.engine_watch_end == nullptr || rt.engine_group_end == nullptr ||
+        rt.engine_parked_calls == nullptr || rt.engine_comm_async_state == nullptr ||
+        rt.engine_comm_next_call == nullptr) {
       rt.engine_watch_begin = nullptr;
       rt.engine_watch_end = nullptr;
       rt.engine_group_end = nullptr;
+      rt.engine_parked_calls = nullptr;
+      rt.engine_comm_async_state = nullptr;
+      rt.engine_comm_next_call = nullptr;
     }
   }
   if (rt.config.step_marker_form == StepMarkerForm::kNvtx)
@@ -208,6 +218,9 @@ void forget_engine(Runtime& rt) {
   rt.engine_watch_begin = nullptr;
   rt.engine_watch_end = nullptr;
   rt.engine_group_end = nullptr;
+  rt.engine_parked_calls = nullptr;
+  rt.engine_comm_async_state = nullptr;
+  rt.engine_comm_next_call = nullptr;
   rt.engine_step_marker_matches = nullptr;
 }
 

@@ -44,6 +44,11 @@ struct Runtime {
   decltype(&trainscope_engine_watch_begin) engine_watch_begin;
   decltype(&trainscope_engine_watch_end) engine_watch_end;
   decltype(&trainscope_engine_group_end) engine_group_end;
+  // Non-blocking communicators: set with the three above (all or none). `engine_parked_calls` is the engine's count
+  // of parked calls, loaded relaxed before calling the other two.
+  const std::atomic<uint32_t>* engine_parked_calls;
+  decltype(&trainscope_engine_comm_async_state) engine_comm_async_state;
+  decltype(&trainscope_engine_comm_next_call) engine_comm_next_call;
   decltype(&trainscope_engine_step_marker_matches) engine_step_marker_matches;
 };
 

@@ -75,6 +75,18 @@ std::string without_comm_ids(const std::string& text) {
   return out;
 }
 
+// nonfinite-rank<R>.txt of train_program with inf injected on rank 2 at step 3: the seed's report, the last frames
+// oldest first (10 watched calls so far), the detecting call.
+std::string inf_at_batch_three_report(int rank) {
+  std::string expected =
+      "\nDetected inf/nan during batch_number=3\nLast 10 forward frames:\nabs min  abs max  metadata\n";
+  for (int step = 0; step < 3; ++step) expected += clean_step_frames(rank, step);
+  expected += "                  comm all-reduce #10 ncclAllReduce\n";
+  expected += rank == 2 ? "1.00e-03      inf input[0]\n" : "1.00e-03 1.00e-01 input[0]\n";
+  expected += "4.00e-03      inf output\n";
+  return expected;
+}
+
 struct MarkerCase {
   const char* name;
   const char* marker;
@@ -99,14 +111,7 @@ TEST_P(InfAtBatchThree, EveryRankReportsBatchThreeAndTheOriginNamesTheSender) {
     const std::string text = file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt");
     ASSERT_FALSE(text.empty()) << "rank " << rank << "\n" << job.err;
     EXPECT_TRUE(std::filesystem::exists(run_dir(dir) + "/nonfinite-rank" + std::to_string(rank) + ".json"));
-    // The seed's report: the batch, the last frames oldest first (10 watched calls so far), the detecting call.
-    std::string expected =
-        "\nDetected inf/nan during batch_number=3\nLast 10 forward frames:\nabs min  abs max  metadata\n";
-    for (int step = 0; step < 3; ++step) expected += clean_step_frames(rank, step);
-    expected += "                  comm all-reduce #10 ncclAllReduce\n";
-    expected += rank == 2 ? "1.00e-03      inf input[0]\n" : "1.00e-03 1.00e-01 input[0]\n";
-    expected += "4.00e-03      inf output\n";
-    EXPECT_EQ(without_comm_ids(text), expected) << "rank " << rank;
+    EXPECT_EQ(without_comm_ids(text), inf_at_batch_three_report(rank)) << "rank " << rank;
   }
   const std::string origin =
       "rank 2 sent inf in all-reduce call #10 in batch 3; ranks 0, 1 and 3 first saw it in that call's output\n";
@@ -119,6 +124,63 @@ INSTANTIATE_TEST_SUITE_P(StepMarkers, InfAtBatchThree,
                                            MarkerCase{"collective", "collective:^ncclAllReduce$", false},
                                            MarkerCase{"nvtx", "nvtx:^train_step$", true}),
                          [](const ::testing::TestParamInfo<MarkerCase>& param) { return param.param.name; });
+
+// Non-blocking communicator (config.blocking = 0): every call and group end returns ncclInProgress before the stand-in
+// moved any data, which it does in the job's ncclCommGetAsyncError. The outputs must be taken after that, so the
+// reports are exactly those of the blocking run (not the receive buffers as they were before the calls).
+TEST(Frames, NonBlockingCommunicatorReportsTheSameFramesAsABlockingOne) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  const ProcessResult job = testing::run_process(
+      train({"--steps", "8", "--nonblocking", "--inject", "inf", "--rank", "2", "--step", "3"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string text = file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt");
+    EXPECT_EQ(without_comm_ids(text), inf_at_batch_three_report(rank)) << "rank " << rank << "\n" << job.err;
+  }
+  const std::string origin =
+      "rank 2 sent inf in all-reduce call #10 in batch 3; ranks 0, 1 and 3 first saw it in that call's output\n";
+  EXPECT_EQ(origin_when_complete(dir, origin), origin);
+}
+
+// A job that never polls ncclCommGetAsyncError (against NCCL's rules): no output can be trusted, so every output is
+// skipped — at the communicator's next call, and at ncclCommDestroy for the last group — and the frames go on: the
+// input rows are reported, and the frames of the job's last batch still reach the trace.
+TEST(Frames, NeverPolledNonBlockingCallsHaveTheirOutputsSkippedAndFramesGoOn) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "7";
+  const ProcessResult job = testing::run_process(
+      train({"--steps", "8", "--nonblocking", "--no-poll", "--inject", "inf", "--rank", "2", "--step", "3"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  // Step `step`'s frames with their input rows only.
+  auto input_rows = [](int rank, int step) {
+    std::string frames = clean_step_frames(rank, step);
+    std::string out;
+    size_t pos = 0;
+    while (pos < frames.size()) {
+      const size_t end = frames.find('\n', pos) + 1;
+      const std::string line = frames.substr(pos, end - pos);
+      if (line.find(" output\n") == std::string::npos) out += line;
+      pos = end;
+    }
+    return out;
+  };
+  std::string expected =
+      "\nDetected inf/nan during batch_number=3\nLast 10 forward frames:\nabs min  abs max  metadata\n";
+  for (int step = 0; step < 3; ++step) expected += input_rows(2, step);
+  expected += "                  comm all-reduce #10 ncclAllReduce\n1.00e-03      inf input[0]\n";
+  EXPECT_EQ(without_comm_ids(file(dir, "nonfinite-rank2.txt")), expected) << job.err;
+  for (int rank : {0, 1, 3})
+    EXPECT_EQ(file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt"), "")
+        << "rank " << rank << " saw no output, so it saw no inf";
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(without_comm_ids(file(dir, "trace-rank" + std::to_string(rank) + ".txt")),
+              "\n                  *** Starting batch number=7 ***\nabs min  abs max  metadata\n" + input_rows(rank, 7))
+        << "rank " << rank;
+}
 
 TEST(Frames, NanIsReportedAsNanWithItsOrigin) {
   TempDir dir;

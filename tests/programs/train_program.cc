@@ -3,8 +3,13 @@
 // from rank 0 — the same sequence every step, as a real step repeats its collectives. Gradients are recomputed
 // (reset) every step, so a bad value lives in one step only unless it is injected again.
 //
-//   train_program [--steps N] [--count N] [--nvtx] [--inject inf|nan|big --rank R --step S [--streak K]]
+//   train_program [--steps N] [--count N] [--nvtx] [--nonblocking [--no-poll]]
+//                 [--inject inf|nan|big --rank R --step S [--streak K]]
 //     --nvtx     each step opens an NVTX range "train_step" (and an inner "forward" range that is no marker)
+//     --nonblocking  the communicator is created with ncclCommInitRankConfig, config.blocking = 0; after each call
+//                or group that returns ncclInProgress the program polls ncclCommGetAsyncError until it reads
+//                ncclSuccess, as NCCL requires before the stream or the communicator is used again
+//     --no-poll  (with --nonblocking) never polls: a job that breaks that rule, whose results are not to be trusted
 //     --inject   on rank R at step S (and the K-1 steps after it): inf or NaN in the fp32 gradient bucket's send
 //                buffer, or (big) 6.27e+04 in the fp16 bucket, 96% of float16's largest finite value
 #include <nccl.h>
@@ -28,6 +33,8 @@ int main(int argc, char** argv) {
   int inject_rank = -1;
   int inject_step = -1;
   int streak = 1;
+  bool nonblocking = false;
+  bool poll = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -36,6 +43,10 @@ int main(int argc, char** argv) {
       count = static_cast<size_t>(std::atoll(argv[++i]));
     } else if (arg == "--nvtx") {
       nvtx = true;
+    } else if (arg == "--nonblocking") {
+      nonblocking = true;
+    } else if (arg == "--no-poll") {
+      poll = false;
     } else if (arg == "--inject" && i + 1 < argc) {
       inject = argv[++i];
     } else if (arg == "--rank" && i + 1 < argc) {
@@ -46,8 +57,8 @@ int main(int argc, char** argv) {
       streak = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: train_program [--steps N] [--count N] [--nvtx] [--inject inf|nan|big --rank R --step S "
-                   "[--streak K]]\n");
+                   "usage: train_program [--steps N] [--count N] [--nvtx] [--nonblocking [--no-poll]] "
+                   "[--inject inf|nan|big --rank R --step S [--streak K]]\n");
       return 2;
     }
   }
@@ -58,7 +69,29 @@ int main(int argc, char** argv) {
   const tsprog::Job job = tsprog::job();
   const ncclUniqueId id = tsprog::shared_unique_id(job);
   ncclComm_t comm = nullptr;
-  tsprog::check(ncclCommInitRank(&comm, job.world, id, job.rank), "ncclCommInitRank");
+  if (nonblocking) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, job.world, id, job.rank, &config);
+    tsprog::check(r == ncclInProgress ? ncclSuccess : r, "ncclCommInitRankConfig");
+  } else {
+    tsprog::check(ncclCommInitRank(&comm, job.world, id, job.rank), "ncclCommInitRank");
+  }
+  // A call on the non-blocking communicator: ncclInProgress is success once ncclCommGetAsyncError reads ncclSuccess.
+  auto done = [&](ncclResult_t result, const char* what) {
+    if (nonblocking && result == ncclInProgress) {
+      if (!poll) return;
+      ncclResult_t state = ncclInProgress;
+      while (state == ncclInProgress) tsprog::check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+      result = state;
+    }
+    tsprog::check(result, what);
+  };
+  if (nonblocking && poll) done(ncclInProgress, "ncclCommInitRankConfig");
+  // A call inside a group: only queued; the group's end is what may be in progress.
+  auto queued = [&](ncclResult_t result, const char* what) {
+    tsprog::check(nonblocking && result == ncclInProgress ? ncclSuccess : result, what);
+  };
 
   std::vector<float> grads(count), reduced(count), params(16);
   std::vector<uint16_t> halves(count / 2);
@@ -76,14 +109,12 @@ int main(int argc, char** argv) {
     if (injecting && inject == "big" && !halves.empty()) halves[3] = kHalfBig;
     if (nvtx) nvtxRangePop();
 
-    tsprog::check(ncclAllReduce(grads.data(), reduced.data(), count, ncclFloat32, ncclSum, comm, nullptr),
-                  "ncclAllReduce");
+    done(ncclAllReduce(grads.data(), reduced.data(), count, ncclFloat32, ncclSum, comm, nullptr), "ncclAllReduce");
     tsprog::check(ncclGroupStart(), "ncclGroupStart");
-    tsprog::check(ncclAllReduce(halves.data(), halves.data(), halves.size(), ncclFloat16, ncclMax, comm, nullptr),
-                  "ncclAllReduce");
-    tsprog::check(ncclBroadcast(params.data(), params.data(), params.size(), ncclFloat32, 0, comm, nullptr),
-                  "ncclBroadcast");
-    tsprog::check(ncclGroupEnd(), "ncclGroupEnd");
+    queued(ncclAllReduce(halves.data(), halves.data(), halves.size(), ncclFloat16, ncclMax, comm, nullptr),
+           "ncclAllReduce");
+    queued(ncclBroadcast(params.data(), params.data(), params.size(), ncclFloat32, 0, comm, nullptr), "ncclBroadcast");
+    done(ncclGroupEnd(), "ncclGroupEnd");
     if (nvtx) nvtxRangePop();
   }
   tsprog::check(ncclCommDestroy(comm), "ncclCommDestroy");

@@ -102,6 +102,12 @@ ncclResult_t resolve_op(ncclComm* comm, ncclRedOp_t op, ncclDataType_t datatype,
   return ncclSuccess;
 }
 
+// Collectives and send/recv: deferred on a non-blocking communicator (ncclInProgress), run now otherwise.
+ncclResult_t submit_deferrable(std::unique_ptr<Operation> operation) {
+  operation->set_deferrable();
+  return submit(std::move(operation));
+}
+
 ncclResult_t run_collective(ncclComm* comm, CollectiveArgs args, const char* call) {
   if (ncclResult_t r = check_comm(comm, call); r != ncclSuccess) return r;
   if (ncclResult_t r = check_datatype(args.datatype, call); r != ncclSuccess) return r;
@@ -137,7 +143,7 @@ ncclResult_t run_collective(ncclComm* comm, CollectiveArgs args, const char* cal
       if (ncclResult_t r = check_buffer(args.recvbuff, count, recv_name, call); r != ncclSuccess) return r;
       break;
   }
-  return submit(make_collective(comm, args));
+  return submit_deferrable(make_collective(comm, args));
 }
 
 ncclResult_t run_reducing(ncclComm* comm, CollectiveArgs args, ncclRedOp_t op, const char* call) {
@@ -177,6 +183,8 @@ ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, 
     return report(r, "%s: %s", call, error.c_str());
   }
   *newcomm = comm;
+  // Non-blocking mode covers the calls that move data; creation itself still completes before returning.
+  comm->nonblocking = config != nullptr && config->blocking == 0;
   const ncclResult_t r = submit(make_wait_for_members(comm, call));
   if (r != ncclSuccess && !in_group()) {
     release_comm(comm);
@@ -266,6 +274,7 @@ TSFAKE_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 
 TSFAKE_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  abandon_deferred(comm);
   release_comm(comm);
   return ncclSuccess;
 }
@@ -279,6 +288,7 @@ TSFAKE_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
        busy = comm->calls_in_progress.load(std::memory_order_acquire)) {
     comm->calls_in_progress.wait(busy, std::memory_order_acquire);
   }
+  abandon_deferred(comm);
   release_comm(comm);
   return ncclSuccess;
 }
@@ -299,7 +309,11 @@ TSFAKE_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncc
   if (newcomm == nullptr) return report(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   if (ncclResult_t r = check_config(config); r != ncclSuccess) return r;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) return report(ncclInvalidArgument, "ncclCommSplit: color %d", color);
-  return submit(make_split(comm, color, key, newcomm));
+  const ncclResult_t r = submit(make_split(comm, color, key, newcomm));
+  // The child is non-blocking by its own config, or like its parent without one.
+  if (r == ncclSuccess && *newcomm != nullptr)
+    (*newcomm)->nonblocking = config != nullptr ? config->blocking == 0 : comm->nonblocking;
+  return r;
 }
 
 #ifndef TSFAKE_PRETEND_NCCL_2_18
@@ -355,6 +369,8 @@ TSFAKE_API(void, ncclResetDebugInit) {}
 
 TSFAKE_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   if (comm == nullptr || asyncError == nullptr) return report(ncclInvalidArgument, "ncclCommGetAsyncError: NULL");
+  // Non-blocking mode: this is where the work the calls left is performed (as NCCL's background thread would).
+  if (comm->nonblocking) complete_deferred(comm);
   *asyncError = static_cast<ncclResult_t>(comm->async_error.load(std::memory_order_acquire));
   return ncclSuccess;
 }
@@ -526,7 +542,7 @@ TSFAKE_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataT
   if (ncclResult_t r = check_datatype(datatype, "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(comm, peer, "peer", "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffer(sendbuff, count, "sendbuff", "ncclSend"); r != ncclSuccess) return r;
-  return submit(make_send(comm, sendbuff, count, datatype, peer));
+  return submit_deferrable(make_send(comm, sendbuff, count, datatype, peer));
 }
 
 TSFAKE_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -536,7 +552,7 @@ TSFAKE_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t 
   if (ncclResult_t r = check_datatype(datatype, "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(comm, peer, "peer", "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffer(recvbuff, count, "recvbuff", "ncclRecv"); r != ncclSuccess) return r;
-  return submit(make_recv(comm, recvbuff, count, datatype, peer));
+  return submit_deferrable(make_recv(comm, recvbuff, count, datatype, peer));
 }
 
 TSFAKE_API(ncclResult_t, ncclGroupStart) { return group_start(); }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "shared_segment.h"
 
 namespace tsfake {
+
+struct DeferredWork;  // operations.h
 
 struct PreMulSumOp {
   bool live = false;
@@ -47,6 +50,11 @@ struct ncclComm {
   std::atomic<bool> revoked{false};
   std::atomic<int> calls_in_progress{0};
   std::atomic<int> async_error{ncclSuccess};
+
+  // Non-blocking mode (config.blocking = 0): collectives, send/recv and groups of them return ncclInProgress and
+  // leave their work here, oldest first; the next ncclCommGetAsyncError performs it (operations.h).
+  bool nonblocking = false;
+  std::vector<std::shared_ptr<tsfake::DeferredWork>> deferred;
 };
 
 namespace tsfake {

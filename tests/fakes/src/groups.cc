@@ -1,5 +1,6 @@
 // ncclGroupStart/End: calls inside a group are queued per thread and progressed together at the outermost end.
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,24 @@ class CallScope {
  private:
   std::vector<ncclComm*> comms_;
 };
+
+// Leaves the operations for ncclCommGetAsyncError on each communicator involved: the call is "in progress".
+ncclResult_t defer_work(std::vector<std::unique_ptr<Operation>> operations) {
+  auto work = std::make_shared<DeferredWork>();
+  work->operations = std::move(operations);
+  std::vector<ncclComm*> comms;
+  for (const auto& op : work->operations) {
+    bool seen = false;
+    for (ncclComm* c : comms) seen = seen || c == op->comm();
+    if (!seen) comms.push_back(op->comm());
+  }
+  for (ncclComm* c : comms) {
+    c->deferred.push_back(work);
+    int expected = ncclSuccess;  // an error already there stays
+    c->async_error.compare_exchange_strong(expected, ncclInProgress, std::memory_order_acq_rel);
+  }
+  return ncclInProgress;
+}
 
 }  // namespace
 
@@ -118,7 +137,14 @@ ncclResult_t submit(std::unique_ptr<Operation> operation) {
     return ncclSuccess;
   }
   std::vector<std::unique_ptr<Operation>> single;
+  ncclComm* comm = operation->comm();
+  const bool defer = operation->deferrable() && comm->nonblocking;
   single.push_back(std::move(operation));
+  if (defer) return defer_work(std::move(single));
+  if (comm->nonblocking) {
+    // Not deferrable (a split, a shrink): what the communicator left for later runs first, in call order.
+    if (ncclResult_t r = complete_deferred(comm); r != ncclSuccess) return r;
+  }
   return run_to_completion(single);
 }
 
@@ -133,6 +159,20 @@ ncclResult_t group_end() {
   if (--group.depth > 0) return ncclSuccess;
   std::vector<std::unique_ptr<Operation>> operations = std::move(group.queued);
   group.queued.clear();
+  bool any_blocking = false;
+  bool any_nonblocking = false;
+  bool all_deferrable = true;
+  for (const auto& op : operations) {
+    (op->comm()->nonblocking ? any_nonblocking : any_blocking) = true;
+    all_deferrable = all_deferrable && op->deferrable();
+  }
+  if (any_blocking && any_nonblocking) return ncclInvalidUsage;
+  if (any_nonblocking && all_deferrable) return defer_work(std::move(operations));
+  if (any_nonblocking) {
+    for (const auto& op : operations) {
+      if (ncclResult_t r = complete_deferred(op->comm()); r != ncclSuccess) return r;
+    }
+  }
   return run_to_completion(operations);
 }
 
@@ -143,6 +183,38 @@ ncclResult_t group_simulate_end(float* estimated_seconds) {
   *estimated_seconds = 1e-5f * static_cast<float>(group.queued.size() + 1);
   if (--group.depth == 0) group.queued.clear();
   return ncclSuccess;
+}
+
+ncclResult_t complete_deferred(ncclComm* comm) {
+  std::vector<std::shared_ptr<DeferredWork>> works = std::move(comm->deferred);
+  comm->deferred.clear();
+  ncclResult_t first = ncclSuccess;
+  for (const auto& work : works) {
+    if (!work->ran) {
+      work->ran = true;
+      work->result = run_to_completion(work->operations);
+      work->operations.clear();
+    }
+    if (first == ncclSuccess) first = work->result;
+  }
+  int expected = ncclInProgress;  // an error recorded meanwhile (abort, revoke) stays
+  comm->async_error.compare_exchange_strong(expected, first, std::memory_order_acq_rel);
+  if (first == ncclSuccess) {
+    const int now = comm->async_error.load(std::memory_order_acquire);
+    if (now != ncclSuccess) first = static_cast<ncclResult_t>(now);
+  }
+  return first;
+}
+
+void abandon_deferred(ncclComm* comm) {
+  for (const auto& work : comm->deferred) {
+    if (work->ran) continue;
+    // Its operations may name this communicator: another member polled later must not run them.
+    work->ran = true;
+    work->result = ncclInvalidUsage;
+    work->operations.clear();
+  }
+  comm->deferred.clear();
 }
 
 }  // namespace tsfake

@@ -29,6 +29,9 @@ class Operation {
   virtual std::string waiting_reason() const = 0;
   ncclComm* comm() const { return comm_; }
   ncclResult_t failure() const { return failure_; }
+  // A collective or send/recv: on a non-blocking communicator it is deferred rather than run by the call.
+  bool deferrable() const { return deferrable_; }
+  void set_deferrable() { deferrable_ = true; }
 
  protected:
   StepResult fail(ncclResult_t result) {
@@ -37,6 +40,15 @@ class Operation {
   }
   ncclComm* comm_;
   ncclResult_t failure_ = ncclSuccess;
+  bool deferrable_ = false;
+};
+
+// The work of one non-blocking call (or of one group of them), as NCCL's background thread would enqueue it.
+// Shared by every communicator it involves; whichever of them is polled first performs it.
+struct DeferredWork {
+  std::vector<std::unique_ptr<Operation>> operations;
+  bool ran = false;
+  ncclResult_t result = ncclSuccess;
 };
 
 enum class CollectiveKind : std::uint32_t {
@@ -76,12 +88,23 @@ std::unique_ptr<Operation> make_shrink(ncclComm* comm, std::vector<int> excluded
 // Returns the first failure, or ncclSystemError when a communicator involved is aborted or revoked meanwhile.
 ncclResult_t run_to_completion(std::vector<std::unique_ptr<Operation>>& operations);
 
-// Outside a group the operation runs now; inside one it is queued for the outermost ncclGroupEnd.
+// Outside a group the operation runs now; inside one it is queued for the outermost ncclGroupEnd. A deferrable
+// operation on a non-blocking communicator is not run: it is left for ncclCommGetAsyncError and the call returns
+// ncclInProgress (another operation on such a communicator first performs what is left, so order is kept).
 ncclResult_t submit(std::unique_ptr<Operation> operation);
 ncclResult_t group_start();
+// A group made only of deferrable operations on non-blocking communicators is deferred as one (ncclInProgress);
+// mixing blocking and non-blocking communicators in one group is ncclInvalidUsage, as in NCCL.
 ncclResult_t group_end();
 // Discards the queued group after estimating how long it would have taken.
 ncclResult_t group_simulate_end(float* estimated_seconds);
 bool in_group();
+
+// ncclCommGetAsyncError on a non-blocking communicator: performs its deferred work, oldest first, to completion
+// (blocking like any call while peers are not there yet), then sets its async error to the first failure or
+// ncclSuccess. Returns that result.
+ncclResult_t complete_deferred(ncclComm* comm);
+// The communicator is destroyed or aborted: its deferred work that did not run never will.
+void abandon_deferred(ncclComm* comm);
 
 }  // namespace tsfake
