@@ -189,9 +189,10 @@ void CoordinatorServer::run() {
     const std::vector<reports::FirstNonfinite> firsts = s.core.nonfinite_firsts();
     const std::string text = reports::format_origin_text(firsts);
     const nlohmann::json json = reports::origin_json(firsts);
-    if (!reports::replace_file(origin_text_path, text) ||
-        !reports::replace_file(origin_json_path,
-                               json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
+    // The JSON first: whoever sees the new text sees the JSON that goes with it.
+    if (!reports::replace_file(origin_json_path,
+                               json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n") ||
+        !reports::replace_file(origin_text_path, text)) {
       ++local.report_errors;
       if (s.origin_failed_generation == 0)  // once: a full disk must not flood the log
         log(LogLevel::kError, "coordinator: cannot write " + origin_text_path + " or " + origin_json_path);

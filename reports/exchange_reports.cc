@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -411,19 +412,45 @@ WrittenReport write_report(const std::string& dir, const std::string& base_name,
     return written;
   }
   const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // Both files are written whole under temporary names first, then published with link(), which never replaces a
+  // name: the JSON, then the text. A reader (trainscope report during a hang, a test polling for the report) that
+  // sees <base>.txt therefore sees both files complete. The temporaries' names end in neither .txt nor .json.
+  static std::atomic<uint64_t> counter{0};
+  const std::string temporary = dir + "/." + base_name + "." + std::to_string(::getpid()) + "." +
+                                std::to_string(counter.fetch_add(1, std::memory_order_relaxed)) + ".part";
+  const std::string text_temporary = temporary + "-text";
+  const std::string json_temporary = temporary + "-json";
+  struct Cleanup {
+    const std::string& a;
+    const std::string& b;
+    ~Cleanup() {
+      ::unlink(a.c_str());
+      ::unlink(b.c_str());
+    }
+  } cleanup{text_temporary, json_temporary};
+  if (const int error = write_new_file(json_temporary, json_text); error != 0) {
+    written.error = "cannot write " + json_temporary + ": " + std::strerror(error);
+    return written;
+  }
+  if (const int error = write_new_file(text_temporary, text); error != 0) {
+    written.error = "cannot write " + text_temporary + ": " + std::strerror(error);
+    return written;
+  }
   for (int attempt = 1; attempt <= 100; ++attempt) {
     const std::string stem = dir + "/" + base_name + (attempt == 1 ? "" : "-" + std::to_string(attempt));
-    const int error = write_new_file(stem + ".txt", text);
-    if (error == EEXIST) continue;
-    if (error != 0) {
+    if (::link(json_temporary.c_str(), (stem + ".json").c_str()) != 0) {
+      if (errno == EEXIST) continue;
+      written.error = "cannot write " + stem + ".json: " + std::strerror(errno);
+      return written;
+    }
+    if (::link(text_temporary.c_str(), (stem + ".txt").c_str()) != 0) {
+      const int error = errno;
+      ::unlink((stem + ".json").c_str());  // ours, just published: the pair moves to the next name
+      if (error == EEXIST) continue;
       written.error = "cannot write " + stem + ".txt: " + std::strerror(error);
       return written;
     }
     written.text_path = stem + ".txt";
-    if (const int json_error = write_new_file(stem + ".json", json_text); json_error != 0) {
-      written.error = "cannot write " + stem + ".json: " + std::strerror(json_error);
-      return written;
-    }
     written.json_path = stem + ".json";
     return written;
   }

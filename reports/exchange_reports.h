@@ -125,7 +125,8 @@ struct WrittenReport {
 std::string make_report_directory(const std::string& dir);
 
 // Writes <dir>/<base>.txt and <dir>/<base>.json, files mode 0600, creating dir (0700) when missing. An existing
-// file is never overwritten: the name gets a "-2", "-3", ... suffix instead.
+// file is never overwritten: the name gets a "-2", "-3", ... suffix instead. Each file appears whole, the JSON
+// before the text: whoever sees the text sees both.
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json);
 

@@ -251,7 +251,8 @@ class FrameThread {
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
     const std::string stem = run_dir_ + "/" + base;
     const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    if (!reports::replace_file(stem + ".txt", text) || !reports::replace_file(stem + ".json", dumped))
+    // The JSON first: whoever sees the text (a person, a test) sees both.
+    if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
       log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
   }
 

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "reports/exchange_reports.h"
 #include "reports/recorder_report.h"
@@ -192,6 +196,22 @@ TEST(ExchangeReportsTest, WritesTextAndJsonPrivatelyWithoutOverwriting) {
   ASSERT_TRUE(second.error.empty()) << second.error;
   EXPECT_EQ(second.text_path, run + "/vanished-rank3-2.txt");
   EXPECT_EQ(testing::read_file(first.text_path), format_vanished_text(report));
+  // A name taken by either file moves the pair on; nothing else is left in the folder (no temporaries).
+  std::ofstream(run + "/vanished-rank3-3.json") << "someone else's\n";
+  std::ofstream(run + "/vanished-rank3-4.txt") << "someone else's\n";
+  const WrittenReport fifth = write_report(run, vanished_base_name(report), "fifth\n", vanished_json(report));
+  ASSERT_TRUE(fifth.error.empty()) << fifth.error;
+  EXPECT_EQ(fifth.text_path, run + "/vanished-rank3-5.txt");
+  EXPECT_EQ(fifth.json_path, run + "/vanished-rank3-5.json");
+  EXPECT_EQ(testing::read_file(run + "/vanished-rank3-3.json"), "someone else's\n");
+  EXPECT_EQ(testing::read_file(run + "/vanished-rank3-4.txt"), "someone else's\n");
+  EXPECT_FALSE(std::filesystem::exists(run + "/vanished-rank3-4.json")) << "the half pair at -4 was taken back";
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(run)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"vanished-rank3-2.json", "vanished-rank3-2.txt", "vanished-rank3-3.json",
+                                             "vanished-rank3-4.txt", "vanished-rank3-5.json", "vanished-rank3-5.txt",
+                                             "vanished-rank3.json", "vanished-rank3.txt"}));
 }
 
 }  // namespace
