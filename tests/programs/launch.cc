@@ -96,7 +96,9 @@ int main(int argc, char** argv) {
   for (auto& p : to_rank)
     if (pipe2(p.data(), O_CLOEXEC) != 0) return usage("pipe failed");
 
-  const std::string port = std::to_string(20000 + (getpid() % 20000));
+  // The coordinator binds MASTER_PORT + 3: keep both below Linux's ephemeral range (32768 and up by default), where
+  // another test's outgoing connection could hold the port (seen: "Address already in use" under ctest -j8).
+  const std::string port = std::to_string(20000 + (getpid() % 12000));
   signal(SIGINT, forward_signal);
   signal(SIGTERM, forward_signal);
   signal(SIGPIPE, SIG_IGN);
