@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/stats.h"
+#include "reports/frame_report.h"
 #include "tools/commands.h"
 
 namespace trainscope::tools {
@@ -173,10 +174,13 @@ int cmd_stats(int argc, char** argv) {
     out["file"] = path;
     out["dtype"] = stats::dtype_name(*dtype);
     out["count"] = result.count;
-    out["abs_min"] = json_value(result.abs_min);
-    out["abs_max"] = json_value(result.abs_max);
-    out["finite_abs_min"] = json_value(result.finite_abs_min);
-    out["finite_abs_max"] = json_value(result.finite_abs_max);
+    // No element, no magnitude: null, not the identities inf and -inf. Likewise when every element is inf/nan.
+    const bool any = result.count > 0;
+    const bool any_finite = result.finite_count() > 0;
+    out["abs_min"] = any ? json_value(result.abs_min) : nlohmann::json(nullptr);
+    out["abs_max"] = any ? json_value(result.abs_max) : nlohmann::json(nullptr);
+    out["finite_abs_min"] = any_finite ? json_value(result.finite_abs_min) : nlohmann::json(nullptr);
+    out["finite_abs_max"] = any_finite ? json_value(result.finite_abs_max) : nlohmann::json(nullptr);
     out["nan"] = result.nan_count;
     out["pos_inf"] = result.pos_inf_count;
     out["neg_inf"] = result.neg_inf_count;
@@ -188,14 +192,19 @@ int cmd_stats(int argc, char** argv) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%s\n", stats::format_stats_row(result, path).c_str());
+  // The row a frame report prints for this tensor ("empty" when it has no element).
+  std::printf("%s", reports::format_frame_row(reports::FrameRow::tensor(path, result)).c_str());
   std::printf("elements: %llu %s\n", static_cast<unsigned long long>(result.count), stats::dtype_name(*dtype));
   const std::string first = result.first_nonfinite < 0 ? std::string("none") : std::to_string(result.first_nonfinite);
   std::printf("nan: %llu  +inf: %llu  -inf: %llu  first non-finite: %s\n",
               static_cast<unsigned long long>(result.nan_count), static_cast<unsigned long long>(result.pos_inf_count),
               static_cast<unsigned long long>(result.neg_inf_count), first.c_str());
-  std::printf("finite abs min: %s  finite abs max: %s\n", stats::format_abs_value(result.finite_abs_min).c_str(),
-              stats::format_abs_value(result.finite_abs_max).c_str());
+  if (result.finite_count() > 0) {
+    std::printf("finite abs min: %s  finite abs max: %s\n", stats::format_abs_value(result.finite_abs_min).c_str(),
+                stats::format_abs_value(result.finite_abs_max).c_str());
+  } else {
+    std::printf("finite abs min: none  finite abs max: none (no finite element)\n");
+  }
   std::printf("checksum: 0x%016llx\n", static_cast<unsigned long long>(result.checksum));
   return 0;
 }

@@ -148,8 +148,32 @@ TEST(CmdStats, EmptyFileIsAnEmptyTensor) {
   ASSERT_EQ(0, r.exit_code) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(0, j["count"]);
-  EXPECT_EQ("inf", j["abs_min"]);
-  EXPECT_EQ("-inf", j["abs_max"]);
+  // No element, no magnitude: every key is there, with null.
+  for (const char* key : {"abs_min", "abs_max", "finite_abs_min", "finite_abs_max", "first_nonfinite"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_TRUE(j[key].is_null()) << key << ": " << j[key];
+  }
+  // The text is the row a frame report prints for an empty tensor.
+  const ProcessResult text = stats({file, "--dtype", "fp16"});
+  ASSERT_EQ(0, text.exit_code) << text.err;
+  EXPECT_EQ(text.out.substr(0, text.out.find('\n') + 1), "            empty " + file + "\n");
+  EXPECT_NE(text.out.find("finite abs min: none"), std::string::npos) << text.out;
+}
+
+TEST(CmdStats, AllNanHasNoFiniteMagnitudes) {
+  TempDir dir;
+  const std::string file = dir.path() + "/nans";
+  const unsigned char bf16_nans[] = {0xc0, 0x7f, 0xff, 0xff};  // 0x7fc0 and 0xffff
+  write_bytes(file, reinterpret_cast<const char*>(bf16_nans), sizeof bf16_nans);
+  const ProcessResult r = stats({file, "--dtype", "bf16", "--json"});
+  ASSERT_EQ(0, r.exit_code) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ("nan", j["abs_min"]);
+  EXPECT_EQ("nan", j["abs_max"]);
+  EXPECT_TRUE(j["finite_abs_min"].is_null()) << j;
+  EXPECT_TRUE(j["finite_abs_max"].is_null()) << j;
+  EXPECT_EQ(2, j["nan"]);
+  EXPECT_EQ(0, j["first_nonfinite"]);
 }
 
 TEST(CmdStats, ClearErrorsExitTwo) {
