@@ -96,6 +96,8 @@ reports::FirstNonfinite first_of(const NonfiniteMessage& m) {
   first.op = m.op;
   first.where = m.where == NonfiniteWhere::kInput ? reports::NonfiniteWhere::kInput : reports::NonfiniteWhere::kOutput;
   first.kind = m.kind == NonfiniteKind::kNan ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
+  first.comm_rank = m.comm_rank;
+  first.peer = m.peer;
   return first;
 }
 
@@ -775,6 +777,7 @@ void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now
   if (nonfinite_firsts_.emplace(message.rank, first_of(message)).second) {
     ++nonfinite_generation_;
     ++stats_.nonfinite_firsts;
+    resolve_peer_ranks();
   } else {
     ++stats_.ignored_nonfinite;
   }
@@ -873,7 +876,27 @@ void CoordinatorCore::scan_pair_timeouts(Comm& comm, uint64_t now_ns) {
   }
 }
 
+// A send/recv first names its peer by communicator rank; the report speaks of global ranks, which the coordinator
+// learns from the peer's own fingerprints, maybe after the first arrived. Each one learnt rewrites the origin.
+void CoordinatorCore::resolve_peer_ranks() {
+  unresolved_peers_ = 0;
+  for (auto& [rank, first] : nonfinite_firsts_) {
+    if (first.peer < 0 || first.peer_rank >= 0) continue;
+    auto it = comms_.find(first.comm_id);
+    const int32_t peer_rank = it != comms_.end() && first.peer < it->second->nranks
+                                  ? it->second->members[static_cast<size_t>(first.peer)].global_rank
+                                  : -1;
+    if (peer_rank >= 0) {
+      first.peer_rank = peer_rank;
+      ++nonfinite_generation_;
+    } else {
+      ++unresolved_peers_;
+    }
+  }
+}
+
 std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
+  if (unresolved_peers_ > 0) resolve_peer_ranks();
   // Mismatches whose missing members did not come within the grace period are reported as they are.
   for (size_t i = 0; i < mismatches_waiting_.size();) {
     const auto [id, seq] = mismatches_waiting_[i];

@@ -157,6 +157,7 @@ class CoordinatorCore {
   std::vector<std::string> stack_of(int32_t global_rank, uint32_t stack_id) const;
   bool has_live_comm(int32_t rank) const;
   void check_nonfinite_stop(uint64_t now_ns);
+  void resolve_peer_ranks();
   // Queues a verdict for tick() and counts it.
   void emit_verdict(VerdictKind kind, VerdictAction action, uint64_t comm_id, uint64_t seq,
                     decltype(CoreVerdict::report) report);
@@ -170,6 +171,7 @@ class CoordinatorCore {
   bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings
   std::map<int32_t, reports::FirstNonfinite> nonfinite_firsts_;  // by global rank, the first report only
   uint64_t nonfinite_generation_ = 0;
+  size_t unresolved_peers_ = 0;  // send/recv firsts whose peer's global rank is not known yet
   bool nonfinite_stop_requested_ = false;
   int32_t nonfinite_stop_rank_ = -1;
   uint64_t nonfinite_stop_since_ns_ = 0;

@@ -143,6 +143,8 @@ void ExchangeClient::report_nonfinite(const reports::FirstNonfinite& first, bool
       first.where == reports::NonfiniteWhere::kInput ? NonfiniteWhere::kInput : NonfiniteWhere::kOutput;
   pending.message.kind = first.kind == reports::NonfiniteKind::kNan ? NonfiniteKind::kNan : NonfiniteKind::kInf;
   pending.message.stop_job = stop_job;
+  pending.message.comm_rank = first.comm_rank;
+  pending.message.peer = first.peer;
   pending.after_fingerprints = pushed_.load();
   std::lock_guard<std::mutex> lock(nonfinite_lock_);
   // Counted together with those the client's thread holds already: the bound is on everything not yet sent.

@@ -37,6 +37,9 @@ struct Frame : reports::Frame {
   std::uint64_t batch = 0;
   std::uint64_t comm_id = 0;  // the watched call's communicator and call number (for the origin report)
   std::uint64_t call_number = 0;
+  // A send/recv: this rank's and the peer's communicator ranks (the origin pairs a send with its receive); else -1.
+  std::int32_t comm_rank = -1;
+  std::int32_t peer = -1;
   // Where in the step this call is (its communicator, operation, count, type and call site): near overflow is
   // reported once per site, as the seed reports it once per module. 0: the frame's name is the site.
   std::uint64_t site = 0;

@@ -236,6 +236,7 @@ Verdict decode_verdict(ByteReader& r) {
 }
 
 // Payload: i32 rank | u64 batch_number | u64 comm_id | u64 call_number | string op | u8 where | u8 kind | u8 stop_job
+//          | i32 comm_rank | i32 peer
 NonfiniteMessage decode_nonfinite(ByteReader& r) {
   NonfiniteMessage m;
   m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
@@ -246,6 +247,8 @@ NonfiniteMessage decode_nonfinite(ByteReader& r) {
   m.where = static_cast<NonfiniteWhere>(r.get_in_range<uint8_t>("nonfinite where", 0, 1));
   m.kind = static_cast<NonfiniteKind>(r.get_in_range<uint8_t>("nonfinite kind", 0, 1));
   m.stop_job = r.get_bool("stop_job");
+  m.comm_rank = r.get_in_range<int32_t>("comm_rank", -1, kMaxRanks - 1);
+  m.peer = r.get_in_range<int32_t>("peer", -1, kMaxRanks - 1);
   return m;
 }
 
@@ -406,6 +409,8 @@ std::vector<uint8_t> encode(const NonfiniteMessage& m) {
   w.put(static_cast<uint8_t>(m.where));
   w.put(static_cast<uint8_t>(m.kind));
   w.put(static_cast<uint8_t>(m.stop_job ? 1 : 0));
+  w.put(m.comm_rank);
+  w.put(m.peer);
   finish(out, start);
   return out;
 }

@@ -163,7 +163,9 @@ struct NonfiniteMessage {
   std::string op;  // NCCL function name ("ncclAllReduce"), at most kMaxOpNameBytes
   NonfiniteWhere where = NonfiniteWhere::kOutput;
   NonfiniteKind kind = NonfiniteKind::kInf;
-  bool stop_job = false;  // TRAINSCOPE_ON_NONFINITE=abort: the coordinator stops every rank after a grace period
+  bool stop_job = false;   // TRAINSCOPE_ON_NONFINITE=abort: the coordinator stops every rank after a grace period
+  int32_t comm_rank = -1;  // a send/recv: the sender's and its peer's communicator ranks; -1 for a collective
+  int32_t peer = -1;
   bool operator==(const NonfiniteMessage&) const = default;
 };
 

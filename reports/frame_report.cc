@@ -115,13 +115,35 @@ std::string ranks_text(const std::vector<const FirstNonfinite*>& group) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + format_rank_list(ranks);
 }
 
+bool point_to_point(const FirstNonfinite& f) { return f.peer >= 0 && (f.op == "ncclSend" || f.op == "ncclRecv"); }
+
+// "rank 3" when the coordinator knew the peer's global rank, else its rank in the communicator.
+std::string peer_text(const FirstNonfinite& f) {
+  return f.peer_rank >= 0 ? "rank " + std::to_string(f.peer_rank) : "communicator rank " + std::to_string(f.peer);
+}
+
+// "all-reduce call #812 in batch 12"; a send/recv is numbered per peer and direction: "send #5 to rank 3 in batch 12".
 std::string call_text(const FirstNonfinite& f) {
+  if (point_to_point(f)) {
+    return collective_phrase(f.op) + " #" + std::to_string(f.call_number) + (f.op == "ncclSend" ? " to " : " from ") +
+           peer_text(f) + " in batch " + std::to_string(f.batch_number);
+  }
   return collective_phrase(f.op) + " call #" + std::to_string(f.call_number) + " in batch " +
          std::to_string(f.batch_number);
 }
 
 bool same_call(const FirstNonfinite& a, const FirstNonfinite& b) {
-  return a.batch_number == b.batch_number && a.comm_id == b.comm_id && a.call_number == b.call_number;
+  if (a.batch_number != b.batch_number || a.comm_id != b.comm_id || a.call_number != b.call_number) return false;
+  // Sends and receives with one number are as many calls as there are pairs.
+  if (point_to_point(a) || point_to_point(b)) return a.op == b.op && a.comm_rank == b.comm_rank && a.peer == b.peer;
+  return true;
+}
+
+// `recv` is the receive that matches the send `send` (the n-th send from a to b meets b's n-th receive from a).
+bool matching_receive(const FirstNonfinite& send, const FirstNonfinite& recv) {
+  return send.op == "ncclSend" && recv.op == "ncclRecv" && point_to_point(send) && point_to_point(recv) &&
+         send.comm_id == recv.comm_id && send.call_number == recv.call_number && send.peer == recv.comm_rank &&
+         send.comm_rank == recv.peer;
 }
 
 // The origin analysis shared by the text and the JSON.
@@ -144,13 +166,31 @@ Origin analyse(const std::vector<FirstNonfinite>& firsts) {
            std::make_tuple(b->batch_number, b->where, b->call_number, b->comm_id, b->rank);
   });
   origin.call = sorted.front();
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, NonfiniteWhere, NonfiniteKind>, std::size_t> index;
+  // A receive's value came from its send: when the sender reported that send, it is the origin, even if the stages
+  // count their batches apart (a pipeline's next stage may be a step behind or ahead).
+  if (origin.call->where == NonfiniteWhere::kOutput && point_to_point(*origin.call)) {
+    for (const FirstNonfinite* f : sorted) {
+      if (f->where == NonfiniteWhere::kInput && matching_receive(*f, *origin.call)) {
+        origin.call = f;
+        break;
+      }
+    }
+  }
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, NonfiniteWhere, NonfiniteKind, int32_t>, std::size_t>
+      index;
   for (const FirstNonfinite* f : sorted) {
     if (same_call(*f, *origin.call)) {
       (f->where == NonfiniteWhere::kInput ? origin.senders : origin.receivers).push_back(f);
       continue;
     }
-    const auto key = std::make_tuple(f->batch_number, f->call_number, f->comm_id, f->op, f->where, f->kind);
+    // A send's value arrives in its receiver's matching recv (a pipeline's next stage), whatever batch it counts.
+    if (origin.call->where == NonfiniteWhere::kInput && f->where == NonfiniteWhere::kOutput &&
+        matching_receive(*origin.call, *f)) {
+      origin.receivers.push_back(f);
+      continue;
+    }
+    // A send/recv group shares its peer too ("recv #5 from rank 2" is one line for every rank it names).
+    const auto key = std::make_tuple(f->batch_number, f->call_number, f->comm_id, f->op, f->where, f->kind, f->peer);
     const auto [it, added] = index.emplace(key, origin.others.size());
     if (added) origin.others.emplace_back();
     origin.others[it->second].push_back(f);
@@ -165,13 +205,19 @@ Origin analyse(const std::vector<FirstNonfinite>& firsts) {
 }
 
 nlohmann::json first_json(const FirstNonfinite& f) {
-  return {{"rank", f.rank},
-          {"batch_number", f.batch_number},
-          {"communicator", hex(f.comm_id)},
-          {"call_number", f.call_number},
-          {"op", f.op},
-          {"where", where_word(f.where)},
-          {"kind", kind_word(f.kind)}};
+  nlohmann::json out = {{"rank", f.rank},
+                        {"batch_number", f.batch_number},
+                        {"communicator", hex(f.comm_id)},
+                        {"call_number", f.call_number},
+                        {"op", f.op},
+                        {"where", where_word(f.where)},
+                        {"kind", kind_word(f.kind)}};
+  if (point_to_point(f)) {
+    out["communicator_rank"] = f.comm_rank;
+    out["peer_communicator_rank"] = f.peer;
+    out["peer"] = f.peer_rank >= 0 ? nlohmann::json(f.peer_rank) : nlohmann::json(nullptr);
+  }
+  return out;
 }
 
 nlohmann::json ranks_json(const std::vector<const FirstNonfinite*>& group) {
@@ -449,7 +495,11 @@ std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
   std::string out;
   if (!origin.senders.empty()) {
     out = ranks_text(origin.senders) + " sent " + kinds_text(origin.senders) + " in " + call;
-    if (!origin.receivers.empty()) out += "; " + ranks_text(origin.receivers) + " first saw it in that call's output";
+    if (!origin.receivers.empty()) {
+      out += "; " + ranks_text(origin.receivers) +
+             (point_to_point(*origin.call) ? " first saw it in the matching recv's output"
+                                           : " first saw it in that call's output");
+    }
   } else {
     // Every input of the call was finite: the collective itself produced the value (an fp16 sum that overflows).
     out = "no rank sent inf/nan in " + call + ": its inputs were finite, and " + ranks_text(origin.receivers) +

@@ -158,6 +158,11 @@ struct FirstNonfinite {
   std::string op;  // NCCL function ("ncclAllReduce"); printed as "all-reduce"
   NonfiniteWhere where = NonfiniteWhere::kOutput;
   NonfiniteKind kind = NonfiniteKind::kInf;
+  // A send/recv: this rank's and the peer's communicator ranks (numbers are per peer and direction), and the peer's
+  // global rank when the coordinator knows it; -1 otherwise.
+  int32_t comm_rank = -1;
+  int32_t peer = -1;
+  int32_t peer_rank = -1;
 };
 
 // "ncclAllReduce" -> "all-reduce", "ncclReduceScatter" -> "reduce-scatter", ...; unknown names unchanged.

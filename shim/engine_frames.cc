@@ -236,6 +236,10 @@ class FrameThread {
     frame.comm_id = call.record.comm_id;
     frame.call_number = call.record.seq;
     const recorder::Record& r = call.record;
+    if (recorder::is_point_to_point(static_cast<Op>(r.op))) {
+      frame.comm_rank = r.rank;
+      frame.peer = r.peer;
+    }
     frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (r.caller * 0x9E3779B97F4A7C15ull) ^
                  (static_cast<uint64_t>(static_cast<uint32_t>(r.peer)) << 17);
     // A send has no output and a receive no input: no row, rather than a "None" that says nothing.
@@ -326,6 +330,8 @@ class FrameThread {
         row != nullptr && row->stats.nan_count > 0 ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
     first.comm_id = last.comm_id;
     first.call_number = last.call_number;
+    first.comm_rank = last.comm_rank;
+    first.peer = last.peer;
     const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort;
     report_first_nonfinite(first, stop);
     if (!stop) return;

@@ -345,6 +345,27 @@ TEST(Frames, TrainscopeRunMakesNvtxRangesStepMarkersAndSummarisesTheOrigin) {
       << run.err;
 }
 
+// A pipeline: stage 1 sends an inf on at step 2; stage 2 receives it and passes it on to stage 3. The origin pairs
+// stage 1's send with stage 2's matching recv, and names the peers by rank.
+TEST(Frames, OriginAcrossAPipelinePairsTheSendWithItsReceive) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = "nvtx:^train_step$";
+  const ProcessResult job =
+      testing::run_process({TS_LAUNCH, "-n", "4", "--timeout", "60", "--", program("pipeline_program"), "--inject",
+                            "inf", "--rank", "1", "--step", "2"},
+                           options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string origin =
+      "rank 1 sent inf in send #3 to rank 2 in batch 2; rank 2 first saw it in the matching recv's output\n"
+      "rank 3 first saw inf in the output of recv #3 from rank 2 in batch 2\n";
+  EXPECT_EQ(origin_when_complete(dir, origin), origin) << job.err;
+  EXPECT_NE(file(dir, "nonfinite-rank1.txt").find("Detected inf/nan during batch_number=2"), std::string::npos);
+  EXPECT_NE(file(dir, "nonfinite-rank2.txt").find("     inf output\n"), std::string::npos)
+      << file(dir, "nonfinite-rank2.txt");
+  EXPECT_EQ(file(dir, "nonfinite-rank0.txt"), "") << "stage 0 never had it";
+}
+
 TEST(Frames, BadStepMarkerStopsTheJobBeforeItRunsWithAClearError) {
   TempDir dir;
   ProcessOptions options = job_options(dir);

@@ -892,6 +892,30 @@ constexpr char kEightRankOrigin[] =
     "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and 4\u20137 first saw it in that call's "
     "output\n";
 
+TEST(CoordinatorNonfiniteTest, SendRecvFirstsNameTheirPeerByGlobalRankOnceItIsKnown) {
+  CoordinatorCore core;
+  // Global ranks 5 and 7 are the communicator's ranks 0 and 1.
+  const Fingerprint sent = send(0, 1, 5);
+  core.on_fingerprints(5, {&sent, 1}, 0, kT0);
+  NonfiniteMessage message = nonfinite(5, NonfiniteWhere::kInput);
+  message.op = "ncclSend";
+  message.call_number = 5;
+  message.comm_rank = 0;
+  message.peer = 1;
+  core.on_nonfinite(message, kT0);
+  ASSERT_EQ(core.nonfinite_firsts().size(), 1u);
+  EXPECT_EQ(core.nonfinite_firsts()[0].peer_rank, -1) << "rank 7's fingerprints have not come yet";
+  EXPECT_EQ(reports::format_origin_text(core.nonfinite_firsts()),
+            "rank 5 sent inf in send #5 to communicator rank 1 in batch 12\n");
+  const uint64_t generation = core.nonfinite_generation();
+  const Fingerprint received = recv(1, 0, 5);
+  core.on_fingerprints(7, {&received, 1}, 0, kT0 + 1);
+  core.tick(kT0 + 2);
+  EXPECT_EQ(core.nonfinite_firsts()[0].peer_rank, 7);
+  EXPECT_GT(core.nonfinite_generation(), generation) << "the origin is rewritten with the peer's rank";
+  EXPECT_EQ(reports::format_origin_text(core.nonfinite_firsts()), "rank 5 sent inf in send #5 to rank 7 in batch 12\n");
+}
+
 TEST(CoordinatorNonfiniteTest, FirstsOfAllRanksGiveTheOriginReport) {
   CoordinatorCore core;
   EXPECT_EQ(core.nonfinite_generation(), 0u);

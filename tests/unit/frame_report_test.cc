@@ -437,6 +437,41 @@ TEST(FrameReportTest, OriginEarlierBatchWinsAndOthersAreListed) {
             "ranks 4 and 5 sent inf in all-reduce call #812 in batch 12\n");
 }
 
+// A send/recv first: comm ranks equal the global ranks here, as in a one-communicator pipeline.
+FirstNonfinite p2p_seen(int32_t rank, const char* op, int32_t peer, NonfiniteWhere where, uint64_t number,
+                        uint64_t batch = 12) {
+  FirstNonfinite f = first_seen(rank, where, NonfiniteKind::kInf, number, batch, op);
+  f.comm_rank = rank;
+  f.peer = peer;
+  f.peer_rank = peer;
+  return f;
+}
+
+TEST(FrameReportTest, OriginAcrossAPipelinePairsTheSendWithItsReceive) {
+  // Stage 2 produced the inf and sent it on to stage 3, which saw it in the matching recv (counting its batches a
+  // step behind); stage 1 received it later on the way back. Rank 0 sent its own send #5 (to rank 1) with an inf
+  // too: the same number on another pair is another call.
+  std::vector<FirstNonfinite> firsts = {
+      p2p_seen(3, "ncclRecv", 2, NonfiniteWhere::kOutput, 5, 11),
+      p2p_seen(2, "ncclSend", 3, NonfiniteWhere::kInput, 5),
+      p2p_seen(1, "ncclRecv", 2, NonfiniteWhere::kOutput, 6, 13),
+      p2p_seen(0, "ncclSend", 1, NonfiniteWhere::kInput, 5, 14),
+  };
+  EXPECT_EQ(format_origin_text(firsts),
+            "rank 2 sent inf in send #5 to rank 3 in batch 12; rank 3 first saw it in the matching recv's output\n"
+            "rank 1 first saw inf in the output of recv #6 from rank 2 in batch 13\n"
+            "rank 0 sent inf in send #5 to rank 1 in batch 14\n");
+  const nlohmann::json j = origin_json(firsts);
+  EXPECT_EQ(j["origin"]["senders"], nlohmann::json::array({2}));
+  EXPECT_EQ(j["origin"]["receivers"], nlohmann::json::array({3}));
+  EXPECT_EQ(j["firsts"][2]["peer"], 3);
+  EXPECT_EQ(j["firsts"][2]["peer_communicator_rank"], 3);
+  EXPECT_FALSE(origin_json({first_seen(0, NonfiniteWhere::kInput)})["firsts"][0].contains("peer"));
+  // A peer the coordinator could not place is named by its communicator rank.
+  firsts[1].peer_rank = -1;
+  EXPECT_EQ(format_origin_text({firsts[1]}), "rank 2 sent inf in send #5 to communicator rank 3 in batch 12\n");
+}
+
 TEST(FrameReportTest, OriginProducedByTheCollective) {
   // Every input finite, every output inf: the fp16 sum itself overflowed.
   std::vector<FirstNonfinite> firsts;

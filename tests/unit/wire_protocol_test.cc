@@ -62,11 +62,14 @@ NonfiniteMessage sample_nonfinite() {
   message.where = NonfiniteWhere::kInput;
   message.kind = NonfiniteKind::kInf;
   message.stop_job = true;
+  message.comm_rank = 2;
+  message.peer = 3;
   return message;
 }
 
-// Header, rank, batch, communicator, call number, op length, where, kind, stop_job: everything but the op's bytes.
-constexpr size_t kNonfiniteFixedBytes = kHeaderBytes + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 1;
+// Header, rank, batch, communicator, call number, op length, where, kind, stop_job, comm rank, peer: everything but
+// the op's bytes.
+constexpr size_t kNonfiniteFixedBytes = kHeaderBytes + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 1 + 4 + 4;
 
 std::vector<uint8_t> roundtrip(const std::vector<uint8_t>& bytes) {
   const DecodeResult decoded = decode(bytes);
@@ -244,7 +247,7 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
 
 TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
   // Payload: i32 rank @0 | u64 batch @4 | u64 comm @12 | u64 call @20 | u32 op length @28, op @32 | u8 where |
-  // u8 kind | u8 stop_job.
+  // u8 kind | u8 stop_job | i32 comm_rank | i32 peer.
   const NonfiniteMessage message = sample_nonfinite();
   const size_t op_at = kHeaderBytes + 28;
   const size_t where_at = op_at + 4 + message.op.size();
@@ -280,7 +283,13 @@ TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
   auto truncated = encode(message);
   truncated.pop_back();
   poke(truncated, 8, truncated.size() - kHeaderBytes, 4);
-  expect_refused(truncated, "truncated at stop_job");
+  expect_refused(truncated, "truncated at peer");
+  auto bad_peer = encode(message);
+  poke(bad_peer, where_at + 3 + 4, 0xFFFFFFFEull, 4);  // -2: below "none" (-1)
+  expect_refused(bad_peer, "peer -2 out of range");
+  auto huge_comm_rank = encode(message);
+  poke(huge_comm_rank, where_at + 3, static_cast<uint64_t>(kMaxRanks), 4);
+  expect_refused(huge_comm_rank, "comm_rank");
 
   auto trailing = encode(message);
   trailing.push_back(0);
