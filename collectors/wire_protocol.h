@@ -21,7 +21,9 @@
 namespace trainscope::exchange {
 
 inline constexpr uint32_t kWireMagic = 0x43585354;  // "TSXC" in little-endian byte order
-inline constexpr uint16_t kWireVersion = 1;
+// 2: the first-inf/nan message carries the send/recv's communicator rank and peer. A peer of another version is
+// refused by name ("protocol version 1, expected 2"), never misread.
+inline constexpr uint16_t kWireVersion = 2;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kMaxMessageBytes = 4u << 20;  // larger frames are refused before decoding
 

@@ -145,7 +145,7 @@ TEST(WireProtocolTest, HeaderIsLittleEndian) {
   const auto bytes = encode(Goodbye{1, 2});
   ASSERT_GE(bytes.size(), kHeaderBytes);
   EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 4), "TSXC");
-  EXPECT_EQ(bytes[4], 1);  // version
+  EXPECT_EQ(bytes[4], kWireVersion);  // version
   EXPECT_EQ(bytes[6], static_cast<uint8_t>(MessageType::kGoodbye));
   EXPECT_EQ(bytes[8], 13);  // payload: i32 rank + u64 time + u8 stopping_job
 }
@@ -279,6 +279,11 @@ TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
   auto bad_stop = encode(message);
   poke(bad_stop, where_at + 2, 2, 1);
   expect_refused(bad_stop, "stop_job 2 out of range");
+
+  auto older = encode(message);  // a coordinator or rank of the previous wire version
+  poke(older, 4, kWireVersion - 1, 2);
+  expect_refused(older,
+                 "protocol version " + std::to_string(kWireVersion - 1) + ", expected " + std::to_string(kWireVersion));
 
   auto truncated = encode(message);
   truncated.pop_back();
