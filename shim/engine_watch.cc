@@ -1,6 +1,7 @@
 // Watching NCCL calls' buffers, the job's side (see engine_watch.h).
 #include "shim/engine_watch.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -185,7 +186,13 @@ bool WatchBoard::park(uint64_t comm_id, WatchedCall* call) {
 std::vector<WatchedCall*> WatchBoard::unpark(uint64_t comm_id, bool all) {
   std::vector<WatchedCall*> out;
   std::lock_guard<std::mutex> lock(mutex_);
-  out.reserve(parked_.size());  // the only allocation, before anything changes
+  // Every call on a communicator comes here while another communicator has calls parked: nothing to take must cost
+  // no allocation.
+  const size_t taken = all ? parked_.size()
+                           : static_cast<size_t>(std::count_if(parked_.begin(), parked_.end(),
+                                                               [&](const Parked& p) { return p.comm_id == comm_id; }));
+  if (taken == 0) return out;
+  out.reserve(taken);  // the only allocation, before anything changes
   size_t kept = 0;
   for (const Parked& p : parked_) {
     if (all || p.comm_id == comm_id) {
@@ -275,14 +282,18 @@ void comm_async_state(uint64_t comm_id, int32_t state) {
 
 void comm_next_call(uint64_t comm_id, uint16_t op) {
   if (g_parked_count.load(std::memory_order_relaxed) == 0) return;
+  const std::vector<WatchedCall*> unconfirmed = watch_board().unpark(comm_id);
+  if (unconfirmed.empty()) return;  // the parked calls are another communicator's
   const Op next = static_cast<Op>(op);
   const bool ends =
       next == Op::kCommDestroy || next == Op::kCommFinalize || next == Op::kCommAbort || next == Op::kCommRevoke;
-  const std::string why =
-      never_confirmed(ends ? std::string(recorder::op_name(next))
-                           : "the communicator's next call, " + std::string(recorder::op_name(next)));
-  for (WatchedCall* call : watch_board().unpark(comm_id))
-    finish_unparked(call, [&why](WatchedCall* c) { skip_parked_output(c, why); });
+  std::string why;  // out of memory for the reason: the calls still complete, without it
+  try {
+    why = never_confirmed(ends ? std::string(recorder::op_name(next))
+                               : "the communicator's next call, " + std::string(recorder::op_name(next)));
+  } catch (...) {
+  }
+  for (WatchedCall* call : unconfirmed) finish_unparked(call, [&why](WatchedCall* c) { skip_parked_output(c, why); });
 }
 
 void skip_all_parked() {
