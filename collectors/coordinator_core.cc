@@ -811,16 +811,10 @@ void CoordinatorCore::check_nonfinite_stop(uint64_t now_ns) {
   report.firsts = nonfinite_firsts();
   report.requested_by = nonfinite_stop_rank_;
   report.detected_ns = nonfinite_stop_since_ns_;
-  // The call the value came from: the earliest batch, a rank that sent it before one that received it (the order of
-  // reports::format_origin_text).
-  const auto earliest =
-      std::min_element(report.firsts.begin(), report.firsts.end(),
-                       [](const reports::FirstNonfinite& a, const reports::FirstNonfinite& b) {
-                         return std::make_tuple(a.batch_number, a.where, a.call_number, a.comm_id, a.rank) <
-                                std::make_tuple(b.batch_number, b.where, b.call_number, b.comm_id, b.rank);
-                       });
-  const uint64_t comm_id = earliest != report.firsts.end() ? earliest->comm_id : 0;
-  const uint64_t seq = earliest != report.firsts.end() ? earliest->call_number : 0;
+  // The verdict names the call the value came from, as the origin report does.
+  const reports::FirstNonfinite* origin = reports::origin_call(report.firsts);
+  const uint64_t comm_id = origin != nullptr ? origin->comm_id : 0;
+  const uint64_t seq = origin != nullptr ? origin->call_number : 0;
   // Abort: the user asked for it (TRAINSCOPE_ON_NONFINITE=abort).
   emit_verdict(VerdictKind::kNonfinite, VerdictAction::kAbort, comm_id, seq, std::move(report));
 }

@@ -488,6 +488,8 @@ std::string format_rank_list(std::vector<int32_t> ranks) {
   return join_words(parts);
 }
 
+const FirstNonfinite* origin_call(const std::vector<FirstNonfinite>& firsts) { return analyse(firsts).call; }
+
 std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
   const Origin origin = analyse(firsts);
   if (!origin.call) return "";

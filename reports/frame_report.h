@@ -173,6 +173,8 @@ std::string format_rank_list(std::vector<int32_t> ranks);
 // "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0–2 and 4–7 first saw it in that call's output\n",
 // then one line per other group of ranks that first saw a value elsewhere. Empty input: "" (nothing to report).
 std::string format_origin_text(const std::vector<FirstNonfinite>& firsts);
+// The call the value came from, as the text names it (an element of `firsts`; nullptr when it is empty).
+const FirstNonfinite* origin_call(const std::vector<FirstNonfinite>& firsts);
 nlohmann::json origin_json(const std::vector<FirstNonfinite>& firsts);
 
 }  // namespace trainscope::reports
