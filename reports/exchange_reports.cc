@@ -43,14 +43,24 @@ std::string shape_text(const Fingerprint& f, bool show_op) {
   return text;
 }
 
-// A send/recv is numbered per peer and direction: "send #7 to rank 1", "recv #7 from rank 0" (communicator ranks).
-std::string p2p_call_text(uint16_t op, uint64_t seq, int32_t peer) {
-  const bool send = static_cast<Op>(op) == Op::kSend;
-  return std::string(send ? "send #" : "recv #") + std::to_string(seq) + (send ? " to rank " : " from rank ") +
-         std::to_string(peer);
+// A send/recv desync's member by its global rank ("rank 5") where the report knows it, else "communicator rank 1":
+// in a pipeline's sub-communicator the two differ.
+std::string p2p_rank_text(const DesyncReport& report, int32_t comm_rank) {
+  for (const WaitingRank& w : report.waiting)
+    if (w.comm_rank == comm_rank && w.global_rank >= 0) return "rank " + std::to_string(w.global_rank);
+  for (const MissingRank& m : report.missing)
+    if (m.comm_rank == comm_rank && m.global_rank >= 0) return "rank " + std::to_string(m.global_rank);
+  return "communicator rank " + std::to_string(comm_rank);
 }
 
-// The rank a send/recv desync's waiting side waits for.
+// A send/recv is numbered per peer and direction: "send #7 to rank 1", "recv #7 from rank 0".
+std::string p2p_call_text(const DesyncReport& report, uint16_t op, uint64_t seq, int32_t peer_comm_rank) {
+  const bool send = static_cast<Op>(op) == Op::kSend;
+  return std::string(send ? "send #" : "recv #") + std::to_string(seq) + (send ? " to " : " from ") +
+         p2p_rank_text(report, peer_comm_rank);
+}
+
+// The communicator rank a send/recv desync's waiting side waits for.
 int32_t p2p_other(const DesyncReport& report) {
   return static_cast<Op>(report.op) == Op::kSend ? report.receiver : report.sender;
 }
@@ -218,11 +228,11 @@ std::string format_desync_text(const DesyncReport& report) {
   std::string out = "Desync on communicator " + recorder::short_hex_id(report.comm_id);
   if (report.point_to_point) {
     const bool send_waits = static_cast<Op>(report.op) == Op::kSend;
-    const std::string waiting = std::to_string(send_waits ? report.sender : report.receiver);
-    const std::string other = std::to_string(p2p_other(report));
-    out += " at send #" + std::to_string(report.seq) + " from rank " + std::to_string(report.sender) + " to rank " +
-           std::to_string(report.receiver) + " (`ncclSend`/`ncclRecv`): rank " + waiting + " waits in " +
-           p2p_call_text(report.op, report.seq, p2p_other(report)) + "; rank " + other;
+    out += " at send #" + std::to_string(report.seq) + " from " + p2p_rank_text(report, report.sender) + " to " +
+           p2p_rank_text(report, report.receiver) +
+           " (`ncclSend`/`ncclRecv`): " + p2p_rank_text(report, send_waits ? report.sender : report.receiver) +
+           " waits in " + p2p_call_text(report, report.op, report.seq, p2p_other(report)) + "; " +
+           p2p_rank_text(report, p2p_other(report));
     const char* side = send_waits ? "receive" : "send";
     if (report.certain) {
       out += " can never make that " + std::string(side) + ".\n";
@@ -245,7 +255,8 @@ std::string format_desync_text(const DesyncReport& report) {
   out += "Waiting in the communicator:\n";
   for (const WaitingRank& w : report.waiting) {
     out += "  - " + label(w.global_rank, w.comm_rank) + "): " +
-           (report.point_to_point ? p2p_call_text(w.op, w.seq, p2p_other(report)) : "call #" + std::to_string(w.seq)) +
+           (report.point_to_point ? p2p_call_text(report, w.op, w.seq, p2p_other(report))
+                                  : "call #" + std::to_string(w.seq)) +
            " `" + op_text(w.op) + "` " + since_text(w.since_ns, report.detected_ns) + "\n";
   }
   out += "Not arrived:\n";
@@ -255,7 +266,8 @@ std::string format_desync_text(const DesyncReport& report) {
     out += "): ";
     if (m.has_last_call) {
       out += "last call " +
-             (m.last_peer >= 0 ? p2p_call_text(m.last_op, m.last_seq, m.last_peer) : "#" + std::to_string(m.last_seq)) +
+             (m.last_peer >= 0 ? p2p_call_text(report, m.last_op, m.last_seq, m.last_peer)
+                               : "#" + std::to_string(m.last_seq)) +
              " `" + op_text(m.last_op) + "` at " + recorder::utc_date_time(m.last_call_ns);
     } else {
       out += "no call on this communicator seen";

@@ -58,6 +58,25 @@ DesyncReport point_to_point_desync() {
   return report;
 }
 
+TEST(ExchangeReportsTest, PointToPointDesyncNamesGlobalRanksInASubCommunicator) {
+  // A pipeline's communicator whose ranks 0 and 1 are the job's ranks 4 and 6; one the coordinator never placed is
+  // named by its communicator rank.
+  DesyncReport report = point_to_point_desync();
+  report.waiting[0].global_rank = 6;
+  report.missing[0].global_rank = 4;
+  const std::string text = format_desync_text(report);
+  EXPECT_EQ(text.substr(0, text.find('\n') + 1),
+            "Desync on communicator 3f2a9c at send #7 from rank 4 to rank 6 (`ncclSend`/`ncclRecv`): rank 6 waits in "
+            "recv #7 from rank 4; rank 4 can never make that send.\n");
+  EXPECT_NE(text.find("  - Process 6 (communicator rank 1): recv #7 from rank 4 `ncclRecv`"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("last call send #6 to rank 6 `ncclSend`"), std::string::npos) << text;
+  report.missing[0].global_rank = -1;
+  EXPECT_NE(format_desync_text(report).find("at send #7 from communicator rank 0 to rank 6"), std::string::npos)
+      << format_desync_text(report);
+  EXPECT_EQ(desync_base_name(report), "desync-3f2a9c-send-0-1-7") << "file names keep communicator ranks";
+}
+
 TEST(ExchangeReportsTest, PointToPointDesyncText) {
   DesyncReport report = point_to_point_desync();
   EXPECT_EQ(format_desync_text(report),
