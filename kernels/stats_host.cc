@@ -101,6 +101,17 @@ void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uin
   partial.checksum += checksum;
 }
 
+// One type's loop, with or without the checksum (a template argument: the loop itself has no branch on it).
+template <DType kType, typename Bits>
+void accumulate_as(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first,
+                   ChecksumMode checksum) {
+  if (checksum == ChecksumMode::kCompute) {
+    accumulate_typed<kType, Bits, true>(partial, data, count, first);
+  } else {
+    accumulate_typed<kType, Bits, false>(partial, data, count, first);
+  }
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
@@ -188,53 +199,29 @@ void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_
   const auto* bytes = static_cast<const unsigned char*>(data);
   switch (type) {
     case DType::kFloat64:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kFloat64, std::uint64_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kFloat64, std::uint64_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kFloat64, std::uint64_t>(partial, bytes, count, first_index, checksum);
     case DType::kFloat32:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kFloat32, std::uint32_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kFloat32, std::uint32_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kFloat32, std::uint32_t>(partial, bytes, count, first_index, checksum);
     case DType::kFloat16:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kFloat16, std::uint16_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kFloat16, std::uint16_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kFloat16, std::uint16_t>(partial, bytes, count, first_index, checksum);
     case DType::kBfloat16:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kBfloat16, std::uint16_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kBfloat16, std::uint16_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kBfloat16, std::uint16_t>(partial, bytes, count, first_index, checksum);
     case DType::kFloat8E4M3:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kFloat8E4M3, std::uint8_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kFloat8E4M3, std::uint8_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kFloat8E4M3, std::uint8_t>(partial, bytes, count, first_index, checksum);
     case DType::kFloat8E5M2:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kFloat8E5M2, std::uint8_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kFloat8E5M2, std::uint8_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kFloat8E5M2, std::uint8_t>(partial, bytes, count, first_index, checksum);
     case DType::kInt8:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kInt8, std::uint8_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kInt8, std::uint8_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kInt8, std::uint8_t>(partial, bytes, count, first_index, checksum);
     case DType::kUint8:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kUint8, std::uint8_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kUint8, std::uint8_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kUint8, std::uint8_t>(partial, bytes, count, first_index, checksum);
     case DType::kInt32:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kInt32, std::uint32_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kInt32, std::uint32_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kInt32, std::uint32_t>(partial, bytes, count, first_index, checksum);
     case DType::kUint32:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kUint32, std::uint32_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kUint32, std::uint32_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kUint32, std::uint32_t>(partial, bytes, count, first_index, checksum);
     case DType::kInt64:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kInt64, std::uint64_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kInt64, std::uint64_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kInt64, std::uint64_t>(partial, bytes, count, first_index, checksum);
     case DType::kUint64:
-      return checksum == ChecksumMode::kCompute
-                 ? accumulate_typed<DType::kUint64, std::uint64_t, true>(partial, bytes, count, first_index)
-                 : accumulate_typed<DType::kUint64, std::uint64_t, false>(partial, bytes, count, first_index);
+      return accumulate_as<DType::kUint64, std::uint64_t>(partial, bytes, count, first_index, checksum);
   }
 }
 
