@@ -108,6 +108,8 @@ struct CoordinatorCore::Member {
   uint64_t last_seq = 0;  // last collective call number this member reached
   uint16_t last_op = 0;
   uint64_t last_start_ns = 0;
+  uint32_t last_stack_id = 0;  // that call's stack and site
+  uint64_t last_caller = 0;
   LaggardState ended = LaggardState::kAlive;  // set when the member ended the communicator or its process went
   // Its latest call of any kind here, a send/recv too (numbered per peer and direction), for send/recv desyncs.
   bool has_call = false;
@@ -115,6 +117,7 @@ struct CoordinatorCore::Member {
   uint64_t call_seq = 0;
   int32_t call_peer = -1;  // a send/recv: the peer
   uint64_t call_start_ns = 0;
+  uint32_t call_stack_id = 0;
   std::array<Fingerprint, kRecentCalls> recent{};
   size_t recent_next = 0;
 };
@@ -188,7 +191,7 @@ struct CoordinatorCore::RankInfo {
   Fingerprint last_call{};
   std::vector<HeartbeatCall> inside;
   uint64_t last_heard_ns = 0;
-  std::unordered_map<uint32_t, std::vector<std::string>> stacks;
+  std::unordered_map<uint32_t, CallStack> stacks;
   std::vector<uint64_t> comms;  // communicators this rank is a member of
 };
 
@@ -277,6 +280,7 @@ void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint>
           member.call_seq = f.seq;
           member.call_peer = point_to_point ? f.peer : -1;
           member.call_start_ns = f.start_ns;
+          member.call_stack_id = f.stack_id;
         }
         if (point_to_point) {
           on_point_to_point(*comm, f, now_ns);
@@ -340,6 +344,8 @@ void CoordinatorCore::on_collective(Comm& comm, const Fingerprint& f, uint64_t n
   member.last_seq = f.seq;
   member.last_op = f.op;
   member.last_start_ns = f.start_ns;
+  member.last_stack_id = f.stack_id;
+  member.last_caller = f.caller;
   member.recent[member.recent_next] = f;
   member.recent_next = (member.recent_next + 1) % kRecentCalls;
   if (f.seq > comm.final_floor && !comm.certain_reported) check_certain_desync(comm, now_ns);
@@ -625,17 +631,24 @@ reports::DesyncReport CoordinatorCore::desync_report(const Comm& comm, uint64_t 
       waiting.op = member.last_op;
       waiting.since_ns = member.last_start_ns;
       // The heartbeat knows whether the rank is still inside a call on this communicator, and since when (a
-      // send/recv it is inside has a number of its own: not this count's).
+      // send/recv it is inside has a number of its own: not this count's). A call before its last one is a stale
+      // heartbeat's: the rank returned from it before it made the next (a communicator's calls come in order).
       if (info != nullptr) {
         for (const HeartbeatCall& call : info->inside) {
-          if (call.comm_id == comm.id && !recorder::is_point_to_point(static_cast<Op>(call.op))) {
+          if (call.comm_id == comm.id && !recorder::is_point_to_point(static_cast<Op>(call.op)) &&
+              call.seq >= member.last_seq) {
             waiting.seq = call.seq;
             waiting.op = call.op;
             waiting.since_ns = call.since_ns;
           }
         }
       }
-      report.waiting.push_back(waiting);
+      // The stack of the call it waits in: its last one (a call the heartbeat names beyond it is not here yet).
+      if (waiting.seq == member.last_seq) {
+        waiting.stack = stack_of(member.global_rank, member.last_stack_id);
+        waiting.caller = member.last_caller;
+      }
+      report.waiting.push_back(std::move(waiting));
       continue;
     }
     report.missing.push_back(missing_rank(comm, r));
@@ -653,6 +666,7 @@ reports::MissingRank CoordinatorCore::missing_rank(const Comm& comm, size_t comm
   missing.last_seq = member.last_seq;
   missing.last_op = member.last_op;
   missing.last_call_ns = member.last_start_ns;
+  missing.last_stack = stack_of(member.global_rank, member.last_stack_id);
   missing.state = member.global_rank < 0 ? LaggardState::kUnknown : member.ended;
   if (auto it = ranks_.find(member.global_rank); it != ranks_.end()) {
     const RankInfo& info = *it->second;
@@ -698,6 +712,7 @@ reports::DesyncReport CoordinatorCore::pair_desync_report(const Comm& comm, cons
   missing.last_op = other.call_op;
   missing.last_peer = other.call_peer;
   missing.last_call_ns = other.call_start_ns;
+  missing.last_stack = other.has_call ? stack_of(other.global_rank, other.call_stack_id) : CallStack{};
   report.missing.push_back(std::move(missing));
   return report;
 }
@@ -705,15 +720,23 @@ reports::DesyncReport CoordinatorCore::pair_desync_report(const Comm& comm, cons
 void CoordinatorCore::on_stack(const StackDefinition& stack) {
   RankInfo& info = rank_info(stack.rank);
   if (info.stacks.size() >= options_.max_stacks_per_rank && !info.stacks.contains(stack.stack_id)) return;
-  info.stacks[stack.stack_id] = stack.frames;
+  info.stacks[stack.stack_id] = stack.stack;
+  // The rank's first inf/nan may have named this stack before it arrived: the origin report gets it now (the
+  // caller rewrites the report when the generation moves, as when a peer's rank becomes known).
+  auto named = nonfinite_stack_ids_.find(stack.rank);
+  if (named != nonfinite_stack_ids_.end() && named->second == stack.stack_id) {
+    nonfinite_firsts_.at(stack.rank).stack = stack.stack;
+    nonfinite_stack_ids_.erase(named);
+    ++nonfinite_generation_;
+  }
 }
 
-std::vector<std::string> CoordinatorCore::stack_of(int32_t global_rank, uint32_t stack_id) const {
+CallStack CoordinatorCore::stack_of(int32_t global_rank, uint32_t stack_id) const {
   if (stack_id == 0) return {};
   auto it = ranks_.find(global_rank);
   if (it == ranks_.end()) return {};
   auto stack = it->second->stacks.find(stack_id);
-  return stack == it->second->stacks.end() ? std::vector<std::string>{} : stack->second;
+  return stack == it->second->stacks.end() ? CallStack{} : stack->second;
 }
 
 void CoordinatorCore::on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns) {
@@ -763,6 +786,7 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   report.time_ns = now_ns;
   report.has_last_call = info.has_last_call;
   report.last_call = info.last_call;
+  if (info.has_last_call) report.last_stack = stack_of(rank, info.last_call.stack_id);
   report.flight_recorder_path = info.hello.flight_recorder_path;
   // A rank that had ended all its communicators leaves nobody waiting: worth a report, not a stop.
   emit_verdict(VerdictKind::kVanished, has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn, 0, 0,
@@ -774,7 +798,9 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
 void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns) {
   rank_info(message.rank).last_heard_ns = now_ns;
   // A rank's first is where it saw the value first; anything it reports later is downstream of that.
-  if (nonfinite_firsts_.emplace(message.rank, first_of(message)).second) {
+  if (const auto [it, added] = nonfinite_firsts_.emplace(message.rank, first_of(message)); added) {
+    it->second.stack = stack_of(message.rank, message.stack_id);
+    if (message.stack_id != 0 && it->second.stack.empty()) nonfinite_stack_ids_[message.rank] = message.stack_id;
     ++nonfinite_generation_;
     ++stats_.nonfinite_firsts;
     resolve_peer_ranks();

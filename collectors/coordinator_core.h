@@ -99,6 +99,7 @@ class CoordinatorCore {
   // `rank` is the authenticated sender; fingerprints of one rank must come in the order the rank sent them.
   void on_fingerprints(int32_t rank, std::span<const Fingerprint> fingerprints, uint64_t dropped_total,
                        uint64_t now_ns);
+  // Keeps at most max_stacks_per_rank stacks per rank (later new ids are dropped; a known id is replaced).
   void on_stack(const StackDefinition& stack);
   void on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns);
   // stopping_job: the rank stops the job on the user's request; from then on desyncs and vanished ranks are expected.
@@ -106,8 +107,10 @@ class CoordinatorCore {
   // clean: the connection closed after a goodbye (same as on_goodbye); otherwise the rank vanished.
   void on_disconnect(int32_t rank, bool clean, uint64_t now_ns);
   // A rank's first frame with inf/nan (`message.rank` is the authenticated sender). Only the first report of each
-  // rank is kept. With stop_job, tick() returns one kNonfinite abort verdict for the job once nonfinite_grace_ns has
-  // passed (sooner when every rank of the world has reported), so the other ranks' firsts make it into the report.
+  // rank is kept. Its call's stack (message.stack_id) is attached once the rank defined it: a definition that comes
+  // after the first changes nonfinite_generation(), so the origin report is rewritten with the stack. With stop_job,
+  // tick() returns one kNonfinite abort verdict for the job once nonfinite_grace_ns has passed (sooner when every rank
+  // of the world has reported), so the other ranks' firsts make it into the report.
   void on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns);
 
   // Looks for timeouts (at most every scan_interval_ns) and returns every verdict reached since the last call.
@@ -154,7 +157,8 @@ class CoordinatorCore {
   reports::DesyncReport pair_desync_report(const Comm& comm, const PairQueue& queue, bool certain,
                                            uint64_t now_ns) const;
   reports::MissingRank missing_rank(const Comm& comm, size_t comm_rank) const;
-  std::vector<std::string> stack_of(int32_t global_rank, uint32_t stack_id) const;
+  // The stack a rank defined under `stack_id`; empty when it is 0 or not (yet) defined.
+  CallStack stack_of(int32_t global_rank, uint32_t stack_id) const;
   bool has_live_comm(int32_t rank) const;
   void check_nonfinite_stop(uint64_t now_ns);
   void resolve_peer_ranks();
@@ -170,6 +174,7 @@ class CoordinatorCore {
   std::vector<uint64_t> desyncs_waiting_;                          // comm ids whose certain desync waits
   bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings
   std::map<int32_t, reports::FirstNonfinite> nonfinite_firsts_;  // by global rank, the first report only
+  std::map<int32_t, uint32_t> nonfinite_stack_ids_;  // the stack id each first named, while its stack is not known
   uint64_t nonfinite_generation_ = 0;
   size_t unresolved_peers_ = 0;  // send/recv firsts whose peer's global rank is not known yet
   bool nonfinite_stop_requested_ = false;

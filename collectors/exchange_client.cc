@@ -123,16 +123,18 @@ bool ExchangeClient::push(const Fingerprint& fingerprint) {
   return false;
 }
 
-void ExchangeClient::define_stack(uint32_t stack_id, std::vector<std::string> frames) {
-  StackDefinition stack;
-  stack.rank = options_.hello.global_rank;
-  stack.stack_id = stack_id;
-  stack.frames = std::move(frames);
+void ExchangeClient::define_stack(uint32_t stack_id, exchange::CallStack stack) {
+  if (stack_id == 0) return;  // "no stack" on the wire: nothing to define
   std::lock_guard<std::mutex> lock(stacks_lock_);
-  pending_stacks_.push_back(std::move(stack));
+  if (defined_stacks_.size() >= kMaxStackIds || !defined_stacks_.insert(stack_id).second) return;
+  StackDefinition definition;
+  definition.rank = options_.hello.global_rank;
+  definition.stack_id = stack_id;
+  definition.stack = std::move(stack);
+  pending_stacks_.push_back(std::move(definition));
 }
 
-void ExchangeClient::report_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
+void ExchangeClient::report_nonfinite(const reports::FirstNonfinite& first, bool stop_job, uint32_t stack_id) {
   PendingNonfinite pending;
   pending.message.rank = options_.hello.global_rank;
   pending.message.batch_number = first.batch_number;
@@ -145,6 +147,7 @@ void ExchangeClient::report_nonfinite(const reports::FirstNonfinite& first, bool
   pending.message.stop_job = stop_job;
   pending.message.comm_rank = first.comm_rank;
   pending.message.peer = first.peer;
+  pending.message.stack_id = stack_id;
   pending.after_fingerprints = pushed_.load();
   std::lock_guard<std::mutex> lock(nonfinite_lock_);
   // Counted together with those the client's thread holds already: the bound is on everything not yet sent.
@@ -258,13 +261,9 @@ void ExchangeClient::run() {
       }
     }
   };
-  // Sends what it can without waiting; returns false when the connection is not there.
-  auto send_pending = [&]() -> bool {
-    if (!hello_sent) {
-      if (!try_send(socket, hello)) return false;
-      hello_sent = true;
-      hellos_.fetch_add(1);
-    }
+  // Takes the stacks defined so far and sends them, in definition order; false when the connection is not there (the
+  // rest wait, and so does everything sent after them).
+  auto send_stacks = [&]() -> bool {
     {
       std::lock_guard<std::mutex> lock(stacks_lock_);
       for (auto& stack : pending_stacks_) stacks.push_back(std::move(stack));
@@ -273,6 +272,15 @@ void ExchangeClient::run() {
     while (!stacks.empty()) {
       if (!try_send(socket, encode(stacks.front()))) return false;
       stacks.erase(stacks.begin());
+    }
+    return true;
+  };
+  // Sends what it can without waiting; returns false when the connection is not there.
+  auto send_pending = [&]() -> bool {
+    if (!hello_sent) {
+      if (!try_send(socket, hello)) return false;
+      hello_sent = true;
+      hellos_.fetch_add(1);
     }
     for (int round = 0; round < 64; ++round) {
       if (encoded_batch.empty()) {
@@ -283,6 +291,9 @@ void ExchangeClient::run() {
         encode_fingerprint_batch(options_.hello.global_rank, ++batch_number, dropped_.load(), batch, encoded_batch);
         encoded_count = batch.size();
       }
+      // Taken after the batch was popped: a stack defined before the push of any fingerprint in it (define_stack's
+      // unlock happens before that push, the push before the pop) is in pending_stacks_ by now, and goes first.
+      if (!send_stacks()) return false;
       if (!try_send(socket, encoded_batch)) return false;
       encoded_batch.clear();
       batches_.fetch_add(1);
@@ -295,6 +306,8 @@ void ExchangeClient::run() {
       pending_nonfinite_.clear();
       nonfinite_held_.store(nonfinite.size(), std::memory_order_relaxed);
     }
+    // The stacks they name were defined before they were reported, so they are pending by now: first those.
+    if (!send_stacks()) return false;
     while (!nonfinite.empty() && nonfinite.front().after_fingerprints <= sent_fingerprints_.load()) {
       if (!try_send(socket, encode(nonfinite.front().message))) return false;
       nonfinite.erase(nonfinite.begin());

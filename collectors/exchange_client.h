@@ -5,10 +5,15 @@
 //   ExchangeClient client(options);   // endpoint, the Hello (token, identity, GPU, versions), callbacks
 //   client.start();                   // starts the client's own thread; never blocks on the network
 //   client.push(fingerprint);         // any thread, lock-free, never blocks; false (and counted) when full
-//   client.define_stack(id, frames);  // before the first fingerprint with that stack_id (any thread, locks)
-//   client.report_nonfinite(first, stop_job);  // this rank's first inf/nan (any thread, locks briefly, never waits)
+//   client.define_stack(id, stack);   // before the first fingerprint with that stack_id (any thread, locks briefly;
+//                                     // a repeated id is ignored, so calling it once per call is cheap)
+//   client.report_nonfinite(first, stop_job, stack_id);  // this rank's first inf/nan (any thread, locks briefly)
 //   client.stop();                    // flushes for at most stop_flush_timeout_ms, says goodbye, joins
 // Verdicts and log lines arrive through the callbacks, on the client's thread.
+//
+// Order on the connection: a stack definition made before a push() or report_nonfinite() goes out before the
+// fingerprint batch or the inf/nan message that carries it, so the coordinator always knows a stack id before a call
+// names it.
 //
 // No coordinator reachable: nothing blocks and nothing fails. The queue fills and counts what it drops, one warning
 // goes to the log, and the socket reconnects in the background; once a coordinator answers, the hello is sent again
@@ -26,8 +31,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
+#include "collectors/call_stack.h"
 #include "collectors/fingerprint.h"
 #include "collectors/wire_protocol.h"
 #include "reports/frame_report.h"
@@ -96,13 +103,17 @@ class ExchangeClient {
   void abandon();
 
   bool push(const Fingerprint& fingerprint);
-  void define_stack(uint32_t stack_id, std::vector<std::string> frames);
+  // Sends the stack of call site `stack_id` (>= 1; 0 is ignored) once: a later call with the same id does nothing.
+  // At most kMaxStackIds ids are remembered; definitions past that are dropped (the reports then show no stack).
+  void define_stack(uint32_t stack_id, exchange::CallStack stack);
+  static constexpr size_t kMaxStackIds = 1u << 16;
   // Queues this rank's first frame with inf/nan for the coordinator's origin report; `stop_job` asks it to stop the
-  // job (TRAINSCOPE_ON_NONFINITE=abort). The message goes out from the client's thread within about one
-  // flush_interval_ms, after every fingerprint pushed before this call (the coordinator sees the calls first). The
-  // rank sent is the hello's (first.rank is not used). Never waits on the network; at most kMaxPendingNonfinite
-  // messages wait for a connection, more are dropped and counted.
-  void report_nonfinite(const reports::FirstNonfinite& first, bool stop_job);
+  // job (TRAINSCOPE_ON_NONFINITE=abort); `stack_id` names the stack of that call (defined with define_stack() before
+  // this call; 0: none). The message goes out from the client's thread within about one flush_interval_ms, after
+  // every fingerprint pushed and every stack defined before this call (the coordinator sees the calls first). The
+  // rank sent is the hello's (first.rank and first.stack are not used). Never waits on the network; at most
+  // kMaxPendingNonfinite messages wait for a connection, more are dropped and counted.
+  void report_nonfinite(const reports::FirstNonfinite& first, bool stop_job, uint32_t stack_id = 0);
   static constexpr size_t kMaxPendingNonfinite = 64;
 
   ExchangeClientStats stats() const;
@@ -118,7 +129,8 @@ class ExchangeClient {
   std::atomic<int> stop_mode_{0};  // 0 running, 1 stop with goodbye, 2 abandon
   bool started_ = false;
   std::mutex stacks_lock_;
-  std::vector<StackDefinition> pending_stacks_;
+  std::vector<StackDefinition> pending_stacks_;  // defined, not yet taken by the client's thread
+  std::unordered_set<uint32_t> defined_stacks_;  // every id ever defined (pending or sent), for the dedupe
   struct PendingNonfinite {
     NonfiniteMessage message;
     uint64_t after_fingerprints;  // sent once this many fingerprints (those pushed before it) have gone out

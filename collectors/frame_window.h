@@ -43,6 +43,9 @@ struct Frame : reports::Frame {
   // Where in the step this call is (its communicator, operation, count, type and call site): near overflow is
   // reported once per site, as the seed reports it once per module. 0: the frame's name is the site.
   std::uint64_t site = 0;
+  // The call site's id (the flight recorder's site table, and the stack id of its stack; 0: none), for the stack
+  // shown with the first inf/nan.
+  std::uint32_t stack_id = 0;
 };
 
 struct FrameWindowOptions {

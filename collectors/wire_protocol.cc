@@ -195,13 +195,25 @@ FingerprintBatch decode_batch(ByteReader& r) {
   return m;
 }
 
+// Payload: i32 rank | u32 stack_id | u32 native count, strings | u32 python count, (string file, i32 line, string
+// function) each | string python_note.
 StackDefinition decode_stack(ByteReader& r) {
   StackDefinition m;
   m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
   m.stack_id = r.get_in_range<uint32_t>("stack_id", 1, UINT32_MAX);
   const size_t count = r.get_count("frame count", kMaxFramesPerStack, 4);
-  m.frames.reserve(count);
-  for (size_t i = 0; i < count && !r.failed(); ++i) m.frames.push_back(r.get_string("frame", kMaxFrameBytes));
+  m.stack.native.reserve(count);
+  for (size_t i = 0; i < count && !r.failed(); ++i) m.stack.native.push_back(r.get_string("frame", kMaxFrameBytes));
+  const size_t python_count = r.get_count("python frame count", kMaxFramesPerStack, 12);
+  m.stack.python.reserve(python_count);
+  for (size_t i = 0; i < python_count && !r.failed(); ++i) {
+    PythonFrame frame;
+    frame.file = r.get_string("python file", kMaxFrameBytes);
+    frame.line = r.get_in_range<int32_t>("python line", 0, INT32_MAX);
+    frame.function = r.get_string("python function", kMaxFrameBytes);
+    m.stack.python.push_back(std::move(frame));
+  }
+  m.stack.python_note = r.get_string("python_note", kMaxFrameBytes);
   return m;
 }
 
@@ -236,7 +248,7 @@ Verdict decode_verdict(ByteReader& r) {
 }
 
 // Payload: i32 rank | u64 batch_number | u64 comm_id | u64 call_number | string op | u8 where | u8 kind | u8 stop_job
-//          | i32 comm_rank | i32 peer
+//          | i32 comm_rank | i32 peer | u32 stack_id
 NonfiniteMessage decode_nonfinite(ByteReader& r) {
   NonfiniteMessage m;
   m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
@@ -249,6 +261,7 @@ NonfiniteMessage decode_nonfinite(ByteReader& r) {
   m.stop_job = r.get_bool("stop_job");
   m.comm_rank = r.get_in_range<int32_t>("comm_rank", -1, kMaxRanks - 1);
   m.peer = r.get_in_range<int32_t>("peer", -1, kMaxRanks - 1);
+  m.stack_id = r.get<uint32_t>("stack_id");
   return m;
 }
 
@@ -328,9 +341,18 @@ std::vector<uint8_t> encode(const StackDefinition& m) {
   ByteWriter w(out);
   w.put(m.rank);
   w.put(m.stack_id);
-  const size_t count = std::min(m.frames.size(), kMaxFramesPerStack);
+  const size_t count = std::min(m.stack.native.size(), kMaxFramesPerStack);
   w.put(static_cast<uint32_t>(count));
-  for (size_t i = 0; i < count; ++i) w.put_string(m.frames[i], kMaxFrameBytes);
+  for (size_t i = 0; i < count; ++i) w.put_string(m.stack.native[i], kMaxFrameBytes);
+  const size_t python_count = std::min(m.stack.python.size(), kMaxFramesPerStack);
+  w.put(static_cast<uint32_t>(python_count));
+  for (size_t i = 0; i < python_count; ++i) {
+    const PythonFrame& frame = m.stack.python[i];
+    w.put_string(frame.file, kMaxFrameBytes);
+    w.put(std::max<int32_t>(frame.line, 0));  // "no line" is 0 on the wire; a negative one is never sent
+    w.put_string(frame.function, kMaxFrameBytes);
+  }
+  w.put_string(m.stack.python_note, kMaxFrameBytes);
   finish(out, start);
   return out;
 }
@@ -411,6 +433,7 @@ std::vector<uint8_t> encode(const NonfiniteMessage& m) {
   w.put(static_cast<uint8_t>(m.stop_job ? 1 : 0));
   w.put(m.comm_rank);
   w.put(m.peer);
+  w.put(m.stack_id);
   finish(out, start);
   return out;
 }

@@ -16,14 +16,17 @@
 #include <variant>
 #include <vector>
 
+#include "collectors/call_stack.h"
 #include "collectors/fingerprint.h"
 
 namespace trainscope::exchange {
 
 inline constexpr uint32_t kWireMagic = 0x43585354;  // "TSXC" in little-endian byte order
-// 2: the first-inf/nan message carries the send/recv's communicator rank and peer. A peer of another version is
-// refused by name ("protocol version 1, expected 2"), never misread.
-inline constexpr uint16_t kWireVersion = 2;
+// 3: a stack definition carries the call site's Python frames and the note saying why they are missing next to its
+// native frames, and the first-inf/nan message names the stack of its call (2: the first-inf/nan message carries
+// the send/recv's communicator rank and peer). A peer of another version is refused by name ("protocol version 2,
+// expected 3"), never misread.
+inline constexpr uint16_t kWireVersion = 3;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kMaxMessageBytes = 4u << 20;  // larger frames are refused before decoding
 
@@ -32,8 +35,8 @@ inline constexpr size_t kMaxTokenBytes = 256;
 inline constexpr size_t kMaxShortStringBytes = 256;  // host, GPU name, versions, kernel release
 inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr size_t kMaxFingerprintsPerBatch = 4096;
-inline constexpr size_t kMaxFramesPerStack = 128;
-inline constexpr size_t kMaxFrameBytes = 1024;
+inline constexpr size_t kMaxFramesPerStack = 128;  // native frames, and Python frames, of one stack
+inline constexpr size_t kMaxFrameBytes = 1024;     // a native frame; a Python frame's file and function; the note
 inline constexpr size_t kMaxHeartbeatCalls = 256;
 inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr size_t kMaxReportTextBytes = 1u << 20;
@@ -97,10 +100,14 @@ struct FingerprintBatch {
   std::vector<Fingerprint> fingerprints;
 };
 
+// The stack of one call site of a rank, sent once per stack id before any fingerprint or first-inf/nan message that
+// names it. Payload: i32 rank | u32 stack_id (>= 1) | u32 native count, each a string | u32 Python frame count, each
+// string file, i32 line (>= 0), string function | string python_note. Counts at most kMaxFramesPerStack, strings at
+// most kMaxFrameBytes (longer ones are cut when encoding).
 struct StackDefinition {
   int32_t rank = -1;
   uint32_t stack_id = 0;
-  std::vector<std::string> frames;  // symbolised, innermost first, one line each
+  CallStack stack{};
   bool operator==(const StackDefinition&) const = default;
 };
 
@@ -168,6 +175,7 @@ struct NonfiniteMessage {
   bool stop_job = false;   // TRAINSCOPE_ON_NONFINITE=abort: the coordinator stops every rank after a grace period
   int32_t comm_rank = -1;  // a send/recv: the sender's and its peer's communicator ranks; -1 for a collective
   int32_t peer = -1;
+  uint32_t stack_id = 0;  // the stack of the call where this rank first saw the value (a StackDefinition); 0: none
   bool operator==(const NonfiniteMessage&) const = default;
 };
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "reports/recorder_report.h"
+#include "reports/stack_text.h"
 
 namespace trainscope::reports {
 namespace {
@@ -179,15 +180,11 @@ std::string format_mismatch_text(const MismatchReport& report) {
     out += "\n";
   }
   if (!report.differences.empty()) out += "\nDiffers in: " + join(report.differences, ", ") + "\n";
-  out += "\nNative stacks at the call:\n";
+  out += "\nStacks at the call:\n";
   for (const CallLine& line : report.calls) {
     if (!line.present) continue;
     out += "  " + process_label(line.global_rank, line.comm_rank) + ":\n";
-    if (line.stack.empty()) {
-      out += "    (no stack captured; call site " + hex_address(line.call.caller) + ")\n";
-      continue;
-    }
-    for (size_t i = 0; i < line.stack.size(); ++i) out += "    #" + std::to_string(i) + " " + line.stack[i] + "\n";
+    out += format_stack_block(line.stack, line.call.caller, "    ");
   }
   return out;
 }
@@ -199,7 +196,7 @@ nlohmann::json mismatch_json(const MismatchReport& report) {
     if (line.present) {
       entry["call"] = call_json(line.call);
       entry["shape"] = {line.call.count};
-      entry["stack"] = line.stack;
+      add_stack_json(entry, line.stack);
     }
     calls.push_back(std::move(entry));
   }
@@ -276,15 +273,22 @@ std::string format_desync_text(const DesyncReport& report) {
            (m.process_gone ? "gone" : "still running") + "\n";
   }
   if (!report.note.empty()) out += "Note: " + report.note + "\n";
-  if (report.point_to_point) {
-    out += "\nNative stack at the waiting call:\n";
+  if (!report.waiting.empty()) {
+    out += "\nStacks at the waiting calls:\n";
     for (const WaitingRank& w : report.waiting) {
       out += "  " + process_label(w.global_rank, w.comm_rank) + ":\n";
-      if (w.stack.empty()) {
-        out += "    (no stack captured; call site " + hex_address(w.caller) + ")\n";
-        continue;
-      }
-      for (size_t i = 0; i < w.stack.size(); ++i) out += "    #" + std::to_string(i) + " " + w.stack[i] + "\n";
+      out += format_stack_block(w.stack, w.caller, "    ");
+    }
+  }
+  // Only the missing ranks whose last call's stack is known: "no stack" says nothing a reader can use here.
+  bool any_missing_stack = false;
+  for (const MissingRank& m : report.missing) any_missing_stack |= m.has_last_call && !m.last_stack.empty();
+  if (any_missing_stack) {
+    out += "\nStacks at the last calls of the ranks that did not arrive:\n";
+    for (const MissingRank& m : report.missing) {
+      if (!m.has_last_call || m.last_stack.empty()) continue;
+      out += "  " + process_label(m.global_rank, m.comm_rank) + ":\n";
+      out += format_stack_block(m.last_stack, 0, "    ");
     }
   }
   return out;
@@ -298,11 +302,9 @@ nlohmann::json desync_json(const DesyncReport& report) {
                             {"seq", w.seq},
                             {"op", op_text(w.op)},
                             {"since_ns", w.since_ns}};
-    if (report.point_to_point) {
-      entry["peer"] = p2p_other(report);
-      entry["stack"] = w.stack;
-      entry["caller"] = hex_address(w.caller);
-    }
+    if (report.point_to_point) entry["peer"] = p2p_other(report);
+    add_stack_json(entry, w.stack);
+    entry["caller"] = hex_address(w.caller);
     waiting.push_back(std::move(entry));
   }
   nlohmann::json missing = nlohmann::json::array();
@@ -316,6 +318,7 @@ nlohmann::json desync_json(const DesyncReport& report) {
     if (m.has_last_call) {
       entry["last_call"] = {{"seq", m.last_seq}, {"op", op_text(m.last_op)}, {"start_ns", m.last_call_ns}};
       if (m.last_peer >= 0) entry["last_call"]["peer"] = m.last_peer;
+      add_stack_json(entry["last_call"], m.last_stack);
     } else {
       entry["last_call"] = nullptr;
     }
@@ -357,6 +360,7 @@ std::string format_vanished_text(const VanishedReport& report) {
     const Fingerprint& f = report.last_call;
     out += "Last call: `" + op_text(f.op) + "` (communicator " + recorder::short_hex_id(f.comm_id) + ", call #" +
            std::to_string(f.seq) + ") " + shape_text(f, false) + " at " + recorder::utc_date_time(f.start_ns) + "\n";
+    if (!report.last_stack.empty()) out += "Stack at the last call:\n" + format_stack_block(report.last_stack, 0, "  ");
   } else {
     out += "Last call: none seen\n";
   }
@@ -367,12 +371,17 @@ std::string format_vanished_text(const VanishedReport& report) {
 }
 
 nlohmann::json vanished_json(const VanishedReport& report) {
+  nlohmann::json last_call = nullptr;
+  if (report.has_last_call) {
+    last_call = call_json(report.last_call);
+    add_stack_json(last_call, report.last_stack);
+  }
   return {{"kind", "vanished"},
           {"process", report.global_rank},
           {"host", report.host},
           {"pid", report.pid},
           {"time_ns", report.time_ns},
-          {"last_call", report.has_last_call ? call_json(report.last_call) : nlohmann::json(nullptr)},
+          {"last_call", std::move(last_call)},
           {"last_call_communicator", report.has_last_call ? recorder::hex_id(report.last_call.comm_id) : ""},
           {"flight_recorder", report.flight_recorder_path}};
 }

@@ -1,5 +1,6 @@
 // The coordinator's reports — mismatch, desync, vanished rank — as text (the design's exact format) and JSON twins,
-// and writing them into the run directory.
+// and writing them into the run directory. Every stack in them is printed as reports/stack_text.h says: the Python
+// frames in traceback form, innermost first, above the native frames.
 //
 // The coordinator fills these plain structs; nothing here knows about sockets or the coordinator's state, so the
 // formats are tested on their own.
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collectors/call_stack.h"
 #include "collectors/fingerprint.h"
 
 namespace trainscope::reports {
@@ -21,7 +23,7 @@ struct CallLine {
   int32_t comm_rank = -1;
   bool present = false;  // false: the rank had not reached the call when the report was made
   exchange::Fingerprint call{};
-  std::vector<std::string> stack;  // symbolised frames, innermost first; empty when none was captured
+  exchange::CallStack stack{};  // of the call's site; empty when none was captured
 };
 
 struct MismatchReport {
@@ -52,9 +54,9 @@ struct WaitingRank {
   int32_t comm_rank = -1;
   uint64_t seq = 0;  // the call it is in (its latest on the communicator); send/recv: its number for that peer
   uint16_t op = 0;
-  uint64_t since_ns = 0;           // CLOCK_REALTIME of the rank, when that call started
-  std::vector<std::string> stack;  // send/recv only: symbolised frames of the call, innermost first (may be empty)
-  uint64_t caller = 0;             // send/recv only: the call site, shown when no stack was captured
+  uint64_t since_ns = 0;        // CLOCK_REALTIME of the rank, when that call started
+  exchange::CallStack stack{};  // of the call it waits in (may be empty)
+  uint64_t caller = 0;          // that call's site, shown when no stack was captured; 0 when not known
 };
 
 struct MissingRank {
@@ -67,6 +69,7 @@ struct MissingRank {
   uint16_t last_op = 0;
   int32_t last_peer = -1;  // the last call was a send/recv: to / from this communicator rank
   uint64_t last_call_ns = 0;
+  exchange::CallStack last_stack{};  // the stack of that last call, when its site's stack is known
   LaggardState state = LaggardState::kUnknown;
   bool process_gone = false;
 };
@@ -98,6 +101,7 @@ struct VanishedReport {
   uint64_t time_ns = 0;
   bool has_last_call = false;
   exchange::Fingerprint last_call{};
+  exchange::CallStack last_stack{};  // the stack of the last call, when its site's stack is known
   std::string flight_recorder_path;
 };
 

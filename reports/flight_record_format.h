@@ -1,10 +1,14 @@
 // On-disk layout of one process's flight recorder file, shared by the writer (in the shim) and the reader.
 //
 // The file is memory-mapped MAP_SHARED by the process that records, so every store is in the page cache
-// the moment it is made and survives SIGKILL. Layout:
-//   [FileHeader, kHeaderBytes] [CommEntry x header.max_comms] [Record x header.capacity]
+// the moment it is made and survives SIGKILL. Layout (version 2):
+//   [FileHeader, kHeaderBytes] [CommEntry x header.max_comms] [SiteEntry x header.max_sites] [Record x header.capacity]
+// Version 1 had no site table ([FileHeader] [CommEntry x max_comms] [Record x capacity]), no site in its records
+// (an int32 redop where version 2 has int16 redop + uint16 site) and none of the header fields after `exe`; the
+// reader still reads it.
 // A record is complete only when its `commit` equals its index + 1 and its checksum matches; anything else
-// (a slot being written when the process died, a slot of an older lap of the ring) is treated as absent.
+// (a slot being written when the process died, a slot of an older lap of the ring) is treated as absent. A comm or
+// site entry is complete only when its `commit` equals its slot index + 1 (for a site, that is its id).
 //
 // This header must stay freestanding (no libstdc++ symbols): the preloaded shim includes it.
 #pragma once
@@ -15,9 +19,11 @@
 namespace trainscope::recorder {
 
 inline constexpr char kMagic[8] = {'T', 'S', 'F', 'R', 'E', 'C', '0', '1'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestFormatVersion = 1;  // the reader accepts kOldestFormatVersion..kFormatVersion
 inline constexpr uint32_t kHeaderBytes = 4096;
 inline constexpr uint32_t kDefaultMaxComms = 1024;
+inline constexpr uint32_t kDefaultMaxSites = 4096;
 inline constexpr int32_t kResultPending = -1;  // the call has not returned (yet, or ever: it hung or crashed)
 inline constexpr int32_t kUnknown = -1;        // rank, world, peer, root, dtype, redop not known or not used
 
@@ -170,7 +176,8 @@ struct Record {
   int32_t rank;     // rank in this communicator
   int32_t nranks;   // ranks in this communicator
   int32_t peer;     // root (rooted collectives), peer (send/recv), color (Split), shrinkFlags (Shrink)
-  int32_t redop;    // ncclRedOp_t or kUnknown
+  int16_t redop;    // ncclRedOp_t or kUnknown (version 1: an int32 over redop and site)
+  uint16_t site;    // call site: 1-based id in the file's site table; 0 = none (always 0 in a version 1 file)
   uint32_t tid;     // kernel thread id of the caller
   uint16_t op;      // Op
   int8_t dtype;     // ncclDataType_t or kUnknown
@@ -204,6 +211,26 @@ struct CommEntry {
 };
 static_assert(sizeof(CommEntry) == 64);
 
+// One Python frame of a call site, fixed size; both strings NUL-terminated, cut to fit.
+struct SiteFrame {
+  int32_t line;       // 1-based line number; 0 (or less) when not known
+  char function[88];  // the function's name
+  char file[152];     // the code's file name, as Python knows it
+};
+static_assert(sizeof(SiteFrame) == 244);
+
+// Where a call came from: a native return address, plus the innermost Python location when the calling thread ran
+// CPython (in a framework every collective leaves from one native address; the Python frames tell sites apart).
+// Written once, at the site's first call; never changed afterwards.
+struct SiteEntry {
+  uint64_t commit;         // slot index + 1 (the site's id) once the entry is final; 0 while being written
+  uint64_t caller;         // native return address into the caller of the NCCL function
+  uint32_t python_depth;   // Python frames on the calling thread at first sight; 0: not called from Python
+  uint32_t python_frames;  // 0, 1 or 2 frames stored below, innermost first
+  SiteFrame frames[2];
+};
+static_assert(sizeof(SiteEntry) == 512);
+
 enum class ProcessState : uint32_t { kRunning = 1, kExited = 2 };
 
 // First page of the file.
@@ -225,18 +252,36 @@ struct FileHeader {
   uint64_t start_ns;
   uint64_t next;        // records claimed so far (atomic); the ring holds the last `capacity` of them
   uint32_t comms_used;  // comm slots claimed (atomic)
-  uint32_t reserved0;
+  uint32_t sites_used;  // site slots claimed (atomic); version 1: reserved, 0
   uint64_t exit_ns;
   char host[64];
   char run_id[128];
   char exe[256];
+  // --- version 2 (appended: every offset above is version 1's; a version 1 file holds zeros here) ---
+  uint32_t max_sites;     // site slots
+  int16_t python_major;   // the CPython this process runs (3), 0: it runs no Python (or not known yet)
+  int16_t python_minor;   // (12)
+  char python_note[192];  // why Python stacks are not available ("" when they are, or no Python runs)
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);
+static_assert(offsetof(FileHeader, exe) + 256 == offsetof(FileHeader, max_sites), "version 1 offsets are kept");
 
 inline constexpr size_t comm_table_offset() { return kHeaderBytes; }
-inline constexpr size_t ring_offset(uint32_t max_comms) { return kHeaderBytes + size_t{max_comms} * sizeof(CommEntry); }
-inline constexpr size_t file_bytes(uint32_t max_comms, uint64_t capacity) {
-  return ring_offset(max_comms) + capacity * sizeof(Record);
+inline constexpr size_t site_table_offset(uint32_t max_comms) {
+  return kHeaderBytes + size_t{max_comms} * sizeof(CommEntry);
+}
+// A version 1 file is laid out as a version 2 file with max_sites 0.
+inline constexpr size_t ring_offset(uint32_t max_comms, uint32_t max_sites) {
+  return site_table_offset(max_comms) + size_t{max_sites} * sizeof(SiteEntry);
+}
+inline constexpr size_t file_bytes(uint32_t max_comms, uint32_t max_sites, uint64_t capacity) {
+  return ring_offset(max_comms, max_sites) + capacity * sizeof(Record);
+}
+// The site slots of a file, by its version (version 1 has none, whatever its header holds there).
+inline constexpr uint32_t max_sites_of(const FileHeader& header) { return header.version >= 2 ? header.max_sites : 0; }
+// Where the ring of the file with this header starts (any version).
+inline constexpr size_t ring_offset(const FileHeader& header) {
+  return ring_offset(header.max_comms, max_sites_of(header));
 }
 
 // A cheap 32-bit checksum of a record's immutable fields (a 64-bit multiply-xorshift mix per word).

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -20,6 +22,8 @@ constexpr size_t kChunkRecords = 16384;
 // Far above TRAINSCOPE_RECORDER_RECORDS' limit (2^24); a bigger claim is a corrupt or hostile header, and a
 // sparse file could otherwise make the reader walk terabytes of zeros.
 constexpr uint64_t kMaxReadableCapacity = uint64_t{1} << 28;
+// The same for the site table (the writer's default is 4096; Record::site can name at most 65535).
+constexpr uint32_t kMaxReadableSites = 65535;
 
 class Fd {
  public:
@@ -107,10 +111,19 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
     return fail(error, path, "not a trainscope flight recorder (wrong magic; expected \"TSFREC01\")");
   }
-  if (h.version != kFormatVersion) {
+  if (h.version < kOldestFormatVersion || h.version > kFormatVersion) {
     return fail(error, path,
-                "format version " + std::to_string(h.version) + "; this trainscope reads version " +
-                    std::to_string(kFormatVersion));
+                "format version " + std::to_string(h.version) + "; this trainscope reads versions " +
+                    std::to_string(kOldestFormatVersion) + " to " + std::to_string(kFormatVersion));
+  }
+  const bool v1 = h.version == 1;
+  if (v1) {
+    // Nothing of version 2 is in the file, whatever those bytes hold.
+    h.sites_used = 0;
+    h.max_sites = 0;
+    h.python_major = 0;
+    h.python_minor = 0;
+    std::memset(h.python_note, 0, sizeof(h.python_note));
   }
   if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
     return fail(error, path,
@@ -124,16 +137,27 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
                 "corrupt header: ring capacity " + std::to_string(h.capacity) + " (accepted: 1.." +
                     std::to_string(kMaxReadableCapacity) + ")");
   }
-  const uint64_t expected = file_bytes(h.max_comms, h.capacity);
+  if (h.max_sites > kMaxReadableSites) {
+    return fail(error, path,
+                "corrupt header: " + std::to_string(h.max_sites) + " site slots (accepted: 0.." +
+                    std::to_string(kMaxReadableSites) + ")");
+  }
+  const uint64_t expected = file_bytes(h.max_comms, h.max_sites, h.capacity);
   if (size != expected) {
     return fail(error, path,
                 std::string(size < expected ? "truncated" : "size mismatch") + ": " + std::to_string(size) +
                     " bytes, the header describes " + std::to_string(expected) + " (" + std::to_string(h.capacity) +
-                    " record slots, " + std::to_string(h.max_comms) + " comm slots)");
+                    " record slots, " + std::to_string(h.max_comms) + " comm slots" +
+                    (v1 ? std::string() : ", " + std::to_string(h.max_sites) + " site slots") + ")");
   }
   terminate_field(h.host);
   terminate_field(h.run_id);
   terminate_field(h.exe);
+  terminate_field(h.python_note);
+  if (h.python_major <= 0 || h.python_minor < 0) {  // no Python, or nothing a writer writes: no Python known
+    h.python_major = 0;
+    h.python_minor = 0;
+  }
 
   // Comm table: only the claimed prefix; an entry counts once its commit names its own slot.
   const uint32_t comms_used = std::min(h.comms_used, h.max_comms);
@@ -151,6 +175,35 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     }
   }
 
+  // Site table: only the claimed prefix. An entry counts once its commit names its own slot and it holds what a
+  // writer writes; anything else stays in place as zeros, so that the ids after it still index the table.
+  const uint32_t sites_used = std::min(h.sites_used, h.max_sites);
+  if (sites_used > 0) {
+    out->sites.resize(sites_used);
+    if (!read_exact(fd.get(), out->sites.data(), out->sites.size() * sizeof(SiteEntry), site_table_offset(h.max_comms),
+                    &why)) {
+      return fail(error, path, why);
+    }
+    for (uint32_t i = 0; i < sites_used; ++i) {
+      SiteEntry& site = out->sites[i];
+      if (site.commit != uint64_t{i} + 1 || site.python_frames > 2) {
+        site = SiteEntry{};
+        ++out->torn_sites;
+        continue;
+      }
+      for (uint32_t f = 0; f < 2; ++f) {
+        SiteFrame& frame = site.frames[f];
+        if (f >= site.python_frames) {
+          frame = SiteFrame{};
+          continue;
+        }
+        terminate_field(frame.function);
+        terminate_field(frame.file);
+        if (frame.line < 0) frame.line = 0;  // "not known"
+      }
+    }
+  }
+
   // Ring: the slots of the last `capacity` claims, streamed in index order a chunk at a time, so memory follows
   // what the file really holds rather than what its header claims.
   const uint64_t capacity = h.capacity;
@@ -164,13 +217,21 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
       chunk_first = slot;
       chunk.resize(static_cast<size_t>(std::min<uint64_t>(kChunkRecords, capacity - slot)));
       if (!read_exact(fd.get(), chunk.data(), chunk.size() * sizeof(Record),
-                      ring_offset(h.max_comms) + slot * sizeof(Record), &why)) {
+                      ring_offset(h.max_comms, h.max_sites) + slot * sizeof(Record), &why)) {
         return fail(error, path, why);
       }
     }
     const Record& r = chunk[static_cast<size_t>(slot - chunk_first)];
     if (r.commit == index + 1 && r.checksum == record_checksum(r)) {
       out->records.push_back(RecordedCall{index, r});
+      if (v1) {
+        // Version 1 held an int32 redop where redop and site are now (little-endian: redop's bytes first).
+        Record& converted = out->records.back().record;
+        int32_t redop = 0;
+        std::memcpy(&redop, reinterpret_cast<const char*>(&converted) + offsetof(Record, redop), sizeof(redop));
+        converted.redop = static_cast<int16_t>(std::clamp<int32_t>(redop, INT16_MIN, INT16_MAX));
+        converted.site = 0;
+      }
     } else {
       ++out->torn_records;
     }

@@ -35,7 +35,7 @@ int Writer::open(const WriterOptions& options) {
   // Reject a capacity whose file size would overflow size_t (and off_t) instead of mapping a wrapped size.
   const uint64_t max_records = (uint64_t{1} << 62) / sizeof(Record);
   if (options.capacity > max_records) return EFBIG;
-  const size_t bytes = file_bytes(options.max_comms, options.capacity);
+  const size_t bytes = file_bytes(options.max_comms, options.max_sites, options.capacity);
 
   const int fd = ::open(options.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno;  // O_EXCL: an existing file is someone else's; never unlink it
@@ -69,20 +69,27 @@ int Writer::open(const WriterOptions& options) {
   header->start_ns = options.start_ns;
   header->next = 0;
   header->comms_used = 0;
+  header->sites_used = 0;
   header->exit_ns = 0;
   copy_field(header->host, sizeof(header->host), options.host);
   copy_field(header->run_id, sizeof(header->run_id), options.run_id);
   copy_field(header->exe, sizeof(header->exe), options.exe);
+  header->max_sites = options.max_sites;
+  header->python_major = 0;
+  header->python_minor = 0;
   TS_THREAD_FENCE(__ATOMIC_RELEASE);
   memcpy(header->magic, kMagic, sizeof(kMagic));
 
   header_ = header;
   comms_ = reinterpret_cast<CommEntry*>(static_cast<char*>(map) + comm_table_offset());
-  ring_ = reinterpret_cast<Record*>(static_cast<char*>(map) + ring_offset(options.max_comms));
+  sites_ = reinterpret_cast<SiteEntry*>(static_cast<char*>(map) + site_table_offset(options.max_comms));
+  ring_ = reinterpret_cast<Record*>(static_cast<char*>(map) + ring_offset(options.max_comms, options.max_sites));
   capacity_ = options.capacity;
   max_comms_ = options.max_comms;
+  max_sites_ = options.max_sites;
   mapped_bytes_ = bytes;
   dropped_comms_ = 0;
+  dropped_sites_ = 0;
   return 0;
 }
 
@@ -98,9 +105,11 @@ void Writer::abandon() {
   munmap(header_, mapped_bytes_);
   header_ = nullptr;
   comms_ = nullptr;
+  sites_ = nullptr;
   ring_ = nullptr;
   capacity_ = 0;
   max_comms_ = 0;
+  max_sites_ = 0;
   mapped_bytes_ = 0;
 }
 
@@ -155,6 +164,40 @@ CommEntry* Writer::add_comm(const CommEntry& entry) {
          reinterpret_cast<const char*>(&entry) + sizeof(entry.commit), sizeof(CommEntry) - sizeof(entry.commit));
   __atomic_store_n(&slot->commit, uint64_t{index} + 1, __ATOMIC_RELEASE);
   return slot;
+}
+
+uint32_t Writer::add_site(const SiteEntry& entry) {
+  if (header_ == nullptr) return 0;
+  // As add_comm(): a CAS, so sites_used never counts past the table.
+  uint32_t index = __atomic_load_n(&header_->sites_used, __ATOMIC_RELAXED);
+  do {
+    if (index >= max_sites_) {
+      __atomic_fetch_add(&dropped_sites_, 1, __ATOMIC_RELAXED);
+      return 0;
+    }
+  } while (
+      !__atomic_compare_exchange_n(&header_->sites_used, &index, index + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  SiteEntry* slot = &sites_[index];
+  __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
+  memcpy(reinterpret_cast<char*>(slot) + sizeof(slot->commit),
+         reinterpret_cast<const char*>(&entry) + sizeof(entry.commit), sizeof(SiteEntry) - sizeof(entry.commit));
+  // The caller's strings may fill their fields: the last byte of each is NUL in the file whatever they held.
+  if (slot->python_frames > 2) slot->python_frames = 2;
+  for (SiteFrame& frame : slot->frames) {
+    frame.function[sizeof(frame.function) - 1] = '\0';
+    frame.file[sizeof(frame.file) - 1] = '\0';
+  }
+  const uint32_t id = index + 1;
+  __atomic_store_n(&slot->commit, uint64_t{id}, __ATOMIC_RELEASE);
+  return id;
+}
+
+void Writer::set_python(int major, int minor, const char* note) {
+  if (header_ == nullptr) return;
+  copy_field(header_->python_note, sizeof(header_->python_note), note == nullptr ? "" : note);
+  __atomic_store_n(&header_->python_minor, static_cast<int16_t>(minor), __ATOMIC_RELAXED);
+  __atomic_store_n(&header_->python_major, static_cast<int16_t>(major), __ATOMIC_RELEASE);
 }
 
 void Writer::set_comm_state(CommEntry* entry, CommState state, uint64_t ended_ns) {

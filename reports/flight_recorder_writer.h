@@ -14,6 +14,7 @@ struct WriterOptions {
   const char* path;    // file to create; must not exist (O_EXCL)
   uint64_t capacity;   // record slots
   uint32_t max_comms;  // comm slots
+  uint32_t max_sites;  // site slots (kDefaultMaxSites); 0: no site table, add_site() always returns 0
   int32_t pid;
   int32_t launcher_rank;
   int32_t launcher_world;
@@ -58,6 +59,17 @@ class Writer {
   static void set_comm_state(CommEntry* entry, CommState state, uint64_t ended_ns);
   uint64_t dropped_comms() const { return dropped_comms_; }
 
+  // Claims the next site slot, copies `entry` into it (its commit is set here) and commits it: lock-free, like
+  // add_comm(). Returns the site's id (slot index + 1, what Record::site holds), or 0 when closed or when the table
+  // is full (then dropped_sites() grows). The caller keeps the ids it got: nothing here looks an entry up.
+  uint32_t add_site(const SiteEntry& entry);
+  uint64_t dropped_sites() const { return dropped_sites_; }
+
+  // The Python this process runs (major 0: none) and why Python stacks are not available (nullptr or "": they are).
+  // Call once Python is known; the note is stored before the version, so a reader that sees the version sees the
+  // whole note.
+  void set_python(int major, int minor, const char* note);
+
   // Best known global rank / NCCL version, stored into the header (relaxed atomic stores).
   void set_global_rank(int32_t rank);
   void set_nccl_version(int32_t version);
@@ -68,8 +80,11 @@ class Writer {
   Record* ring_ = nullptr;
   uint64_t capacity_ = 0;
   uint32_t max_comms_ = 0;
+  SiteEntry* sites_ = nullptr;
+  uint32_t max_sites_ = 0;
   uint64_t mapped_bytes_ = 0;
   uint64_t dropped_comms_ = 0;
+  uint64_t dropped_sites_ = 0;
 };
 
 }  // namespace trainscope::recorder

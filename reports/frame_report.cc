@@ -1,6 +1,8 @@
 // Text and JSON forms of the frame reports: detection, trace, aborts, overflow streak, near overflow and origin.
 #include "reports/frame_report.h"
 
+#include "reports/stack_text.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -204,6 +206,18 @@ Origin analyse(const std::vector<FirstNonfinite>& firsts) {
   return origin;
 }
 
+// The first whose stack the origin report shows: the origin call's own rank, else another rank in that same call (the
+// value came through it too); nullptr when none of them has a known stack.
+const FirstNonfinite* stack_source(const Origin& origin) {
+  if (!origin.call) return nullptr;
+  if (!origin.call->stack.empty()) return origin.call;
+  for (const auto* group : {&origin.senders, &origin.receivers}) {
+    for (const FirstNonfinite* f : *group)
+      if (!f->stack.empty() && same_call(*f, *origin.call)) return f;
+  }
+  return nullptr;
+}
+
 nlohmann::json first_json(const FirstNonfinite& f) {
   nlohmann::json out = {{"rank", f.rank},
                         {"batch_number", f.batch_number},
@@ -303,6 +317,10 @@ std::string format_detection_text(const DetectionReport& report) {
   out += kFrameColumnHeader;
   out += '\n';
   for (std::size_t i = first; i < end; ++i) out += format_frame(report.frames[i]);
+  if (!report.first_nonfinite_stack.empty()) {
+    out += "\nStack of the first frame with inf/nan (" + report.first_nonfinite_frame + "):\n";
+    out += format_stack_block(report.first_nonfinite_stack, 0, "  ");
+  }
   return out;
 }
 
@@ -310,11 +328,11 @@ nlohmann::json detection_json(const DetectionReport& report) {
   const auto [first, end] = shown_range(report);
   nlohmann::json frames = nlohmann::json::array();
   for (std::size_t i = first; i < end; ++i) frames.push_back(frame_json(report.frames[i]));
-  return {{"kind", "inf_nan_detected"},
-          {"rank", report.rank},
-          {"batch_number", report.batch_number},
-          {"frames_dropped", first},
-          {"frames", frames}};
+  nlohmann::json out = {
+      {"kind", "inf_nan_detected"}, {"rank", report.rank}, {"batch_number", report.batch_number},
+      {"frames_dropped", first},    {"frames", frames},    {"first_nonfinite_frame", report.first_nonfinite_frame}};
+  add_stack_json(out, report.first_nonfinite_stack);
+  return out;
 }
 
 // ---- Trace mode --------------------------------------------------------------------------------------------------
@@ -516,6 +534,10 @@ std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
       out += ranks_text(group) + " first saw " + kind_word(f.kind) + " in the output of " + call_text(f) + '\n';
     }
   }
+  if (const FirstNonfinite* source = stack_source(origin)) {
+    out += "\nStack of the call it came from (rank " + std::to_string(source->rank) + ", " + call + "):\n";
+    out += format_stack_block(source->stack, 0, "  ");
+  }
   return out;
 }
 
@@ -535,6 +557,10 @@ nlohmann::json origin_json(const std::vector<FirstNonfinite>& firsts) {
                    {"produced_by_collective", origin.senders.empty()},
                    {"senders", ranks_json(origin.senders)},
                    {"receivers", ranks_json(origin.receivers)}};
+  // The stack the text shows, and whose it is (null, and empty lists, when none is known).
+  const FirstNonfinite* source = stack_source(origin);
+  out["origin"]["stack_rank"] = source != nullptr ? nlohmann::json(source->rank) : nlohmann::json(nullptr);
+  add_stack_json(out["origin"], source != nullptr ? source->stack : exchange::CallStack{});
   nlohmann::json all = nlohmann::json::array();
   std::vector<FirstNonfinite> sorted = firsts;
   std::sort(sorted.begin(), sorted.end(),

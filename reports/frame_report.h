@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collectors/call_stack.h"
 #include "kernels/stats.h"
 
 namespace trainscope::reports {
@@ -87,10 +88,14 @@ struct DetectionReport {
   uint64_t batch_number = 0;
   std::vector<Frame> frames;  // oldest first; only the last max_frames are reported
   std::size_t max_frames = kDefaultMaxFrames;
+  std::string first_nonfinite_frame{};          // name of the first frame holding inf/nan ("" when not known)
+  exchange::CallStack first_nonfinite_stack{};  // the stack of that frame's call; empty when not known
 };
 
 // "\nDetected inf/nan during batch_number=N\nLast K forward frames:\nabs min  abs max  metadata\n<frames>",
-// K = the number of frames shown (min(frames, max_frames)), the newest ones.
+// K = the number of frames shown (min(frames, max_frames)), the newest ones: the seed's text to the character. Then,
+// when first_nonfinite_stack is known: "\nStack of the first frame with inf/nan (<frame name>):\n" and the stack
+// (reports/stack_text.h) indented by two spaces.
 std::string format_detection_text(const DetectionReport& report);
 nlohmann::json detection_json(const DetectionReport& report);
 
@@ -163,6 +168,7 @@ struct FirstNonfinite {
   int32_t comm_rank = -1;
   int32_t peer = -1;
   int32_t peer_rank = -1;
+  exchange::CallStack stack{};  // of the call where this rank first saw the value; empty when not known (yet)
 };
 
 // "ncclAllReduce" -> "all-reduce", "ncclReduceScatter" -> "reduce-scatter", ...; unknown names unchanged.
@@ -172,6 +178,9 @@ std::string format_rank_list(std::vector<int32_t> ranks);
 
 // "rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0–2 and 4–7 first saw it in that call's output\n",
 // then one line per other group of ranks that first saw a value elsewhere. Empty input: "" (nothing to report).
+// When the stack of the call the value came from is known (of the origin's rank, else of another rank in that same
+// call): "\nStack of the call it came from (rank 3, all-reduce call #812 in batch 12):\n" and the stack
+// (reports/stack_text.h) indented by two spaces.
 std::string format_origin_text(const std::vector<FirstNonfinite>& firsts);
 // The call the value came from, as the text names it (an element of `firsts`; nullptr when it is empty).
 const FirstNonfinite* origin_call(const std::vector<FirstNonfinite>& firsts);

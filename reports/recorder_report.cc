@@ -45,6 +45,18 @@ RankState rank_state(const RecorderFile& file, const ReportOptions& options) {
   return {"unknown", "unknown state " + std::to_string(h.state), false};
 }
 
+// "Python 3.12"; "Python 3.14: stacks not available: <note>"; "Python stacks not available: <note>" when the version
+// is not known; "" for a process that runs no Python.
+std::string python_text(const FileHeader& h) {
+  const std::string note(h.python_note, strnlen(h.python_note, sizeof(h.python_note)));
+  if (h.python_major > 0) {
+    std::string text = "Python " + std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
+    if (!note.empty()) text += ": stacks not available: " + note;
+    return text;
+  }
+  return note.empty() ? "" : "Python stacks not available: " + note;
+}
+
 std::string rank_label(const FileHeader& h) {
   return h.global_rank >= 0 ? "rank " + std::to_string(h.global_rank) : std::string("rank ?");
 }
@@ -256,6 +268,16 @@ std::string hex_id(uint64_t id) {
 
 std::string short_hex_id(uint64_t id) { return id == 0 ? "-" : hex_id(id).substr(0, 6); }
 
+std::string python_location(const SiteEntry* site) {
+  if (site == nullptr || site->python_frames == 0) return "";
+  const SiteFrame& frame = site->frames[0];
+  std::string text(frame.file, strnlen(frame.file, sizeof(frame.file)));
+  if (frame.line > 0) text += ":" + std::to_string(frame.line);
+  const size_t function_length = strnlen(frame.function, sizeof(frame.function));
+  if (function_length > 0) text += " in " + std::string(frame.function, function_length);
+  return text;
+}
+
 ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options) {
   ProcessOverview overview;
   overview.recorded = run.files.size();
@@ -325,6 +347,9 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
       if (has_count(static_cast<Op>(r.op))) what += " seq " + std::to_string(r.seq);
       what +=
           " (#" + std::to_string(call.index) + ", " + utc_time_of_day(r.start_ns) + ") " + call_result(r, states[i]);
+      // Where in the job's Python the stuck call was made, when its site knows.
+      if (const std::string location = python_location(file.site(r.site)); !location.empty())
+        what += ", called from " + location;
       attention.push_back(what);
     }
     if (file.torn_records > 0) {
@@ -333,6 +358,10 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
     if (file.torn_comms > 0) {
       attention.push_back(who + ": " + std::to_string(file.torn_comms) + " unfinished communicator entr" +
                           (file.torn_comms == 1 ? "y" : "ies") + " skipped");
+    }
+    if (file.torn_sites > 0) {
+      attention.push_back(who + ": " + std::to_string(file.torn_sites) + " unfinished call site entr" +
+                          (file.torn_sites == 1 ? "y" : "ies") + " skipped");
     }
   }
   for (const FileError& e : run.errors) attention.push_back("unreadable " + e.message);
@@ -349,6 +378,7 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
            std::to_string(file.records_total()) + " total, " + std::to_string(file.records.size()) + " held (ring " +
            std::to_string(h.capacity) + ") | torn " + std::to_string(file.torn_records) + "\n";
     out += "    file " + file.path + "  started " + utc_date_time(h.start_ns) + "\n";
+    if (const std::string python = python_text(h); !python.empty()) out += "    " + python + "\n";
 
     if (file.comms.empty()) {
       out += "  communicators: none recorded\n";
@@ -372,20 +402,43 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
       continue;
     }
     out += "  last " + std::to_string(shown.size()) + " of " + std::to_string(file.records.size()) + " held calls\n";
-    Table table({"index", "time (UTC)", "op", "comm", "seq", "count", "dtype", "redop", "root/peer", "group", "result",
-                 "duration"},
-                {true, false, false, false, true, true, false, false, true, true, false, true});
+    // The innermost Python location of each call's site, in a last column that is there only when some call shown
+    // has one (a job that runs no Python keeps the table it always had).
+    std::vector<std::string> locations;
+    bool any_location = false;
     for (const RecordedCall* call : shown) {
+      locations.push_back(python_location(file.site(call->record.site)));
+      any_location |= !locations.back().empty();
+    }
+    std::vector<std::string> columns = {"index", "time (UTC)", "op",        "comm",  "seq",    "count",
+                                        "dtype", "redop",      "root/peer", "group", "result", "duration"};
+    std::vector<bool> right = {true, false, false, false, true, true, false, false, true, true, false, true};
+    if (any_location) {
+      columns.emplace_back("python (innermost frame)");
+      right.push_back(false);
+    }
+    Table table(std::move(columns), std::move(right));
+    for (size_t c = 0; c < shown.size(); ++c) {
+      const RecordedCall* call = shown[c];
       const Record& r = call->record;
       const Op op = static_cast<Op>(r.op);
       const bool counted = has_count(op);
       const bool rooted = has_root(op) || is_point_to_point(op);
-      table.add({std::to_string(call->index), utc_time_of_day(r.start_ns), op_label(r.op), short_hex_id(r.comm_id),
-                 counted ? std::to_string(r.seq) : "-", counted ? std::to_string(r.count) : "-",
-                 counted ? dtype_name(r.dtype) : "-", is_collective(op) ? redop_name(r.redop) : "-",
-                 rooted ? int_or_dash(r.peer) : "-", r.group == 0 ? "-" : std::to_string(r.group),
-                 call_result(r, states[i]),
-                 call->pending() || r.end_ns < r.start_ns ? "-" : duration_string(r.end_ns - r.start_ns)});
+      std::vector<std::string> row = {
+          std::to_string(call->index),
+          utc_time_of_day(r.start_ns),
+          op_label(r.op),
+          short_hex_id(r.comm_id),
+          counted ? std::to_string(r.seq) : "-",
+          counted ? std::to_string(r.count) : "-",
+          counted ? dtype_name(r.dtype) : "-",
+          is_collective(op) ? redop_name(r.redop) : "-",
+          rooted ? int_or_dash(r.peer) : "-",
+          r.group == 0 ? "-" : std::to_string(r.group),
+          call_result(r, states[i]),
+          call->pending() || r.end_ns < r.start_ns ? "-" : duration_string(r.end_ns - r.start_ns)};
+      if (any_location) row.push_back(locations[c].empty() ? "-" : locations[c]);
+      table.add(std::move(row));
     }
     out += table.render("    ");
   }
@@ -413,6 +466,13 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
     for (const RecordedCall* call : last_records(file, options.last)) {
       const Record& r = call->record;
       const bool pending = call->pending();
+      json python = nullptr;
+      if (const SiteEntry* site = file.site(r.site); site != nullptr && site->python_frames > 0) {
+        const SiteFrame& frame = site->frames[0];
+        python = {{"file", std::string(frame.file, strnlen(frame.file, sizeof(frame.file)))},
+                  {"line", frame.line},
+                  {"function", std::string(frame.function, strnlen(frame.function, sizeof(frame.function)))}};
+      }
       records.push_back(
           {{"index", call->index},
            {"time", utc_time_of_day(r.start_ns)},
@@ -433,8 +493,13 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
            {"result", call_result(r, state)},
            {"result_code", r.result},
            {"pending", pending},
-           {"tid", r.tid}});
+           {"tid", r.tid},
+           {"site", r.site},
+           {"python", std::move(python)}});
     }
+    // "3.12", or null for a process that runs no Python.
+    json python_version = nullptr;
+    if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
     ranks.push_back({{"file", file.path},
                      {"global_rank", h.global_rank},
                      {"launcher_rank", h.launcher_rank},
@@ -455,6 +520,9 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
                      {"capacity", h.capacity},
                      {"torn_records", file.torn_records},
                      {"torn_comms", file.torn_comms},
+                     {"torn_sites", file.torn_sites},
+                     {"python", std::move(python_version)},
+                     {"python_note", h.python_note},
                      {"communicators", std::move(comms)},
                      {"records", std::move(records)}});
   }

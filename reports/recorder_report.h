@@ -35,6 +35,9 @@ std::string utc_date_time(uint64_t ns);         // "YYYY-MM-DD HH:MM:SS.uuuuuu U
 std::string duration_string(uint64_t ns);       // "850ns", "12.4us", "3.21ms", "1.50s"
 std::string hex_id(uint64_t id);                // 16 hex digits
 std::string short_hex_id(uint64_t id);          // leading 6 hex digits, as in the mismatch report; 0 -> "-"
+// The innermost Python location of a call site, "train.py:88 in backward" ("train.py in backward" when the line is
+// not known, "train.py:88" without a function name); "" when the site has no Python frame or is nullptr.
+std::string python_location(const SiteEntry* site);
 
 // What a run's processes came to, in the terms of the report's state column; the run summary's "processes" line.
 struct ProcessRef {

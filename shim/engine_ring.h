@@ -16,7 +16,7 @@ namespace trainscope::engine {
 
 inline const recorder::Record* ring_of(const recorder::FileHeader* header) {
   return reinterpret_cast<const recorder::Record*>(reinterpret_cast<const char*>(header) +
-                                                   recorder::ring_offset(header->max_comms));
+                                                   recorder::ring_offset(*header));
 }
 
 inline const recorder::CommEntry* comms_of(const recorder::FileHeader* header) {

@@ -83,8 +83,9 @@ TEST_P(Mismatch, IsReportedAndStopsEveryRank) {
       << text;
   EXPECT_NE(text.find(std::string("Differs in: ") + c.differs), std::string::npos) << text;
   EXPECT_NE(text.find(c.shapes), std::string::npos) << text;
-  // Each rank's native stack at the call, symbolised.
-  EXPECT_NE(text.find("Native stacks at the call:\n"), std::string::npos) << text;
+  // Each rank's stack at the call, symbolised (a C program: native frames only).
+  EXPECT_NE(text.find("Stacks at the call:\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("File \""), std::string::npos) << "no Python frame in a C program: " << text;
   EXPECT_NE(text.find("    #0 main+0x"), std::string::npos) << text;
   // The main rank printed it; every rank logged that it stopped.
   EXPECT_NE(job.err.find("Cannot apply desired operation due to shape mismatches"), std::string::npos) << job.err;
@@ -181,7 +182,7 @@ TEST(Exchange, RankThatSkipsASendAndEndsLeavesItsPeerInACertainPointToPointDesyn
       << text;
   EXPECT_NE(text.find("  - Process 0 (communicator rank 0"), std::string::npos) << text;
   EXPECT_NE(text.find("destroyed the communicator"), std::string::npos) << text;
-  EXPECT_NE(text.find("Native stack at the waiting call:\n  Process 1:\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Stacks at the waiting calls:\n  Process 1:\n"), std::string::npos) << text;
   std::string json;
   for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
     const std::string name = entry.path().filename().string();

@@ -39,6 +39,20 @@ Fingerprint call(int32_t comm_rank, int32_t nranks, uint64_t seq, Op op, uint64_
   return f;
 }
 
+CallStack native_stack(std::vector<std::string> frames) {
+  CallStack stack;
+  stack.native = std::move(frames);
+  return stack;
+}
+
+// A call made from Python: two Python frames, innermost first, above the native ones.
+CallStack python_stack() {
+  CallStack stack;
+  stack.python = {{"train.py", 88, "backward"}, {"train.py", 120, "main"}};
+  stack.native = {"ncclAllReduce at nccl.cc:1", "PyEval_EvalFrame at ceval.c:2"};
+  return stack;
+}
+
 Fingerprint ended(int32_t comm_rank, int32_t nranks, Op how) {
   Fingerprint f = call(comm_rank, nranks, 0, how, 0);
   f.kind = static_cast<uint8_t>(EventKind::kCommEnded);
@@ -209,7 +223,7 @@ TEST_F(CoreTest, MismatchWaitsForMissingMembersThenReportsWhatItHas) {
 }
 
 TEST_F(CoreTest, MismatchReportShowsEachRanksStack) {
-  core_.on_stack(StackDefinition{1, 7, {"train_step at train.cc:42", "main at train.cc:80"}});
+  core_.on_stack(StackDefinition{1, 7, native_stack({"train_step at train.cc:42", "main at train.cc:80"})});
   feed(call(0, 2, 1, Op::kAllReduce, 8));
   Fingerprint f = call(1, 2, 1, Op::kAllReduce, 9);
   f.stack_id = 7;
@@ -221,6 +235,132 @@ TEST_F(CoreTest, MismatchReportShowsEachRanksStack) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("  Process 0:\n    (no stack captured"), std::string::npos) << text;
+}
+
+TEST_F(CoreTest, MismatchReportShowsPythonFramesAboveNativeOnesAndTheNote) {
+  core_.on_stack(StackDefinition{0, 3, python_stack()});
+  CallStack unreadable;
+  unreadable.python_note = "Python 3.14 is not supported by this trainscope (3.9 to 3.13)";
+  unreadable.native = {"ncclAllReduce at nccl.cc:1"};
+  core_.on_stack(StackDefinition{1, 3, unreadable});  // stack ids are per rank: the same id, another stack
+  Fingerprint a = call(0, 2, 1, Op::kAllReduce, 8);
+  a.stack_id = 3;
+  Fingerprint b = call(1, 2, 1, Op::kAllReduce, 9);
+  b.stack_id = 3;
+  feed(a);
+  feed(b);
+  auto verdicts = tick();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).calls[0].stack, python_stack());
+  const std::string text = reports::format_mismatch_text(mismatch_of(verdicts[0]));
+  EXPECT_NE(text.find("\nStacks at the call:\n"
+                      "  Process 0:\n"
+                      "    File \"train.py\", line 88, in backward\n"
+                      "    File \"train.py\", line 120, in main\n"
+                      "    #0 ncclAllReduce at nccl.cc:1\n"
+                      "    #1 PyEval_EvalFrame at ceval.c:2\n"
+                      "  Process 1:\n"
+                      "    (Python stack not captured: Python 3.14 is not supported by this trainscope (3.9 to 3.13))\n"
+                      "    #0 ncclAllReduce at nccl.cc:1\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CoreTest, StacksArePerRankAndBoundedPerRank) {
+  CoordinatorOptions options;
+  options.max_stacks_per_rank = 1;
+  CoordinatorCore core(options);
+  core.on_stack(StackDefinition{1, 1, native_stack({"first"})});
+  core.on_stack(StackDefinition{1, 2, native_stack({"second: over the bound"})});
+  core.on_stack(StackDefinition{1, 1, native_stack({"first, again"})});  // a known id is replaced
+  core.on_stack(StackDefinition{0, 2, native_stack({"rank 0's own"})});
+  Fingerprint a = call(0, 2, 1, Op::kAllReduce, 8);
+  a.stack_id = 2;
+  Fingerprint b = call(1, 2, 1, Op::kAllReduce, 9);
+  b.stack_id = 2;
+  core.on_fingerprints(0, {&a, 1}, 0, kT0);
+  core.on_fingerprints(1, {&b, 1}, 0, kT0);
+  auto verdicts = core.tick(kT0);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(mismatch_of(verdicts[0]).calls[0].stack, native_stack({"rank 0's own"}));
+  EXPECT_TRUE(mismatch_of(verdicts[0]).calls[1].stack.empty());
+}
+
+TEST_F(CoreTest, CollectiveDesyncShowsTheWaitingCallsAndTheMissingRanksLastCalls) {
+  CoordinatorCore core;
+  core.on_stack(StackDefinition{0, 4, python_stack()});
+  core.on_stack(StackDefinition{2, 5, native_stack({"evaluate at eval.cc:7"})});
+  auto feed_to = [&](Fingerprint f, uint32_t stack_id, uint64_t caller) {
+    f.stack_id = stack_id;
+    f.caller = caller;
+    core.on_fingerprints(f.comm_rank, {&f, 1}, 0, kT0);
+  };
+  feed_to(call(0, 3, 1, Op::kAllReduce, 8), 0, 0x100);
+  feed_to(call(1, 3, 1, Op::kAllReduce, 8), 0, 0x100);
+  feed_to(call(2, 3, 1, Op::kAllReduce, 8), 5, 0x500);
+  feed_to(call(0, 3, 2, Op::kAllReduce, 8), 4, 0x400);  // ranks 0 and 1 wait in call 2; rank 2 never comes
+  feed_to(call(1, 3, 2, Op::kAllReduce, 8), 0, 0x401234);
+  Fingerprint destroyed = ended(2, 3, Op::kCommDestroy);
+  core.on_fingerprints(2, {&destroyed, 1}, 0, kT0 + kSecond);
+  const auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = desync_of(verdicts[0]);
+  ASSERT_EQ(report.waiting.size(), 2u);
+  EXPECT_EQ(report.waiting[0].stack, python_stack());
+  EXPECT_EQ(report.waiting[0].caller, 0x400u);
+  EXPECT_TRUE(report.waiting[1].stack.empty());
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].last_stack, native_stack({"evaluate at eval.cc:7"}));
+  const std::string text = reports::format_desync_text(report);
+  EXPECT_NE(text.find("\nStacks at the waiting calls:\n"
+                      "  Process 0:\n"
+                      "    File \"train.py\", line 88, in backward\n"
+                      "    File \"train.py\", line 120, in main\n"
+                      "    #0 ncclAllReduce at nccl.cc:1\n"
+                      "    #1 PyEval_EvalFrame at ceval.c:2\n"
+                      "  Process 1:\n"
+                      "    (no stack captured; call site 0x401234)\n"
+                      "\n"
+                      "Stacks at the last calls of the ranks that did not arrive:\n"
+                      "  Process 2:\n"
+                      "    #0 evaluate at eval.cc:7\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(CoreTest, CollectiveDesyncWaitingCallsIgnoreStaleHeartbeats) {
+  CoordinatorCore core;
+  core.on_stack(StackDefinition{0, 1, native_stack({"call one"})});
+  core.on_stack(StackDefinition{0, 5, native_stack({"call five"})});
+  core.on_stack(StackDefinition{2, 5, native_stack({"rank 2's call five"})});
+  // Ranks 0 and 2 go on to call 5; the last heartbeat of rank 0 came while it was inside call 1 (calls return fast,
+  // heartbeats are a second apart), rank 2's says it is inside call 5 since a given time.
+  for (uint64_t seq = 1; seq <= 5; ++seq) {
+    for (int32_t rank : {0, 2}) {
+      Fingerprint f = call(rank, 3, seq, Op::kAllReduce, 8);
+      f.stack_id = seq == 1 || seq == 5 ? static_cast<uint32_t>(seq) : 0;
+      f.caller = 0x100 * seq;
+      core.on_fingerprints(rank, {&f, 1}, 0, kT0);
+    }
+  }
+  Fingerprint other = call(1, 3, 1, Op::kAllReduce, 8);
+  core.on_fingerprints(1, {&other, 1}, 0, kT0);
+  core.on_heartbeat(Heartbeat{0, kT0, {HeartbeatCall{kComm, 1, kT0 + 1, uint16_t(Op::kAllReduce)}}}, kT0);
+  core.on_heartbeat(Heartbeat{2, kT0, {HeartbeatCall{kComm, 5, kT0 + 77, uint16_t(Op::kAllReduce)}}}, kT0);
+  Fingerprint destroyed = ended(1, 3, Op::kCommDestroy);
+  core.on_fingerprints(1, {&destroyed, 1}, 0, kT0 + kSecond);
+  const auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_EQ(report.seq, 2u);
+  ASSERT_EQ(report.waiting.size(), 2u);
+  EXPECT_EQ(report.waiting[0].seq, 5u) << "not the stale heartbeat's call 1";
+  EXPECT_EQ(report.waiting[0].since_ns, kT0 + 5 * 1000);
+  EXPECT_EQ(report.waiting[0].stack, native_stack({"call five"}));
+  EXPECT_EQ(report.waiting[0].caller, 0x500u);
+  EXPECT_EQ(report.waiting[1].seq, 5u);
+  EXPECT_EQ(report.waiting[1].since_ns, kT0 + 77) << "a current heartbeat says since when";
+  EXPECT_EQ(report.waiting[1].stack, native_stack({"rank 2's call five"}));
 }
 
 class CertainDesyncTest : public CoreTest, public ::testing::WithParamInterface<Op> {};
@@ -350,8 +490,31 @@ TEST_F(CoreTest, VanishedRankReportNamesHostPidLastCallAndRecorder) {
   EXPECT_NE(text.find("Host: node7, pid 4242"), std::string::npos);
   EXPECT_NE(text.find("Last call: `ncclAllReduce` (communicator 3f2a9c, call #1)"), std::string::npos) << text;
   EXPECT_NE(text.find("/runs/r1/rank1.tsfr"), std::string::npos);
+  EXPECT_EQ(text.find("Stack at the last call:"), std::string::npos) << "no stack known: no section";
   core_.on_disconnect(1, false, kT0 + 6 * kSecond);  // reported once
   EXPECT_TRUE(tick(kT0 + 6 * kSecond).empty());
+}
+
+TEST_F(CoreTest, VanishedRankReportShowsTheStackOfItsLastCall) {
+  core_.on_stack(StackDefinition{1, 2, python_stack()});
+  feed(call(0, 2, 1, Op::kAllReduce, 8));
+  Fingerprint last = call(1, 2, 1, Op::kAllReduce, 8);
+  last.stack_id = 2;
+  feed(last);
+  core_.on_disconnect(1, false, kT0 + 5 * kSecond);
+  auto verdicts = tick(kT0 + 5 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
+  EXPECT_EQ(report.last_stack, python_stack());
+  const std::string text = reports::format_vanished_text(report);
+  EXPECT_NE(text.find(" UTC\nStack at the last call:\n"
+                      "  File \"train.py\", line 88, in backward\n"
+                      "  File \"train.py\", line 120, in main\n"
+                      "  #0 ncclAllReduce at nccl.cc:1\n"
+                      "  #1 PyEval_EvalFrame at ceval.c:2\n"
+                      "Flight recorder: "),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(CoreTest, GoodbyeThenDisconnectIsNoReport) {
@@ -594,7 +757,8 @@ TEST_P(PeerLeftTest, WhileARecvWaitsForItIsACertainDesync) {
     feed(send(0, 1, n), kT0);
     feed(recv(1, 0, n), kT0);
   }
-  core_.on_stack(StackDefinition{1, 9, {"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"}});
+  core_.on_stack(
+      StackDefinition{1, 9, native_stack({"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"})});
   Fingerprint waiting = recv(1, 0, 7);
   waiting.stack_id = 9;
   feed(waiting, kT0 + kSecond);
@@ -612,7 +776,7 @@ TEST_P(PeerLeftTest, WhileARecvWaitsForItIsACertainDesync) {
   EXPECT_EQ(report.receiver, 1);
   EXPECT_EQ(report.seq, 7u);
   ASSERT_EQ(report.waiting.size(), 1u);
-  EXPECT_EQ(report.waiting[0].stack,
+  EXPECT_EQ(report.waiting[0].stack.native,
             (std::vector<std::string>{"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"}));
   ASSERT_EQ(report.missing.size(), 1u);
   EXPECT_EQ(report.missing[0].state, state());
@@ -1017,6 +1181,53 @@ TEST(CoordinatorNonfiniteTest, StopComesBeforeTheGraceEndsWhenEveryRankReported)
   EXPECT_EQ(reports::format_origin_text(origin_of(verdicts[0]).firsts),
             "no rank sent inf/nan in all-reduce call #20 in batch 4: its inputs were finite, and ranks 0 and 1 first "
             "saw nan in its output\n");
+}
+
+TEST(CoordinatorNonfiniteTest, TheOriginShowsTheStackOfItsCall) {
+  CoordinatorCore core;
+  core.on_stack(StackDefinition{3, 11, python_stack()});
+  NonfiniteMessage origin = nonfinite(3, NonfiniteWhere::kInput);
+  origin.stack_id = 11;  // defined before it: the client sends definitions first
+  core.on_nonfinite(origin, kT0);
+  for (int32_t rank : {0, 1, 2, 4, 5, 6, 7}) core.on_nonfinite(nonfinite(rank, NonfiniteWhere::kOutput), kT0 + rank);
+  const auto firsts = core.nonfinite_firsts();
+  EXPECT_EQ(firsts[3].stack, python_stack());
+  EXPECT_TRUE(firsts[0].stack.empty());
+  EXPECT_EQ(reports::format_origin_text(firsts), std::string(kEightRankOrigin) +
+                                                     "\n"
+                                                     "Stack of the call it came from (rank 3, all-reduce call #812 in "
+                                                     "batch 12):\n"
+                                                     "  File \"train.py\", line 88, in backward\n"
+                                                     "  File \"train.py\", line 120, in main\n"
+                                                     "  #0 ncclAllReduce at nccl.cc:1\n"
+                                                     "  #1 PyEval_EvalFrame at ceval.c:2\n");
+}
+
+TEST(CoordinatorNonfiniteTest, AStackDefinedAfterTheFirstRewritesTheOrigin) {
+  CoordinatorCore core;
+  NonfiniteMessage origin = nonfinite(3, NonfiniteWhere::kInput);
+  origin.stack_id = 11;
+  core.on_nonfinite(origin, kT0);
+  core.on_nonfinite(nonfinite(0, NonfiniteWhere::kOutput), kT0);
+  EXPECT_TRUE(core.nonfinite_firsts()[1].stack.empty());
+  const std::string before = reports::format_origin_text(core.nonfinite_firsts());
+  EXPECT_EQ(before.find("Stack of the call"), std::string::npos) << before;
+  const uint64_t generation = core.nonfinite_generation();
+  // Another rank's stack of the same id, and another id of rank 3: nothing to rewrite.
+  core.on_stack(StackDefinition{0, 11, native_stack({"rank 0's"})});
+  core.on_stack(StackDefinition{3, 12, native_stack({"another site"})});
+  EXPECT_EQ(core.nonfinite_generation(), generation);
+  core.on_stack(StackDefinition{3, 11, python_stack()});
+  EXPECT_GT(core.nonfinite_generation(), generation) << "the origin is rewritten with the stack";
+  EXPECT_EQ(core.nonfinite_firsts()[1].stack, python_stack());
+  EXPECT_NE(reports::format_origin_text(core.nonfinite_firsts())
+                .find("Stack of the call it came from (rank 3, all-reduce call #812 in batch 12):\n"
+                      "  File \"train.py\", line 88, in backward\n"),
+            std::string::npos);
+  // Once: the same definition again changes nothing more.
+  const uint64_t after = core.nonfinite_generation();
+  core.on_stack(StackDefinition{3, 11, python_stack()});
+  EXPECT_EQ(core.nonfinite_generation(), after);
 }
 
 TEST(CoordinatorNonfiniteTest, DefaultGraceIsOneSecond) {

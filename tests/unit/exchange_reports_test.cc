@@ -40,7 +40,7 @@ DesyncReport point_to_point_desync() {
   waiting.seq = 7;
   waiting.op = static_cast<uint16_t>(Op::kRecv);
   waiting.since_ns = kT0;
-  waiting.stack = {"recv_activations(Stage&) at pipeline.cc:88", "train_step() at pipeline.cc:120"};
+  waiting.stack.native = {"recv_activations(Stage&) at pipeline.cc:88", "train_step() at pipeline.cc:120"};
   waiting.caller = 0x401234;
   report.waiting.push_back(waiting);
   MissingRank missing;
@@ -89,7 +89,7 @@ TEST(ExchangeReportsTest, PointToPointDesyncText) {
             "  - Process 0 (communicator rank 0, host node0, pid 4242): last call send #6 to rank 1 `ncclSend` at "
             "2023-11-14 22:13:19.000000 UTC; destroyed the communicator; process still running\n"
             "\n"
-            "Native stack at the waiting call:\n"
+            "Stacks at the waiting calls:\n"
             "  Process 1:\n"
             "    #0 recv_activations(Stage&) at pipeline.cc:88\n"
             "    #1 train_step() at pipeline.cc:120\n");
@@ -117,7 +117,7 @@ TEST(ExchangeReportsTest, PointToPointDesyncText) {
             "  - Process 1 (communicator rank 1): no call on this communicator seen; alive, not arrived; process still "
             "running\n"
             "\n"
-            "Native stack at the waiting call:\n"
+            "Stacks at the waiting calls:\n"
             "  Process 0:\n"
             "    (no stack captured; call site 0x401234)\n");
 }
@@ -138,18 +138,20 @@ TEST(ExchangeReportsTest, PointToPointDesyncJson) {
     "waiting": [{
       "process": 1, "comm_rank": 1, "seq": 7, "op": "ncclRecv", "since_ns": 1700000000000000000, "peer": 0,
       "stack": ["recv_activations(Stage&) at pipeline.cc:88", "train_step() at pipeline.cc:120"],
+      "python_stack": [], "python_stack_note": "",
       "caller": "0x401234"
     }],
     "missing": [{
       "process": 0, "comm_rank": 0, "host": "node0", "pid": 4242, "state": "destroyed the communicator",
       "process_gone": false,
-      "last_call": {"seq": 6, "op": "ncclSend", "peer": 1, "start_ns": 1699999999000000000}
+      "last_call": {"seq": 6, "op": "ncclSend", "peer": 1, "start_ns": 1699999999000000000,
+                    "stack": [], "python_stack": [], "python_stack_note": ""}
     }],
     "note": ""
   })"));
 }
 
-TEST(ExchangeReportsTest, CollectiveDesyncTextIsUnchangedAndHasNoPairFields) {
+TEST(ExchangeReportsTest, CollectiveDesyncShowsTheWaitingCallsStacksAndHasNoPairFields) {
   DesyncReport report;
   report.comm_id = 0x3f2a9c0011223344ull;
   report.seq = 813;
@@ -173,12 +175,189 @@ TEST(ExchangeReportsTest, CollectiveDesyncTextIsUnchangedAndHasNoPairFields) {
             "(2.00s)\n"
             "Not arrived:\n"
             "  - Process ? (communicator rank 1): no call on this communicator seen; never heard from; process still "
-            "running\n");
+            "running\n"
+            "\n"
+            "Stacks at the waiting calls:\n"
+            "  Process 0:\n"
+            "    (no stack captured)\n");
   const nlohmann::json json = desync_json(report);
   EXPECT_EQ(json["point_to_point"], false);
   EXPECT_TRUE(json["sender"].is_null());
   EXPECT_TRUE(json["receiver"].is_null());
-  EXPECT_FALSE(json["waiting"][0].contains("stack"));
+  EXPECT_FALSE(json["waiting"][0].contains("peer"));
+  EXPECT_EQ(json["waiting"][0]["stack"], nlohmann::json::array());
+  EXPECT_EQ(json["waiting"][0]["python_stack"], nlohmann::json::array());
+  EXPECT_EQ(json["waiting"][0]["python_stack_note"], "");
+  EXPECT_TRUE(json["missing"][0]["last_call"].is_null());
+}
+
+exchange::CallStack python_stack() {
+  exchange::CallStack stack;
+  stack.python = {{"train.py", 88, "backward"}, {"train.py", 120, "main"}};
+  stack.native = {"ncclAllReduce at nccl.cc:1", "_PyEval_EvalFrameDefault at ceval.c:4200"};
+  return stack;
+}
+
+TEST(ExchangeReportsTest, CollectiveDesyncWithPythonStacksOfTheWaitingAndTheMissing) {
+  DesyncReport report;
+  report.comm_id = 0x3f2a9c0011223344ull;
+  report.seq = 813;
+  report.op = static_cast<uint16_t>(Op::kAllReduce);
+  report.certain = true;
+  report.detected_ns = kT0 + 2 * kSecond;
+  for (int32_t rank : {0, 1}) {
+    WaitingRank waiting;
+    waiting.global_rank = rank;
+    waiting.comm_rank = rank;
+    waiting.seq = 813;
+    waiting.op = report.op;
+    waiting.since_ns = kT0;
+    waiting.caller = 0x401234;
+    if (rank == 0) waiting.stack = python_stack();
+    if (rank == 1) waiting.stack.python_note = "Python 3.14 is not supported by this trainscope (3.9 to 3.13)";
+    report.waiting.push_back(waiting);
+  }
+  for (int32_t rank : {2, 3}) {
+    MissingRank missing;
+    missing.global_rank = rank;
+    missing.comm_rank = rank;
+    missing.host = "node1";
+    missing.pid = 90 + rank;
+    missing.has_last_call = true;
+    missing.last_seq = 812;
+    missing.last_op = report.op;
+    missing.last_call_ns = kT0 - kSecond;
+    missing.state = LaggardState::kExited;
+    missing.process_gone = true;
+    if (rank == 2) missing.last_stack.python = {{"train.py", 131, "evaluate"}};  // rank 3's is not known
+    report.missing.push_back(missing);
+  }
+  EXPECT_EQ(format_desync_text(report),
+            "Desync on communicator 3f2a9c at call #813 (`ncclAllReduce`): some members can never reach this call.\n"
+            "Waiting in the communicator:\n"
+            "  - Process 0 (communicator rank 0): call #813 `ncclAllReduce` since 2023-11-14 22:13:20.000000 UTC "
+            "(2.00s)\n"
+            "  - Process 1 (communicator rank 1): call #813 `ncclAllReduce` since 2023-11-14 22:13:20.000000 UTC "
+            "(2.00s)\n"
+            "Not arrived:\n"
+            "  - Process 2 (communicator rank 2, host node1, pid 92): last call #812 `ncclAllReduce` at 2023-11-14 "
+            "22:13:19.000000 UTC; exited; process gone\n"
+            "  - Process 3 (communicator rank 3, host node1, pid 93): last call #812 `ncclAllReduce` at 2023-11-14 "
+            "22:13:19.000000 UTC; exited; process gone\n"
+            "\n"
+            "Stacks at the waiting calls:\n"
+            "  Process 0:\n"
+            "    File \"train.py\", line 88, in backward\n"
+            "    File \"train.py\", line 120, in main\n"
+            "    #0 ncclAllReduce at nccl.cc:1\n"
+            "    #1 _PyEval_EvalFrameDefault at ceval.c:4200\n"
+            "  Process 1:\n"
+            "    (Python stack not captured: Python 3.14 is not supported by this trainscope (3.9 to 3.13))\n"
+            "\n"
+            "Stacks at the last calls of the ranks that did not arrive:\n"
+            "  Process 2:\n"
+            "    File \"train.py\", line 131, in evaluate\n");
+  const nlohmann::json json = desync_json(report);
+  EXPECT_EQ(json["waiting"][0]["python_stack"], nlohmann::json::parse(R"([
+    {"file": "train.py", "line": 88, "function": "backward"}, {"file": "train.py", "line": 120, "function": "main"}
+  ])"));
+  EXPECT_EQ(json["waiting"][0]["stack"][1], "_PyEval_EvalFrameDefault at ceval.c:4200");
+  EXPECT_EQ(json["waiting"][1]["python_stack_note"], "Python 3.14 is not supported by this trainscope (3.9 to 3.13)");
+  EXPECT_EQ(json["missing"][0]["last_call"]["python_stack"][0]["function"], "evaluate");
+  EXPECT_EQ(json["missing"][1]["last_call"]["python_stack"], nlohmann::json::array());
+}
+
+TEST(ExchangeReportsTest, MismatchWithPythonStacks) {
+  MismatchReport report;
+  report.comm_id = 0x3f2a9c0011223344ull;
+  report.seq = 812;
+  report.op = static_cast<uint16_t>(Op::kAllReduce);
+  report.differences = {"count"};
+  report.detected_ns = kT0;
+  for (int32_t rank : {0, 1, 2}) {
+    CallLine line;
+    line.global_rank = rank;
+    line.comm_rank = rank;
+    line.present = true;
+    line.call.op = report.op;
+    line.call.count = rank == 1 ? 524288 : 1048576;
+    line.call.dtype = 6;
+    line.call.redop = 0;
+    line.call.peer = -1;
+    line.call.caller = 0x401234;
+    if (rank == 0) line.stack = python_stack();
+    if (rank == 1) line.stack.python = {{"train.py", 88, "backward"}};
+    report.calls.push_back(line);
+  }
+  EXPECT_EQ(format_mismatch_text(report),
+            "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid.\n"
+            "\n"
+            "Operation: `ncclAllReduce` (communicator 3f2a9c, call #812)\n"
+            "Input shapes:\n"
+            "  - Process 0: [1048576] float16 sum\n"
+            "  - Process 1: [524288] float16 sum\n"
+            "  - Process 2: [1048576] float16 sum\n"
+            "\n"
+            "Differs in: count\n"
+            "\n"
+            "Stacks at the call:\n"
+            "  Process 0:\n"
+            "    File \"train.py\", line 88, in backward\n"
+            "    File \"train.py\", line 120, in main\n"
+            "    #0 ncclAllReduce at nccl.cc:1\n"
+            "    #1 _PyEval_EvalFrameDefault at ceval.c:4200\n"
+            "  Process 1:\n"
+            "    File \"train.py\", line 88, in backward\n"
+            "  Process 2:\n"
+            "    (no stack captured; call site 0x401234)\n");
+  const nlohmann::json json = mismatch_json(report);
+  EXPECT_EQ(json["calls"][0]["stack"],
+            (std::vector<std::string>{"ncclAllReduce at nccl.cc:1", "_PyEval_EvalFrameDefault at ceval.c:4200"}));
+  EXPECT_EQ(json["calls"][0]["python_stack"][1], nlohmann::json::parse(R"({"file": "train.py", "line": 120,
+                                                                           "function": "main"})"));
+  EXPECT_EQ(json["calls"][1]["stack"], nlohmann::json::array());
+  EXPECT_EQ(json["calls"][2]["python_stack"], nlohmann::json::array());
+  EXPECT_EQ(json["calls"][2]["python_stack_note"], "");
+}
+
+TEST(ExchangeReportsTest, VanishedRankWithTheStackOfItsLastCall) {
+  VanishedReport report;
+  report.global_rank = 3;
+  report.host = "node3";
+  report.pid = 77;
+  report.time_ns = kT0 + 5 * kSecond;
+  report.has_last_call = true;
+  report.last_call.comm_id = 0x3f2a9c0011223344ull;
+  report.last_call.seq = 812;
+  report.last_call.op = static_cast<uint16_t>(Op::kAllReduce);
+  report.last_call.count = 1048576;
+  report.last_call.dtype = 6;
+  report.last_call.redop = 0;
+  report.last_call.peer = -1;
+  report.last_call.start_ns = kT0;
+  report.flight_recorder_path = "/runs/job1/rank-3.pid-77.tsrec";
+  const std::string without = format_vanished_text(report);
+  EXPECT_EQ(without.find("Stack at the last call:"), std::string::npos) << without;
+  report.last_stack = python_stack();
+  EXPECT_EQ(format_vanished_text(report),
+            "Rank 3 vanished: its connection to the coordinator dropped without a goodbye.\n"
+            "Host: node3, pid 77\n"
+            "Time: 2023-11-14 22:13:25.000000 UTC\n"
+            "Last call: `ncclAllReduce` (communicator 3f2a9c, call #812) [1048576] float16 sum at 2023-11-14 "
+            "22:13:20.000000 UTC\n"
+            "Stack at the last call:\n"
+            "  File \"train.py\", line 88, in backward\n"
+            "  File \"train.py\", line 120, in main\n"
+            "  #0 ncclAllReduce at nccl.cc:1\n"
+            "  #1 _PyEval_EvalFrameDefault at ceval.c:4200\n"
+            "Flight recorder: /runs/job1/rank-3.pid-77.tsrec (its last calls survive the process: trainscope report "
+            "<run directory>)\n");
+  const nlohmann::json json = vanished_json(report);
+  EXPECT_EQ(json["last_call"]["python_stack"][0]["line"], 88);
+  EXPECT_EQ(json["last_call"]["stack"][0], "ncclAllReduce at nccl.cc:1");
+  EXPECT_EQ(json["last_call"]["python_stack_note"], "");
+  report.has_last_call = false;
+  EXPECT_TRUE(vanished_json(report)["last_call"].is_null());
 }
 
 TEST(ExchangeReportsTest, PointToPointDesyncNamesNeverMeetACollectivesName) {

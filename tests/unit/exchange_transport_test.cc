@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,7 +176,9 @@ TEST_F(TransportTest, MismatchRoundTripWritesTheReportAndReachesEveryRank) {
   ExchangeClient rank1(client_options(server.endpoint(), 1, &verdicts1, nullptr));
   rank0.start();
   rank1.start();
-  rank1.define_stack(5, {"train_step at train.py:42"});
+  CallStack stack;
+  stack.native = {"train_step at train.py:42"};
+  rank1.define_stack(5, stack);
   for (uint64_t seq = 1; seq <= 100; ++seq) {
     ASSERT_TRUE(rank0.push(all_reduce(0, 2, seq, 1048576)));
     Fingerprint f = all_reduce(1, 2, seq, seq == 100 ? 524288 : 1048576);
@@ -199,6 +203,65 @@ TEST_F(TransportTest, MismatchRoundTripWritesTheReportAndReachesEveryRank) {
   ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir_.path() + "/run/manifest.json"); }));
   EXPECT_EQ(verdicts0.get().size(), 1u);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/run/vanished-rank0.txt"));
+}
+
+// What a coordinator receives from one client, in order, over a plain ROUTER socket.
+TEST_F(TransportTest, StackDefinitionsGoOutOnceAndBeforeAnythingThatNamesThem) {
+  zmq::context_t context(1);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 20000);
+  router.bind("tcp://127.0.0.1:*");
+  ExchangeClient client(client_options(router.get(zmq::sockopt::last_endpoint), 0, nullptr, nullptr));
+  client.start();
+  constexpr uint32_t kSites = 40;
+  CallStack stack;
+  stack.python = {{"train.py", 88, "backward"}};
+  // Definitions and calls interleave with the client's thread sending: each call's stack is defined (again, for
+  // every call: the client sends each id once) just before the call is pushed.
+  for (uint64_t seq = 1; seq <= 3000; ++seq) {
+    const auto id = static_cast<uint32_t>(seq % kSites + 1);
+    client.define_stack(id, stack);
+    Fingerprint f = all_reduce(0, 1, seq, 8);
+    f.stack_id = id;
+    ASSERT_TRUE(client.push(f));
+  }
+  client.define_stack(kSites + 7, stack);
+  reports::FirstNonfinite first;
+  first.op = "ncclAllReduce";
+  client.report_nonfinite(first, false, kSites + 7);
+  client.define_stack(0, stack);  // 0 is "no stack": never sent
+
+  std::map<uint32_t, int> definitions;
+  uint64_t fingerprints = 0;
+  bool nonfinite_seen = false;
+  while (!nonfinite_seen) {
+    zmq::message_t id;
+    zmq::message_t payload;
+    ASSERT_TRUE(router.recv(id));
+    ASSERT_TRUE(router.recv(payload));
+    const DecodeResult decoded =
+        decode(std::span<const uint8_t>(static_cast<const uint8_t*>(payload.data()), payload.size()));
+    ASSERT_TRUE(decoded.ok) << decoded.error;
+    if (const auto* definition = std::get_if<StackDefinition>(&decoded.message)) {
+      EXPECT_EQ(definition->stack, stack);
+      ++definitions[definition->stack_id];
+    } else if (const auto* batch = std::get_if<FingerprintBatch>(&decoded.message)) {
+      for (const Fingerprint& f : batch->fingerprints) {
+        EXPECT_TRUE(definitions.contains(f.stack_id)) << "call " << f.seq << " came before its stack " << f.stack_id;
+        ++fingerprints;
+      }
+    } else if (const auto* nonfinite = std::get_if<NonfiniteMessage>(&decoded.message)) {
+      EXPECT_EQ(nonfinite->stack_id, kSites + 7);
+      EXPECT_TRUE(definitions.contains(kSites + 7)) << "the inf/nan report came before its stack";
+      nonfinite_seen = true;
+    }
+  }
+  EXPECT_EQ(fingerprints, 3000u);
+  EXPECT_EQ(definitions.size(), kSites + 1);
+  for (const auto& [stack_id, count] : definitions) EXPECT_EQ(count, 1) << "stack " << stack_id << " sent again";
+  EXPECT_FALSE(definitions.contains(0));
+  client.abandon();
 }
 
 TEST_F(TransportTest, RankThatDisappearsWithoutGoodbyeIsReportedAsVanished) {
@@ -367,6 +430,39 @@ TEST_F(ExchangeOriginTest, StopJobBroadcastsTheNonfiniteVerdictToEveryRank) {
   rank0.stop();
   rank1.stop();
   EXPECT_EQ(verdicts0.get().size(), 1u);
+}
+
+TEST_F(ExchangeOriginTest, TheOriginShowsThePythonStackOfTheCallItCameFrom) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  ExchangeClient rank0(client_options(server.endpoint(), 0, nullptr, nullptr));
+  ExchangeClient rank1(client_options(server.endpoint(), 1, nullptr, nullptr));
+  rank0.start();
+  rank1.start();
+  CallStack stack;
+  stack.python = {{"train.py", 88, "backward"}, {"train.py", 120, "main"}};
+  stack.native = {"ncclAllReduce at nccl.cc:1"};
+  rank1.define_stack(3, stack);
+  rank1.report_nonfinite(first(reports::NonfiniteWhere::kInput), false, 3);
+  rank0.report_nonfinite(first(reports::NonfiniteWhere::kOutput), false);
+  const std::string expected = std::string(kTwoRankOrigin) +
+                               "\n"
+                               "Stack of the call it came from (rank 1, all-reduce call #812 in batch 12):\n"
+                               "  File \"train.py\", line 88, in backward\n"
+                               "  File \"train.py\", line 120, in main\n"
+                               "  #0 ncclAllReduce at nccl.cc:1\n";
+  ASSERT_TRUE(wait_until([&] { return testing::read_file(origin_txt()) == expected; }))
+      << testing::read_file(origin_txt());
+  ASSERT_TRUE(wait_until([&] {
+    const nlohmann::json json = nlohmann::json::parse(testing::read_file(origin_json()), nullptr, false);
+    return !json.is_discarded() && json.value("text", "") == expected;
+  }));
+  const nlohmann::json json = nlohmann::json::parse(testing::read_file(origin_json()));
+  EXPECT_EQ(json["origin"]["stack_rank"], 1);
+  EXPECT_EQ(json["origin"]["python_stack"][0]["file"], "train.py");
+  rank0.stop();
+  rank1.stop();
 }
 
 TEST_F(ExchangeOriginTest, ReportUnderAnotherRanksNumberIsRefused) {

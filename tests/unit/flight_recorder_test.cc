@@ -49,11 +49,15 @@ class TempDir {
   std::string path_;
 };
 
-WriterOptions options_for(const std::string& path, uint64_t capacity, uint32_t max_comms = 8) {
+constexpr uint32_t kSites = 4;  // site slots of the files these tests write, unless said otherwise
+
+WriterOptions options_for(const std::string& path, uint64_t capacity, uint32_t max_comms = 8,
+                          uint32_t max_sites = kSites) {
   WriterOptions o{};
   o.path = path.c_str();
   o.capacity = capacity;
   o.max_comms = max_comms;
+  o.max_sites = max_sites;
   o.pid = 4242;
   o.launcher_rank = 3;
   o.launcher_world = 8;
@@ -81,7 +85,8 @@ Record sample(uint64_t i) {
   r.rank = static_cast<int32_t>(i % 4);
   r.nranks = 4;
   r.peer = static_cast<int32_t>(i % 5) - 1;
-  r.redop = static_cast<int32_t>(i % 6);
+  r.redop = static_cast<int16_t>(i % 6);
+  r.site = static_cast<uint16_t>(i % 3);
   r.tid = static_cast<uint32_t>(100 + i);
   r.op = static_cast<uint16_t>(Op::kAllReduce);
   r.dtype = static_cast<int8_t>(i % 12);
@@ -116,7 +121,9 @@ void patch(const std::string& path, uint64_t offset, const void* bytes, size_t n
   ::close(fd);
 }
 
-uint64_t slot_offset(uint32_t max_comms, uint64_t slot) { return ring_offset(max_comms) + slot * sizeof(Record); }
+uint64_t slot_offset(uint32_t max_comms, uint64_t slot, uint32_t max_sites = kSites) {
+  return ring_offset(max_comms, max_sites) + slot * sizeof(Record);
+}
 
 TEST(FlightRecorder, RoundTripsEveryField) {
   TempDir dir;
@@ -470,7 +477,17 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   copy_file(good, future);
   const uint32_t version = 7;
   patch(future, offsetof(FileHeader, version), &version, sizeof(version));
-  expect_error(future, "format version 7; this trainscope reads version 1");
+  expect_error(future, "format version 7; this trainscope reads versions 1 to 2");
+
+  const std::string sites = dir.file("sites.tsrec");
+  copy_file(good, sites);
+  const uint32_t max_sites = 100000;
+  patch(sites, offsetof(FileHeader, max_sites), &max_sites, sizeof(max_sites));
+  expect_error(sites, "corrupt header: 100000 site slots (accepted: 0..65535)");
+  const uint32_t more_sites = kSites + 1;  // one more slot than the file holds
+  patch(sites, offsetof(FileHeader, max_sites), &more_sites, sizeof(more_sites));
+  expect_error(sites, "truncated: " + std::to_string(size) + " bytes, the header describes " +
+                          std::to_string(size + sizeof(SiteEntry)) + " (16 record slots, 8 comm slots, 5 site slots)");
 
   const std::string sizes = dir.file("sizes.tsrec");
   copy_file(good, sizes);
@@ -672,6 +689,250 @@ TEST(FlightRecorder, RunDirectoryErrorsNameTheDirectory) {
   EXPECT_FALSE(read_run_directory(dir.path(), &run, &error));
   EXPECT_NE(error.find("is not a run directory: it holds no *.tsrec flight recorder files"), std::string::npos);
   EXPECT_NE(error.find("pass one of them: run-1"), std::string::npos) << error;
+}
+
+// ---- Call sites (format version 2) --------------------------------------------------------------------------------
+
+SiteEntry site_entry(uint64_t caller, std::vector<SiteFrame> frames, uint32_t depth) {
+  SiteEntry entry{};
+  entry.caller = caller;
+  entry.python_depth = depth;
+  entry.python_frames = static_cast<uint32_t>(frames.size());
+  for (size_t i = 0; i < frames.size() && i < 2; ++i) entry.frames[i] = frames[i];
+  return entry;
+}
+
+SiteFrame site_frame(int32_t line, const char* function, const char* file) {
+  SiteFrame frame{};
+  frame.line = line;
+  std::strncpy(frame.function, function, sizeof(frame.function) - 1);
+  std::strncpy(frame.file, file, sizeof(frame.file) - 1);
+  return frame;
+}
+
+TEST(FlightRecorder, SitesAndPythonRoundTrip) {
+  static_assert(sizeof(Record) == 128);
+  static_assert(sizeof(SiteEntry) == 512);
+  static_assert(offsetof(Record, site) == offsetof(Record, redop) + 2);
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 8)), 0);
+  EXPECT_EQ(w.header()->max_sites, kSites);
+  w.set_python(3, 12, "");
+  EXPECT_EQ(w.add_site(site_entry(
+                0x401000, {site_frame(88, "backward", "train.py"), site_frame(120, "main", "/home/me/train.py")}, 37)),
+            1u);
+  EXPECT_EQ(w.add_site(site_entry(0x402000, {}, 0)), 2u);  // a native caller
+  EXPECT_EQ(w.add_site(site_entry(0x403000, {site_frame(7, "step", "loop.py")}, 1)), 3u);
+  Record r = sample(1);
+  r.site = 1;
+  w.append(r);
+  r.site = 3;
+  r.redop = kUnknown;
+  w.append(r);
+  w.close(1);
+
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.header.version, 2u);
+  EXPECT_EQ(f.header.max_sites, kSites);
+  EXPECT_EQ(f.header.sites_used, 3u);
+  EXPECT_EQ(f.header.python_major, 3);
+  EXPECT_EQ(f.header.python_minor, 12);
+  EXPECT_STREQ(f.header.python_note, "");
+  ASSERT_EQ(f.sites.size(), 3u);
+  EXPECT_EQ(f.torn_sites, 0u);
+  ASSERT_NE(f.site(1), nullptr);
+  const SiteEntry& first = f.sites[0];
+  EXPECT_EQ(first.commit, 1u);
+  EXPECT_EQ(first.caller, 0x401000u);
+  EXPECT_EQ(first.python_depth, 37u);
+  ASSERT_EQ(first.python_frames, 2u);
+  EXPECT_EQ(first.frames[0].line, 88);
+  EXPECT_STREQ(first.frames[0].function, "backward");
+  EXPECT_STREQ(first.frames[0].file, "train.py");
+  EXPECT_STREQ(first.frames[1].file, "/home/me/train.py");
+  ASSERT_NE(f.site(2), nullptr);
+  EXPECT_EQ(f.sites[1].python_frames, 0u);
+  EXPECT_EQ(f.sites[2].frames[0].line, 7);
+  EXPECT_EQ(f.site(0), nullptr);
+  EXPECT_EQ(f.site(4), nullptr);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_EQ(f.records[0].record.site, 1u);
+  EXPECT_EQ(f.records[1].record.site, 3u);
+  EXPECT_EQ(f.records[1].record.redop, kUnknown);
+  expect_same_call(f.records[0].record, [] {
+    Record want = sample(1);
+    want.site = 1;
+    return want;
+  }());
+}
+
+TEST(FlightRecorder, AFullSiteTableDropsAndCounts) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  EXPECT_EQ(w.add_site(site_entry(1, {}, 0)), 0u) << "closed";
+  ASSERT_EQ(w.open(options_for(path, 4, 2, 2)), 0);
+  EXPECT_EQ(w.add_site(site_entry(1, {}, 0)), 1u);
+  EXPECT_EQ(w.add_site(site_entry(2, {}, 0)), 2u);
+  EXPECT_EQ(w.add_site(site_entry(3, {}, 0)), 0u);
+  EXPECT_EQ(w.add_site(site_entry(4, {}, 0)), 0u);
+  EXPECT_EQ(w.dropped_sites(), 2u);
+  EXPECT_EQ(w.header()->sites_used, 2u);
+  w.append(sample(0));
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  ASSERT_EQ(f.sites.size(), 2u);
+  EXPECT_EQ(f.sites[1].caller, 2u);
+  ASSERT_EQ(f.records.size(), 1u);
+  expect_same_call(f.records[0].record, sample(0));
+
+  // No site table at all (max_sites 0): add_site() hands out nothing, and the ring starts right after the comms.
+  const std::string bare = dir.file("bare.tsrec");
+  Writer b;
+  ASSERT_EQ(b.open(options_for(bare, 4, 2, 0)), 0);
+  EXPECT_EQ(b.add_site(site_entry(1, {}, 0)), 0u);
+  b.append(sample(2));
+  b.close(1);
+  EXPECT_EQ(fs::file_size(bare), kHeaderBytes + 2 * sizeof(CommEntry) + 4 * sizeof(Record));
+  const RecorderFile g = read_ok(bare);
+  EXPECT_TRUE(g.sites.empty());
+  ASSERT_EQ(g.records.size(), 1u);
+  expect_same_call(g.records[0].record, sample(2));
+}
+
+TEST(FlightRecorder, SiteStringsAreTerminatedAndFramesBounded) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4)), 0);
+  SiteEntry entry = site_entry(1, {site_frame(1, "f", "a.py")}, 1);
+  std::memset(entry.frames[0].function, 'x', sizeof(entry.frames[0].function));  // no NUL anywhere
+  std::memset(entry.frames[0].file, 'y', sizeof(entry.frames[0].file));
+  entry.python_frames = 9;  // nothing a writer means: at most two are stored
+  EXPECT_EQ(w.add_site(entry), 1u);
+  w.set_python(3, 14, std::string(500, 'n').c_str());
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  ASSERT_NE(f.site(1), nullptr);
+  const SiteEntry& site = f.sites[0];
+  EXPECT_EQ(site.python_frames, 2u);
+  EXPECT_EQ(std::string(site.frames[0].function), std::string(sizeof(SiteFrame::function) - 1, 'x'));
+  EXPECT_EQ(std::string(site.frames[0].file), std::string(sizeof(SiteFrame::file) - 1, 'y'));
+  EXPECT_EQ(std::string(f.header.python_note), std::string(sizeof(FileHeader::python_note) - 1, 'n'));
+  EXPECT_EQ(f.header.python_minor, 14);
+}
+
+TEST(FlightRecorder, TornSiteEntriesAreZeroedAndCountedAndLaterIdsStillIndex) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  constexpr uint32_t kComms = 8;
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 8, kComms)), 0);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(w.add_site(site_entry(0x1000u + i, {site_frame(i + 1, "f", "s.py")}, 1)), uint32_t(i + 1));
+  }
+  for (uint16_t site = 1; site <= 4; ++site) {
+    Record r = sample(site);
+    r.site = site;
+    w.append(r);
+  }
+  w.close(1);
+  const auto site_at = [&](uint32_t slot) { return site_table_offset(kComms) + slot * sizeof(SiteEntry); };
+  const uint64_t zero = 0;
+  patch(path, site_at(0), &zero, sizeof(zero));  // commit 0: the process died writing it
+  const uint64_t wrong = 7;
+  patch(path, site_at(1), &wrong, sizeof(wrong));  // a commit naming another slot
+  const uint32_t too_many = 3;
+  patch(path, site_at(2) + offsetof(SiteEntry, python_frames), &too_many, sizeof(too_many));
+  const int32_t negative = -5;  // a line no writer knows: read as "not known"
+  patch(path, site_at(3) + offsetof(SiteEntry, frames) + offsetof(SiteFrame, line), &negative, sizeof(negative));
+  // The unused second frame of slot 3 holds garbage without a NUL: it is cleared, never shown.
+  patch(path, site_at(3) + offsetof(SiteEntry, frames) + sizeof(SiteFrame) + offsetof(SiteFrame, file), "zzzz", 4);
+
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.torn_sites, 3u);
+  ASSERT_EQ(f.sites.size(), 4u);
+  for (uint32_t id = 1; id <= 3; ++id) {
+    EXPECT_EQ(f.site(id), nullptr) << id;
+    EXPECT_EQ(f.sites[id - 1].commit, 0u) << "kept zeroed in place";
+    EXPECT_EQ(f.sites[id - 1].caller, 0u);
+  }
+  ASSERT_NE(f.site(4), nullptr);
+  EXPECT_EQ(f.sites[3].caller, 0x1003u);
+  EXPECT_EQ(f.sites[3].frames[0].line, 0);
+  EXPECT_EQ(f.sites[3].frames[1].file[0], '\0');
+  ASSERT_EQ(f.records.size(), 4u);
+  EXPECT_EQ(f.records[3].record.site, 4u);
+}
+
+// A version 1 file, byte by byte as the version 1 writer made it: no site table, an int32 redop where redop and
+// site are now, nothing after `exe` in the header.
+void write_version1_file(const std::string& path, const std::vector<int32_t>& redops) {
+  constexpr uint32_t kComms = 2;
+  constexpr uint64_t kCapacity = 4;
+  std::vector<char> bytes(kHeaderBytes + kComms * sizeof(CommEntry) + kCapacity * sizeof(Record), 0);
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.version = 1;
+  h.header_bytes = kHeaderBytes;
+  h.record_bytes = sizeof(Record);
+  h.comm_bytes = sizeof(CommEntry);
+  h.capacity = kCapacity;
+  h.max_comms = kComms;
+  h.pid = 99;
+  h.global_rank = 1;
+  h.state = static_cast<uint32_t>(ProcessState::kExited);
+  h.next = redops.size();
+  h.comms_used = 1;
+  std::strcpy(h.host, "old-node");
+  std::memcpy(bytes.data(), &h, offsetof(FileHeader, max_sites));  // a version 1 header ends at `exe`
+  // What a version 2 reader must not take for version 2 fields: a version 1 file never wrote there, but a reader
+  // that trusted them would misread it.
+  const uint32_t max_sites = 7;
+  std::memcpy(bytes.data() + offsetof(FileHeader, max_sites), &max_sites, sizeof(max_sites));
+  CommEntry c{};
+  c.commit = 1;
+  c.id = 0xabc;
+  std::memcpy(bytes.data() + kHeaderBytes, &c, sizeof(c));
+  for (size_t i = 0; i < redops.size(); ++i) {
+    Record r = sample(i);
+    std::memcpy(reinterpret_cast<char*>(&r) + offsetof(Record, redop), &redops[i], sizeof(int32_t));
+    r.commit = i + 1;
+    r.checksum = record_checksum(r);
+    r.result = 0;
+    std::memcpy(bytes.data() + kHeaderBytes + kComms * sizeof(CommEntry) + i * sizeof(Record), &r, sizeof(r));
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+TEST(FlightRecorder, AVersionOneFileIsStillRead) {
+  TempDir dir;
+  const std::string path = dir.file("old.tsrec");
+  write_version1_file(path, {0, kUnknown, 5, 70000});
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.header.version, 1u);
+  EXPECT_EQ(f.header.max_sites, 0u) << "version 1 has no site table, whatever the bytes say";
+  EXPECT_EQ(f.header.python_major, 0);
+  EXPECT_STREQ(f.header.host, "old-node");
+  EXPECT_TRUE(f.sites.empty());
+  ASSERT_EQ(f.comms.size(), 1u);
+  EXPECT_EQ(f.comms[0].id, 0xabcu);
+  ASSERT_EQ(f.records.size(), 4u);
+  EXPECT_EQ(f.torn_records, 0u);
+  EXPECT_EQ(f.records[0].record.redop, 0);
+  EXPECT_EQ(f.records[1].record.redop, kUnknown);  // -1 was 0xffffffff over redop and site
+  EXPECT_EQ(f.records[2].record.redop, 5);
+  EXPECT_EQ(f.records[3].record.redop, INT16_MAX) << "an id beyond int16 is kept as the largest";
+  for (const RecordedCall& call : f.records) {
+    EXPECT_EQ(call.record.site, 0u);
+    EXPECT_EQ(call.record.count, sample(call.index).count);
+    EXPECT_EQ(call.record.tid, sample(call.index).tid);
+  }
 }
 
 }  // namespace

@@ -261,6 +261,53 @@ TEST(FrameReportTest, NcclFrameWithNanAndFirstNonfiniteRow) {
             "     nan      nan output\n");
 }
 
+exchange::CallStack python_stack() {
+  exchange::CallStack stack;
+  stack.python = {{"train.py", 88, "backward"}, {"train.py", 120, "main"}};
+  stack.native = {"ncclAllReduce at nccl.cc:1"};
+  return stack;
+}
+
+TEST(FrameReportTest, DetectionShowsTheStackOfTheFirstFrameAfterTheSeedsBlock) {
+  DetectionReport report;
+  report.batch_number = 12;
+  report.frames = {frame("comm 3f2a9c ncclAllReduce #811", "ncclAllReduce", {row("output", 1.0e-03, 2.0e+01)}),
+                   frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce", {row("output", kNan, kNan)})};
+  const std::string seed_block = format_detection_text(report);
+  report.first_nonfinite_frame = "comm 3f2a9c ncclAllReduce #812";
+  EXPECT_EQ(format_detection_text(report), seed_block) << "no stack known: the seed's text alone";
+  report.first_nonfinite_stack = python_stack();
+  EXPECT_EQ(format_detection_text(report),
+            "\n"
+            "Detected inf/nan during batch_number=12\n"
+            "Last 2 forward frames:\n"
+            "abs min  abs max  metadata\n"
+            "                  comm 3f2a9c ncclAllReduce #811 ncclAllReduce\n"
+            "1.00e-03 2.00e+01 output\n"
+            "                  comm 3f2a9c ncclAllReduce #812 ncclAllReduce\n"
+            "     nan      nan output\n"
+            "\n"
+            "Stack of the first frame with inf/nan (comm 3f2a9c ncclAllReduce #812):\n"
+            "  File \"train.py\", line 88, in backward\n"
+            "  File \"train.py\", line 120, in main\n"
+            "  #0 ncclAllReduce at nccl.cc:1\n");
+  EXPECT_EQ(format_detection_text(report).substr(0, seed_block.size()), seed_block);
+  const nlohmann::json j = detection_json(report);
+  EXPECT_EQ(j["first_nonfinite_frame"], "comm 3f2a9c ncclAllReduce #812");
+  EXPECT_EQ(j["stack"], nlohmann::json::array({"ncclAllReduce at nccl.cc:1"}));
+  EXPECT_EQ(j["python_stack"][0], nlohmann::json::parse(R"({"file": "train.py", "line": 88, "function": "backward"})"));
+  EXPECT_EQ(j["python_stack_note"], "");
+  // Python could not be read: the note stands where the frames would.
+  report.first_nonfinite_stack = exchange::CallStack{};
+  report.first_nonfinite_stack.python_note = "Python 3.14 is not supported by this trainscope (3.9 to 3.13)";
+  EXPECT_EQ(format_detection_text(report),
+            seed_block +
+                "\nStack of the first frame with inf/nan (comm 3f2a9c ncclAllReduce #812):\n"
+                "  (Python stack not captured: Python 3.14 is not supported by this trainscope (3.9 to 3.13))\n");
+  EXPECT_EQ(detection_json(report)["python_stack_note"],
+            "Python 3.14 is not supported by this trainscope (3.9 to 3.13)");
+}
+
 TEST(FrameReportTest, EmptyFramesAndLimits) {
   DetectionReport report;
   report.batch_number = 5;
@@ -481,6 +528,59 @@ TEST(FrameReportTest, OriginProducedByTheCollective) {
             "first saw inf in its output\n");
   EXPECT_EQ(origin_json(firsts)["origin"]["produced_by_collective"], true);
   EXPECT_EQ(origin_json(firsts)["origin"]["senders"], nlohmann::json::array());
+}
+
+TEST(FrameReportTest, OriginShowsTheStackOfTheCallItCameFrom) {
+  std::vector<FirstNonfinite> firsts;
+  for (int32_t rank = 0; rank < 4; ++rank)
+    firsts.push_back(first_seen(rank, rank == 2 ? NonfiniteWhere::kInput : NonfiniteWhere::kOutput));
+  firsts.push_back(first_seen(4, NonfiniteWhere::kOutput, NonfiniteKind::kInf, 813));  // another call
+  firsts[4].stack.python = {{"other.py", 1, "elsewhere"}};
+  const std::string without = format_origin_text(firsts);
+  EXPECT_EQ(without.find("Stack of the call"), std::string::npos) << "rank 4's call is not the origin: " << without;
+  EXPECT_TRUE(origin_json(firsts)["origin"]["stack_rank"].is_null());
+  EXPECT_EQ(origin_json(firsts)["origin"]["python_stack"], nlohmann::json::array());
+  // A receiver of the same call knows its stack: shown under its rank while the origin's own is not known.
+  firsts[0].stack.native = {"receiver's frame"};
+  EXPECT_EQ(format_origin_text(firsts),
+            without +
+                "\n"
+                "Stack of the call it came from (rank 0, all-reduce call #812 in batch 12):\n"
+                "  #0 receiver's frame\n");
+  EXPECT_EQ(origin_json(firsts)["origin"]["stack_rank"], 0);
+  // The origin's own rank first.
+  firsts[2].stack = python_stack();
+  const std::string text = format_origin_text(firsts);
+  EXPECT_EQ(text,
+            "rank 2 sent inf in all-reduce call #812 in batch 12; ranks 0, 1 and 3 first saw it in that call's "
+            "output\n"
+            "rank 4 first saw inf in the output of all-reduce call #813 in batch 12\n"
+            "\n"
+            "Stack of the call it came from (rank 2, all-reduce call #812 in batch 12):\n"
+            "  File \"train.py\", line 88, in backward\n"
+            "  File \"train.py\", line 120, in main\n"
+            "  #0 ncclAllReduce at nccl.cc:1\n");
+  const nlohmann::json j = origin_json(firsts);
+  EXPECT_EQ(j["text"], text);
+  EXPECT_EQ(j["origin"]["stack_rank"], 2);
+  EXPECT_EQ(j["origin"]["stack"], nlohmann::json::array({"ncclAllReduce at nccl.cc:1"}));
+  EXPECT_EQ(j["origin"]["python_stack"][1]["function"], "main");
+  EXPECT_EQ(j["origin"]["python_stack_note"], "");
+}
+
+TEST(FrameReportTest, OriginOfASendShowsTheSendersStackNotTheReceivers) {
+  std::vector<FirstNonfinite> firsts = {
+      p2p_seen(3, "ncclRecv", 2, NonfiniteWhere::kOutput, 5, 11),
+      p2p_seen(2, "ncclSend", 3, NonfiniteWhere::kInput, 5),
+  };
+  firsts[0].stack.native = {"recv_activations at pipeline.cc:88"};
+  EXPECT_EQ(format_origin_text(firsts).find("Stack of the call"), std::string::npos) << format_origin_text(firsts);
+  firsts[1].stack.python = {{"pipeline.py", 41, "send_activations"}};
+  EXPECT_EQ(format_origin_text(firsts),
+            "rank 2 sent inf in send #5 to rank 3 in batch 12; rank 3 first saw it in the matching recv's output\n"
+            "\n"
+            "Stack of the call it came from (rank 2, send #5 to rank 3 in batch 12):\n"
+            "  File \"pipeline.py\", line 41, in send_activations\n");
 }
 
 TEST(FrameReportTest, OriginEmpty) {

@@ -111,6 +111,33 @@ void open_rank(const std::string& path, const RankSpec& spec, Writer& w) {
   w.add_comm(c);
 }
 
+// As open_rank, with a table of 8 call sites.
+void open_rank_with_sites(const std::string& path, const RankSpec& spec, Writer& w) {
+  WriterOptions o{};
+  o.path = path.c_str();
+  o.capacity = 64;
+  o.max_comms = 4;
+  o.max_sites = 8;
+  o.pid = spec.pid;
+  o.launcher_rank = spec.rank;
+  o.launcher_world = 2;
+  o.local_rank = spec.rank;
+  o.host = spec.host;
+  o.run_id = "run-43";
+  o.exe = "/usr/bin/python3";
+  o.start_ns = kBase;
+  EXPECT_EQ(w.open(o), 0);
+  CommEntry c{};
+  c.id = kCommId;
+  c.created_ns = kBase;
+  c.rank = spec.rank;
+  c.nranks = 2;
+  c.color = kUnknown;
+  c.state = static_cast<uint16_t>(CommState::kLive);
+  c.origin = static_cast<uint16_t>(Op::kCommInitRank);
+  w.add_comm(c);
+}
+
 // Three ranks: 0 exited cleanly after five varied calls, 1 was killed inside an all-reduce, 2 is still in
 // one; plus one file that is not a recorder at all.
 void make_run(const TempDir& dir) {
@@ -344,6 +371,153 @@ TEST(RecorderReport, JsonCarriesTheSameFacts) {
 
   ASSERT_EQ(j["errors"].size(), 1u);
   EXPECT_EQ(j["errors"][0]["file"], dir.file("broken.tsrec"));
+}
+
+SiteEntry python_site(uint64_t caller, int32_t line, const char* function, const char* file) {
+  SiteEntry entry{};
+  entry.caller = caller;
+  entry.python_depth = 12;
+  entry.python_frames = 1;
+  entry.frames[0].line = line;
+  std::strncpy(entry.frames[0].function, function, sizeof(entry.frames[0].function) - 1);
+  std::strncpy(entry.frames[0].file, file, sizeof(entry.frames[0].file) - 1);
+  return entry;
+}
+
+// Rank 0 runs Python 3.12: two of its calls come from Python, one from native code. Rank 1 runs a Python trainscope
+// cannot read: no column, a line saying why.
+void make_python_run(const TempDir& dir) {
+  {
+    Writer w;
+    open_rank_with_sites(dir.file("rank0.tsrec"), {0, kExitedPid, "node-a", 22809}, w);
+    w.set_python(3, 12, "");
+    const uint32_t backward = w.add_site(python_site(0x401000, 88, "backward", "train.py"));
+    const uint32_t native = w.add_site(SiteEntry{0, 0x402000, 0, 0, {}});
+    const uint32_t no_line = w.add_site(python_site(0x403000, 0, "step", "/opt/lib/loop.py"));
+    Record r = call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown);
+    r.site = static_cast<uint16_t>(backward);
+    Writer::complete(w.append(r), 0, kBase + 11 * kMs);
+    r = call(Op::kBroadcast, kBase + 20 * kMs, 2, 4096, 9, kUnknown, 1);
+    r.site = static_cast<uint16_t>(native);
+    Writer::complete(w.append(r), 0, kBase + 21 * kMs);
+    r = call(Op::kAllReduce, kBase + 30 * kMs, 3, 1048576, 6, 0, kUnknown);
+    r.site = static_cast<uint16_t>(no_line);
+    Writer::complete(w.append(r), 0, kBase + 31 * kMs);
+    r = call(Op::kAllReduce, kBase + 40 * kMs, 4, 1048576, 6, 0, kUnknown);
+    r.site = 0;  // no site: the table was full
+    Writer::complete(w.append(r), 0, kBase + 41 * kMs);
+    w.close(kBase + 100 * kMs);
+  }
+  {
+    Writer w;
+    open_rank_with_sites(dir.file("rank1.tsrec"), {1, kExitedPid + 10, "node-b", 22809}, w);
+    w.set_python(3, 14, "Python 3.14 is not supported by this trainscope (3.9 to 3.13)");
+    Record r = call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown);
+    r.site = static_cast<uint16_t>(w.add_site(SiteEntry{0, 0x401000, 0, 0, {}}));
+    Writer::complete(w.append(r), 0, kBase + 11 * kMs);
+    w.close(kBase + 100 * kMs);
+  }
+}
+
+TEST(RecorderReport, LastCallsShowTheirInnermostPythonLocation) {
+  TempDir dir;
+  make_python_run(dir);
+  const std::string text = format_text_report(read_run(dir), test_options());
+  SCOPED_TRACE(text);
+  EXPECT_TRUE(contains(text, "    file " + dir.file("rank0.tsrec") +
+                                 "  started 2023-11-14 22:13:20.123456 UTC\n"
+                                 "    Python 3.12\n"
+                                 "  communicators (1)\n"));
+  EXPECT_TRUE(contains(text,
+                       "  last 4 of 4 held calls\n"
+                       "    index  time (UTC)       op             comm    seq    count  dtype     redop  "
+                       "root/peer  group  result       duration  python (innermost frame)\n"
+                       "        0  22:13:20.133456  ncclAllReduce  3f2a9c    1  1048576  float16   sum            "
+                       "-      -  ncclSuccess    1.00ms  train.py:88 in backward\n"
+                       "        1  22:13:20.143456  ncclBroadcast  3f2a9c    2     4096  bfloat16  -              "
+                       "1      -  ncclSuccess    1.00ms  -\n"
+                       "        2  22:13:20.153456  ncclAllReduce  3f2a9c    3  1048576  float16   sum            "
+                       "-      -  ncclSuccess    1.00ms  /opt/lib/loop.py in step\n"
+                       "        3  22:13:20.163456  ncclAllReduce  3f2a9c    4  1048576  float16   sum            "
+                       "-      -  ncclSuccess    1.00ms  -\n"));
+  // Rank 1: Python, but not readable: said once, and no column of dashes.
+  EXPECT_TRUE(contains(text,
+                       "    Python 3.14: stacks not available: Python 3.14 is not supported by this trainscope "
+                       "(3.9 to 3.13)\n"));
+  const size_t rank1 = text.find("=== rank 1");
+  ASSERT_NE(rank1, std::string::npos);
+  EXPECT_FALSE(contains(text.substr(rank1), "python (innermost frame)"));
+
+  const json j = make_json_report(read_run(dir), test_options());
+  const json& r0 = j["ranks"][0];
+  EXPECT_EQ(r0["python"], "3.12");
+  EXPECT_EQ(r0["python_note"], "");
+  EXPECT_EQ(r0["torn_sites"], 0);
+  EXPECT_EQ(r0["records"][0]["python"], json::parse(R"({"file": "train.py", "line": 88, "function": "backward"})"));
+  EXPECT_EQ(r0["records"][0]["site"], 1);
+  EXPECT_TRUE(r0["records"][1]["python"].is_null());
+  EXPECT_EQ(r0["records"][2]["python"]["line"], 0);
+  EXPECT_TRUE(r0["records"][3]["python"].is_null());
+  EXPECT_EQ(r0["records"][3]["site"], 0);
+  EXPECT_EQ(j["ranks"][1]["python_note"], "Python 3.14 is not supported by this trainscope (3.9 to 3.13)");
+  EXPECT_TRUE(j["ranks"][1]["records"][0]["python"].is_null());
+  // A process without Python: no line, and null.
+  TempDir plain;
+  make_run(plain);
+  const std::string plain_text = format_text_report(read_run(plain), test_options());
+  EXPECT_FALSE(contains(plain_text, "Python")) << plain_text;
+  EXPECT_TRUE(make_json_report(read_run(plain), test_options())["ranks"][0]["python"].is_null());
+}
+
+TEST(RecorderReport, CallsThatDidNotReturnSayWhereInPythonTheyWereMade) {
+  TempDir dir;
+  {
+    Writer w;
+    open_rank_with_sites(dir.file("rank0.tsrec"), {0, kKilledPid, "node-a", 22809}, w);
+    w.set_python(3, 11, "");
+    Record r = call(Op::kAllReduce, kBase, 1, 8, 6, 0, kUnknown);
+    r.site = static_cast<uint16_t>(w.add_site(python_site(0x401000, 131, "evaluate", "train.py")));
+    w.append(r);
+    r.seq = 2;
+    r.site = 0;
+    w.append(r);
+    w.abandon();
+  }
+  const std::string text = format_text_report(read_run(dir), test_options());
+  EXPECT_TRUE(contains(text,
+                       "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 1 (#0, 22:13:20.123456) did "
+                       "not return, called from train.py:131 in evaluate\n"
+                       "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 2 (#1, 22:13:20.123456) did "
+                       "not return\n"))
+      << text;
+}
+
+TEST(RecorderReport, PythonLocations) {
+  EXPECT_EQ(python_location(nullptr), "");
+  SiteEntry site = python_site(1, 88, "backward", "train.py");
+  EXPECT_EQ(python_location(&site), "train.py:88 in backward");
+  site.frames[0].function[0] = '\0';
+  EXPECT_EQ(python_location(&site), "train.py:88");
+  site.python_frames = 0;
+  EXPECT_EQ(python_location(&site), "");
+}
+
+TEST(RecorderReport, TornCallSitesNeedAttention) {
+  TempDir dir;
+  {
+    Writer w;
+    open_rank_with_sites(dir.file("rank0.tsrec"), {0, kExitedPid, "node-a", 22809}, w);
+    w.add_site(python_site(1, 88, "backward", "train.py"));
+    SiteEntry* table = reinterpret_cast<SiteEntry*>(reinterpret_cast<char*>(w.header()) + site_table_offset(4));
+    table[0].commit = 0;  // as if the process died writing it
+    Record r = call(Op::kAllReduce, kBase, 1, 8, 6, 0, kUnknown);
+    r.site = 1;
+    Writer::complete(w.append(r), 0, kBase + kMs);
+    w.close(kBase + 2 * kMs);
+  }
+  const std::string text = format_text_report(read_run(dir), test_options());
+  EXPECT_TRUE(contains(text, "  ! rank 0 (pid 1000001, node-a): 1 unfinished call site entry skipped\n")) << text;
+  EXPECT_FALSE(contains(text, "python (innermost frame)")) << text;
 }
 
 struct ToolRun {

@@ -52,6 +52,16 @@ Hello sample_hello() {
   return hello;
 }
 
+// A call site's stack as the engine sends it: Python frames, innermost first, above the native ones.
+StackDefinition sample_stack() {
+  StackDefinition stack;
+  stack.rank = 3;
+  stack.stack_id = 9;
+  stack.stack.python = {{"train.py", 88, "backward"}, {"/opt/lib/trainer.py", 1204, "training_step"}};
+  stack.stack.native = {"frame one", "frame two"};
+  return stack;
+}
+
 NonfiniteMessage sample_nonfinite() {
   NonfiniteMessage message;
   message.rank = 3;
@@ -64,12 +74,13 @@ NonfiniteMessage sample_nonfinite() {
   message.stop_job = true;
   message.comm_rank = 2;
   message.peer = 3;
+  message.stack_id = 17;
   return message;
 }
 
-// Header, rank, batch, communicator, call number, op length, where, kind, stop_job, comm rank, peer: everything but
-// the op's bytes.
-constexpr size_t kNonfiniteFixedBytes = kHeaderBytes + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 1 + 4 + 4;
+// Header, rank, batch, communicator, call number, op length, where, kind, stop_job, comm rank, peer, stack id:
+// everything but the op's bytes.
+constexpr size_t kNonfiniteFixedBytes = kHeaderBytes + 4 + 8 + 8 + 8 + 4 + 1 + 1 + 1 + 4 + 4 + 4;
 
 std::vector<uint8_t> roundtrip(const std::vector<uint8_t>& bytes) {
   const DecodeResult decoded = decode(bytes);
@@ -101,7 +112,9 @@ TEST(WireProtocolTest, EveryMessageRoundTrips) {
   const std::vector<std::vector<uint8_t>> messages = {
       hello_bytes,
       batch_bytes,
-      encode(StackDefinition{3, 9, {"frame one", "frame two"}}),
+      encode(sample_stack()),
+      encode(StackDefinition{3, 10, CallStack{{}, "Python 3.14 is not supported by this trainscope", {"native"}}}),
+      encode(StackDefinition{3, 11, CallStack{}}),
       encode(Heartbeat{3, 5, {HeartbeatCall{1, 2, 3, 12}}}),
       encode(Goodbye{3, 77}),
       encode(Goodbye{3, 78, true}),
@@ -237,7 +250,7 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
   auto bad_reject = encode(Reject{});
   poke(bad_reject, kHeaderBytes, 0, 1);
   expect_refused(bad_reject, "reject reason");
-  auto zero_stack = encode(StackDefinition{1, 1, {}});
+  auto zero_stack = encode(StackDefinition{1, 1, CallStack{}});
   poke(zero_stack, kHeaderBytes + 4, 0, 4);
   expect_refused(zero_stack, "stack_id");
 
@@ -288,7 +301,11 @@ TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
   auto truncated = encode(message);
   truncated.pop_back();
   poke(truncated, 8, truncated.size() - kHeaderBytes, 4);
-  expect_refused(truncated, "truncated at peer");
+  expect_refused(truncated, "truncated at stack_id");
+  auto truncated_peer = encode(message);
+  truncated_peer.resize(truncated_peer.size() - 5);
+  poke(truncated_peer, 8, truncated_peer.size() - kHeaderBytes, 4);
+  expect_refused(truncated_peer, "truncated at peer");
   auto bad_peer = encode(message);
   poke(bad_peer, where_at + 3 + 4, 0xFFFFFFFEull, 4);  // -2: below "none" (-1)
   expect_refused(bad_peer, "peer -2 out of range");
@@ -305,6 +322,79 @@ TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
   auto bad_verdict = encode(Verdict{});
   poke(bad_verdict, kHeaderBytes, 5, 1);
   expect_refused(bad_verdict, "verdict kind 5 out of range");
+}
+
+TEST(WireProtocolTest, StackDefinitionsCarryPythonFramesAndTheNote) {
+  StackDefinition stack = sample_stack();
+  stack.stack.python_note = "";
+  const auto bytes = encode(stack);
+  // rank, id, native count + 2 strings, python count + 2 x (file, line, function), note.
+  EXPECT_EQ(bytes.size(),
+            kHeaderBytes + 4 + 4 + 4 + (4 + 9) + (4 + 9) + 4 + (4 + 8 + 4 + 4 + 8) + (4 + 19 + 4 + 4 + 13) + 4);
+  const DecodeResult decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok) << decoded.error;
+  EXPECT_EQ(std::get<StackDefinition>(decoded.message), stack);
+
+  // What cannot go out whole is cut when encoding, so what goes out is always accepted: too many frames, long
+  // strings, a negative line ("not known": 0).
+  StackDefinition big;
+  big.rank = 0;
+  big.stack_id = 1;
+  for (size_t i = 0; i < kMaxFramesPerStack + 5; ++i) big.stack.python.push_back({"f.py", 1, "g"});
+  big.stack.python[0] = {std::string(kMaxFrameBytes + 1, 'p'), -7, std::string(kMaxFrameBytes + 9, 'q')};
+  big.stack.python_note = std::string(kMaxFrameBytes * 2, 'n');
+  const DecodeResult decoded_big = decode(encode(big));
+  ASSERT_TRUE(decoded_big.ok) << decoded_big.error;
+  const CallStack& got = std::get<StackDefinition>(decoded_big.message).stack;
+  ASSERT_EQ(got.python.size(), kMaxFramesPerStack);
+  EXPECT_EQ(got.python[0].file, std::string(kMaxFrameBytes, 'p'));
+  EXPECT_EQ(got.python[0].line, 0);
+  EXPECT_EQ(got.python[0].function, std::string(kMaxFrameBytes, 'q'));
+  EXPECT_EQ(got.python_note, std::string(kMaxFrameBytes, 'n'));
+}
+
+TEST(WireProtocolTest, MalformedStackDefinitionsAreRefused) {
+  // Payload: i32 rank @0 | u32 id @4 | u32 native count @8, "frame one" @12, "frame two" @25 | u32 python count @38 |
+  // u32 file length @42, "train.py" @46 | i32 line @54 | u32 function length @58 ...
+  const StackDefinition stack = sample_stack();
+  const size_t python_count_at = kHeaderBytes + 38;
+  const size_t file_at = python_count_at + 4;
+  const size_t line_at = file_at + 4 + 8;
+
+  auto too_many = encode(stack);
+  poke(too_many, python_count_at, kMaxFramesPerStack + 1, 4);
+  expect_refused(too_many, "python frame count 129 over the limit 128");
+  auto lying = encode(stack);
+  poke(lying, python_count_at, 100, 4);
+  expect_refused(lying, "python frame count 100 does not fit");
+  auto long_file = encode(stack);
+  poke(long_file, file_at, kMaxFrameBytes + 1, 4);
+  expect_refused(long_file, "python file is 1025 bytes, limit 1024");
+  auto negative_line = encode(stack);
+  poke(negative_line, line_at, 0xFFFFFFFFull, 4);
+  expect_refused(negative_line, "python line -1 out of range");
+  auto too_many_native = encode(stack);
+  poke(too_many_native, kHeaderBytes + 8, kMaxFramesPerStack + 1, 4);
+  expect_refused(too_many_native, "frame count 129 over the limit 128");
+  auto long_note = encode(stack);  // the note is last: its length, then nothing
+  poke(long_note, long_note.size() - 4, kMaxFrameBytes + 1, 4);
+  expect_refused(long_note, "python_note is 1025 bytes, limit 1024");
+  auto no_note = encode(stack);
+  no_note.resize(no_note.size() - 4);
+  poke(no_note, 8, no_note.size() - kHeaderBytes, 4);
+  expect_refused(no_note, "truncated at python_note");
+  auto trailing = encode(stack);
+  trailing.push_back(0);
+  poke(trailing, 8, trailing.size() - kHeaderBytes, 4);
+  expect_refused(trailing, "1 trailing bytes");
+}
+
+TEST(WireProtocolTest, APeerOfVersionTwoIsRefusedByName) {
+  EXPECT_EQ(kWireVersion, 3);
+  for (auto bytes : {encode(sample_stack()), encode(sample_nonfinite()), encode(sample_hello())}) {
+    poke(bytes, 4, 2, 2);
+    expect_refused(bytes, "protocol version 2, expected 3");
+  }
 }
 
 TEST(WireProtocolTest, TokensCompareExactly) {
