@@ -406,6 +406,8 @@ bool origin_line(const RunSummary& summary, bool any_nonfinite, Analysis* a) {
       text = string_member(r->json, "text");
     }
     if (text.empty() && r->has_text) text = r->text;
+    // The analysis only: the stack of the call the value came from follows it (reports/frame_report.h).
+    text = text.substr(0, text.find("\nStack of the call it came from ("));
     std::vector<std::string> lines = non_empty_lines(text);
     if (lines.empty() && details == nullptr) continue;
     field = json::object();
@@ -953,6 +955,70 @@ void processes_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back(line);
 }
 
+// "pid 812 (python3.11 on node7)"
+std::string note_process(const NcclWithoutCalls& n) {
+  std::string text = (n.rank >= 0 ? "rank " + std::to_string(n.rank) + " pid " : "pid ") + std::to_string(n.pid);
+  const std::string exe = n.exe.empty() ? std::string() : fs::path(n.exe).filename().string();
+  if (!exe.empty() || !n.host.empty())
+    text += " (" + exe + (exe.empty() || n.host.empty() ? "" : " on ") + n.host + ")";
+  return text;
+}
+
+// Processes that loaded NCCL and made no communicator. A rank's own process that did so hides its NCCL from us
+// (linked statically): that run is not clean. A launcher (no rank) or a helper of a rank that did make one (a
+// data-loader worker that imported the framework) is expected, and only listed. And a job `trainscope run` started
+// in which no process recorded a communicator at all is said to be so.
+void nccl_calls_line(const RunSummary& summary, Analysis* a) {
+  const bool none_recorded = summary.recorders_with_communicators == 0;
+  std::vector<const NcclWithoutCalls*> unexplained, helpers;
+  for (const NcclWithoutCalls& n : summary.nccl_without_calls) {
+    const bool rank_used_nccl =
+        n.rank >= 0 && std::find(summary.ranks_with_communicators.begin(), summary.ranks_with_communicators.end(),
+                                 n.rank) != summary.ranks_with_communicators.end();
+    const bool helper = rank_used_nccl || (n.rank < 0 && !none_recorded);
+    (helper ? helpers : unexplained).push_back(&n);
+  }
+  json notes = json::array();
+  for (const NcclWithoutCalls& n : summary.nccl_without_calls) {
+    const bool helper = std::find(helpers.begin(), helpers.end(), &n) != helpers.end();
+    notes.push_back({{"file", n.file},
+                     {"rank", rank_json(n.rank)},
+                     {"pid", n.pid},
+                     {"host", n.host},
+                     {"exe", n.exe},
+                     {"nccl", n.nccl},
+                     {"calls", n.calls},
+                     {"helper", helper}});
+  }
+  const bool nothing_seen = summary.job_started && none_recorded && summary.nccl_without_calls.empty();
+  a->fields["nccl_without_calls"] = {{"processes", std::move(notes)},
+                                     {"unexplained", unexplained.size()},
+                                     {"no_nccl_call_in_job", nothing_seen || (none_recorded && !unexplained.empty())}};
+  std::vector<std::string> parts;
+  if (!unexplained.empty()) {
+    std::vector<std::string> who;
+    for (const NcclWithoutCalls* n : unexplained) who.push_back(note_process(*n));
+    parts.push_back(plural(unexplained.size(), "process", "processes") +
+                    " loaded libnccl but no NCCL call was seen: NCCL may be linked statically into the job (" +
+                    join_capped(who, ", ") + "; " + unexplained.front()->nccl + ")");
+    a->nothing_wrong = false;
+  }
+  if (nothing_seen) {
+    parts.push_back(
+        "no process of this job recorded an NCCL call: NCCL may be linked statically into the job "
+        "(trainscope sees calls into a shared libnccl only), or the job never reached NCCL");
+    a->nothing_wrong = false;
+  }
+  if (!helpers.empty()) {
+    std::vector<std::string> who;
+    for (const NcclWithoutCalls* n : helpers) who.push_back(note_process(*n));
+    parts.push_back(plural(helpers.size(), "other process", "other processes") +
+                    " loaded libnccl without calling it, as launchers and data-loader workers do (" +
+                    join_capped(who, ", ") + ")");
+  }
+  if (!parts.empty()) a->lines.push_back("NCCL calls: " + join(parts, "; "));
+}
+
 void setup_line(const RunSummary& summary, Analysis* a) {
   if (!summary.manifest_exists || !summary.has_manifest) {
     a->fields["setup"] = nullptr;
@@ -1019,6 +1085,7 @@ Analysis analyse(const RunSummary& summary) {
   near_overflow_line(summary, &a);
   stop_line(summary, &a);
   processes_line(summary, &a);
+  nccl_calls_line(summary, &a);
   setup_line(summary, &a);
   traces_line(summary, &a);
   unreadable_line(summary, &a);
@@ -1029,6 +1096,33 @@ Analysis analyse(const RunSummary& summary) {
 }
 
 // ---- Directory scan ----------------------------------------------------------------------------------------------
+
+constexpr std::string_view kNoCallsSuffix = ".no-nccl-calls.json";  // shim/nccl_presence.h writes these
+
+fs::path root_of(const std::string& dir) { return fs::path(dir); }
+
+// A process's note that it loaded NCCL and made no communicator; an unreadable note is named, like any report.
+void read_no_calls_note(const fs::path& dir, const std::string& name, RunSummary* out) {
+  std::string raw, error;
+  json parsed;
+  if (!read_file(dir / name, kMaxReportBytes, &raw, &error) || !parse_json(raw, &parsed, &error)) {
+    out->unreadable.push_back({name, error});
+    return;
+  }
+  if (!parsed.is_object() || string_member(parsed, "kind") != "nccl_without_calls") {
+    out->unreadable.push_back({name, "not a note of a process that loaded NCCL without calling it"});
+    return;
+  }
+  NcclWithoutCalls note;
+  note.file = name;
+  note.rank = rank_member(parsed, "rank");
+  note.pid = static_cast<int32_t>(uint_member(parsed, "pid").value_or(0));
+  note.host = string_member(parsed, "host");
+  note.exe = string_member(parsed, "exe");
+  note.nccl = string_member(parsed, "nccl");
+  note.calls = uint_member(parsed, "calls").value_or(0);
+  out->nccl_without_calls.push_back(std::move(note));
+}
 
 void load_report(const fs::path& dir, const KindInfo& info, ReportFiles* r, std::vector<UnreadableFile>* unreadable) {
   if (r->text_exists) {
@@ -1135,6 +1229,10 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
       out->manifest_exists = true;
       continue;
     }
+    if (name.ends_with(kNoCallsSuffix)) {
+      read_no_calls_note(root_of(dir), name, out);
+      continue;
+    }
     if (base.starts_with("trace-rank") && (extension == ".txt" || extension == ".jsonl")) {
       const int32_t rank = rank_of_name(base, "trace-rank");
       TraceFile& trace = traces[rank];
@@ -1181,7 +1279,22 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
                    [](const TraceFile& a, const TraceFile& b) { return (a.rank < 0) < (b.rank < 0); });
   std::sort(out->unreadable.begin(), out->unreadable.end(),
             [](const UnreadableFile& a, const UnreadableFile& b) { return natural_less(a.file, b.file); });
+  std::sort(out->nccl_without_calls.begin(), out->nccl_without_calls.end(),
+            [](const NcclWithoutCalls& a, const NcclWithoutCalls& b) {
+              return std::make_tuple(a.rank < 0, a.rank, a.pid) < std::make_tuple(b.rank < 0, b.rank, b.pid);
+            });
   return true;
+}
+
+void note_recorders(RunSummary* summary, const recorder::RunDirectory& run, const recorder::ReportOptions& options) {
+  summary->processes = recorder::process_overview(run, options);
+  summary->ranks_with_communicators.clear();
+  summary->recorders_with_communicators = 0;
+  for (const recorder::RecorderFile& file : run.files) {
+    if (file.comms.empty()) continue;
+    ++summary->recorders_with_communicators;
+    if (file.header.launcher_rank >= 0) summary->ranks_with_communicators.push_back(file.header.launcher_rank);
+  }
 }
 
 std::string format_summary_text(const RunSummary& summary) {

@@ -19,6 +19,9 @@
 //     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH)
 //     processes: 4 recorded: 3 exited, 1 crashed or killed (rank 2); a call never returned on rank 2
 //     setup: world size 4, no warnings
+//     NCCL calls: 2 processes loaded libnccl but no NCCL call was seen: NCCL may be linked statically into the job
+//                                                   (only when a process loaded NCCL without making a communicator,
+//                                                   or a job `trainscope run` started recorded no NCCL call at all)
 //     traces: batches 1 and 2 on ranks 0–3          (only when there are trace files)
 //     could not read: origin.json (truncated JSON: ends after 120 bytes)   (only when some file could not be read)
 #pragma once
@@ -70,6 +73,18 @@ struct TraceFile {
   std::vector<uint64_t> batches;  // " *** Starting batch number=N ***" markers, in file order, no repeats
 };
 
+// A process that loaded NCCL but made no communicator, from the note it left at exit (<stem>.no-nccl-calls.json,
+// shim/nccl_presence.h): its NCCL may be linked statically, or it is a launcher or helper process.
+struct NcclWithoutCalls {
+  std::string file;
+  int32_t rank = -1;  // launcher rank, -1 when none
+  int32_t pid = 0;
+  std::string host;
+  std::string exe;
+  std::string nccl;  // the libnccl it had loaded
+  uint64_t calls = 0;
+};
+
 struct UnreadableFile {
   std::string file;   // name inside the run directory
   std::string error;  // "empty file", "truncated JSON: ends after 120 bytes", ...
@@ -84,16 +99,26 @@ struct RunSummary {
   std::vector<ReportFiles> reports;  // in display order: by kind, then rank / detection time / natural name order
   std::vector<TraceFile> traces;     // by rank
   std::vector<UnreadableFile> unreadable;
-  // From the flight recorders, when the directory holds any *.tsrec file (recorder::process_overview).
+  std::vector<NcclWithoutCalls> nccl_without_calls;  // by rank (none last), then pid
+  // From the flight recorders, when the directory holds any *.tsrec file (recorder::process_overview, and
+  // note_recorders below for the rest).
   std::optional<recorder::ProcessOverview> processes;
+  std::vector<int32_t> ranks_with_communicators;  // launcher ranks whose recorder holds a communicator
+  size_t recorders_with_communicators = 0;
+  // The run is a job `trainscope run` started: a run in which no process recorded an NCCL call says so.
+  bool job_started = false;
 
-  // Nothing of a run's reports in the directory (no report, trace or manifest file).
-  bool empty() const { return reports.empty() && traces.empty() && !manifest_exists; }
+  // Nothing of a run's reports in the directory (no report, trace, manifest or no-NCCL-calls note).
+  bool empty() const { return reports.empty() && traces.empty() && !manifest_exists && nccl_without_calls.empty(); }
 };
 
 // Reads the report files of `dir`. Returns false (setting `error`) only when the directory cannot be listed; a
 // file that cannot be read lands in `out->unreadable`. `out->processes` is left empty for the caller to fill.
 bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error);
+
+// Fills what the summary needs from the run's flight recorders: `processes` and which ranks made a communicator.
+void note_recorders(RunSummary* summary, const recorder::RunDirectory& run,
+                    const recorder::ReportOptions& options = {});
 
 // The summary text above, every line '\n'-terminated.
 std::string format_summary_text(const RunSummary& summary);

@@ -7,30 +7,43 @@ namespace trainscope::shim {
 
 namespace {
 
-constexpr uint64_t kSlots = 8192;  // a training job has a handful of NCCL call sites; a power of two
+constexpr uint64_t kSlots = 8192;  // a job has a handful of NCCL call sites per Python call path; a power of two
 constexpr int kMaxProbes = 32;
-std::atomic<uint64_t> g_sites[kSlots];
+std::atomic<uint64_t> g_keys[kSlots];
+std::atomic<uint32_t> g_ids[kSlots];  // id + 1 once published; 0 while the claiming call captures the site
 
-uint64_t slot_of(uint64_t call_site) { return (call_site * 0x9E3779B97F4A7C15ull) >> 51; }  // top 13 bits
+uint64_t slot_of(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) >> 51; }  // top 13 bits
 
 }  // namespace
 
-bool first_sight_of_call_site(uint64_t call_site) {
-  if (call_site == 0) return false;
-  uint64_t slot = slot_of(call_site);
+SiteLookup look_up_site(uint64_t key) {
+  if (key == 0) key = 1;
+  uint64_t slot = slot_of(key);
   for (int probe = 0; probe < kMaxProbes; ++probe, slot = (slot + 1) & (kSlots - 1)) {
-    uint64_t seen = g_sites[slot].load(std::memory_order_relaxed);
-    if (seen == call_site) return false;
-    if (seen == 0) {
-      if (g_sites[slot].compare_exchange_strong(seen, call_site, std::memory_order_relaxed)) return true;
-      if (seen == call_site) return false;  // another thread claimed it for the same site
+    uint64_t seen = g_keys[slot].load(std::memory_order_acquire);
+    if (seen == 0 && g_keys[slot].compare_exchange_strong(seen, key, std::memory_order_acq_rel))
+      return {0, static_cast<int>(slot)};
+    if (seen == key) {
+      const uint32_t published = g_ids[slot].load(std::memory_order_acquire);
+      return {published == 0 ? 0 : published - 1, -1};
     }
   }
-  return false;
+  return {0, -1};
+}
+
+void publish_site(int slot, uint32_t id) {
+  if (slot >= 0 && static_cast<uint64_t>(slot) < kSlots) g_ids[slot].store(id + 1, std::memory_order_release);
+}
+
+uint64_t call_site_key(uint64_t caller, uint64_t python_key) {
+  uint64_t h = caller * 0xBF58476D1CE4E5B9ull ^ (python_key + 0x9E3779B97F4A7C15ull + (caller << 6) + (caller >> 2));
+  h ^= h >> 31;
+  return h;
 }
 
 void reset_call_sites() {
-  for (auto& site : g_sites) site.store(0, std::memory_order_relaxed);
+  for (auto& key : g_keys) key.store(0, std::memory_order_relaxed);
+  for (auto& id : g_ids) id.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace trainscope::shim

@@ -11,7 +11,8 @@ namespace {
 
 CommInfo g_comms[kMaxLiveComms];
 pthread_mutex_t g_register_lock = PTHREAD_MUTEX_INITIALIZER;
-constexpr uintptr_t kTombstone = 1;  // a removed slot: keeps probe chains intact
+std::atomic<uint64_t> g_registered{0};  // every registration since start (or the fork), for the exit check
+constexpr uintptr_t kTombstone = 1;     // a removed slot: keeps probe chains intact
 
 uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
@@ -73,6 +74,7 @@ CommInfo* register_comm(const void* handle, uint64_t id, uint64_t parent_id, int
     }
     target->peer_seq = counters;
     target->handle.store(key, std::memory_order_release);
+    g_registered.fetch_add(1, std::memory_order_relaxed);
   }
   pthread_mutex_unlock(&g_register_lock);
   return target;
@@ -99,7 +101,10 @@ void unregister_comm(const void* handle) {
   pthread_mutex_unlock(&g_register_lock);
 }
 
+uint64_t comms_registered() { return g_registered.load(std::memory_order_relaxed); }
+
 void reset_comm_registry() {
+  g_registered.store(0, std::memory_order_relaxed);
   for (auto& comm : g_comms) comm.handle.store(0, std::memory_order_relaxed);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&g_register_lock, &fresh, sizeof(fresh));

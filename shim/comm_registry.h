@@ -43,6 +43,9 @@ uint64_t next_peer_seq(CommInfo* comm, int32_t peer, bool receive);
 // Forgets the communicator (destroyed or aborted); its slot may be reused.
 void unregister_comm(const void* handle);
 
+// How many communicators were registered since the start (or the fork), ended ones included.
+uint64_t comms_registered();
+
 // Forgets everything without freeing (a forked child: its parent's communicators are not its own).
 void reset_comm_registry();
 

@@ -79,9 +79,10 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   trainscope::engine::flush_logs();
 }
 
-TS_ENGINE_EXPORT void trainscope_engine_note_call_site(uint64_t call_site) {
+TS_ENGINE_EXPORT void trainscope_engine_note_call_site(const trainscope::CallSiteCapture* site) {
+  if (site == nullptr) return;
   try {
-    trainscope::engine::capture_call_site_stack(call_site);
+    trainscope::engine::capture_call_site(*site);
   } catch (...) {
     // A stack is a nicety of the report: never worth an exception in the job.
   }

@@ -13,8 +13,8 @@
 namespace trainscope {
 
 // 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
-// parked_calls).
-inline constexpr uint32_t kEngineAbiVersion = 4;
+// parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames).
+inline constexpr uint32_t kEngineAbiVersion = 5;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -35,6 +35,24 @@ struct EngineStartArgs {
   recorder::FileHeader* recorder;  // this process's live flight recorder mapping, nullptr if none
 };
 
+// One Python frame as the shim read it at a call site's first sight (strings owned by the shim, valid for the call).
+struct CallSitePythonFrame {
+  int32_t line;
+  const char* file;
+  const char* function;
+};
+
+// A call site seen for the first time: the shim's id for it (the recorder's site table index + 1, also the stack
+// id the exchange sends) and what the shim knows of it.
+struct CallSiteCapture {
+  uint32_t site;
+  uint64_t caller;                    // native return address into the caller of the NCCL function
+  const CallSitePythonFrame* python;  // innermost first; nullptr when the thread runs no Python
+  int32_t python_count;               // frames in `python`
+  int32_t python_depth;               // the thread's whole Python depth (python_count may be capped)
+  const char* python_note;            // why the frames are missing although the thread runs Python; "" otherwise
+};
+
 }  // namespace trainscope
 
 extern "C" {
@@ -46,9 +64,9 @@ void trainscope_engine_log(int level, const char* message);
 void trainscope_engine_set_rank(int32_t global_rank);
 // Normal process exit: flush and stop background work.
 void trainscope_engine_stop(void);
-// First call from a call site (the return address into the caller of an NCCL function): capture its stack.
-// Called on the job's thread, once per call site.
-void trainscope_engine_note_call_site(uint64_t call_site);
+// First call from a call site (a native return address and, on a Python thread, a Python stack): keep its Python
+// frames and capture its native stack. Called on the job's thread, once per call site.
+void trainscope_engine_note_call_site(const trainscope::CallSiteCapture* site);
 // A watched call (kFlagWatched), on the job's thread: `record` is what was appended as record `index`. Takes the
 // send buffer's statistics (host buffers) or enqueues them on the call's stream (device buffers), before the real
 // call. Returns the token for trainscope_engine_watch_end, never null.

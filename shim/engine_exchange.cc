@@ -284,10 +284,15 @@ class Exchange {
     (void)server_.release();
   }
 
-  // This rank's first inf/nan, for the coordinator (any thread; the client's thread sends it).
-  void report_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
-    client_->report_nonfinite(first, stop_job);
+  // This rank's first inf/nan, for the coordinator (any thread; the client's thread sends it). Its call's stack goes
+  // out first, so the coordinator can show it in the origin.
+  void report_nonfinite(const reports::FirstNonfinite& first, uint32_t stack_id, bool stop_job) {
+    if (stack_id != 0) define_stack(stack_id);
+    client_->report_nonfinite(first, stop_job, stack_id);
   }
+
+  // Sends a site's stack to the coordinator (the client sends each id once, before anything queued after it).
+  void define_stack(uint32_t stack_id) { client_->define_stack(stack_id, call_stack(stack_id)); }
 
  private:
   void pump_loop() {
@@ -312,11 +317,10 @@ class Exchange {
       const Op op = static_cast<Op>(r.op);
       if (!exchanged(op) || r.comm_id == 0) return;
       Fingerprint f = fingerprint_of(r, index, EventKind::kCall);
-      f.stack_id = stack_id_of(r.caller);
+      f.stack_id = has_stack(r.site) ? r.site : 0;
       // The coordinator learns a stack once, before the first fingerprint that uses it; it is symbolised
       // here, on this thread, never on the job's.
-      if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second)
-        client_->define_stack(f.stack_id, symbolised_stack(f.stack_id));
+      if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second) define_stack(f.stack_id);
       client_->push(f);
       if (r.result == recorder::kResultPending) {
         std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -545,10 +549,10 @@ void abandon_exchange() {
 
 bool exchange_running() { return g_exchange_running.load(std::memory_order_acquire); }
 
-void report_first_nonfinite(const reports::FirstNonfinite& first, bool stop_job) {
+void report_first_nonfinite(const reports::FirstNonfinite& first, uint32_t stack_id, bool stop_job) {
   if (!exchange_running()) return;
   try {
-    g_exchange->report_nonfinite(first, stop_job);
+    g_exchange->report_nonfinite(first, stack_id, stop_job);
   } catch (...) {
     // An allocation failure loses the report, never the job.
   }

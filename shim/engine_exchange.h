@@ -56,7 +56,7 @@ bool exchange_running();
 // run directory). `stop_job` (TRAINSCOPE_ON_NONFINITE=abort): ask the coordinator to stop every rank of the job
 // once it has given the other ranks a moment to send their own first frames; the verdict that follows makes every
 // rank, this one included, exit with kStopExitCode. Never blocks; a no-op when the exchange is not running.
-void report_first_nonfinite(const reports::FirstNonfinite& first, bool stop_job);
+void report_first_nonfinite(const reports::FirstNonfinite& first, uint32_t stack_id, bool stop_job);
 
 // The exit status of a rank stopped because the user asked for it: inf/nan under TRAINSCOPE_ON_NONFINITE=abort,
 // TRAINSCOPE_ABORT_AFTER_BATCH.

@@ -23,6 +23,7 @@
 #include "shim/engine_exchange.h"
 #include "shim/engine_logging.h"
 #include "shim/engine_ring.h"
+#include "shim/engine_stacks.h"
 #include "shim/engine_watch.h"
 
 namespace trainscope::engine {
@@ -240,8 +241,12 @@ class FrameThread {
       frame.comm_rank = r.rank;
       frame.peer = r.peer;
     }
-    frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (r.caller * 0x9E3779B97F4A7C15ull) ^
+    // The call site: its id when the shim gave it one (the native return address and the Python stack), else the
+    // native return address.
+    const uint64_t caller = r.site != 0 ? r.site : r.caller;
+    frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (caller * 0x9E3779B97F4A7C15ull) ^
                  (static_cast<uint64_t>(static_cast<uint32_t>(r.peer)) << 17);
+    frame.stack_id = r.site;
     // A send has no output and a receive no input: no row, rather than a "None" that says nothing.
     const Op op = static_cast<Op>(call.record.op);
     const bool input = op != Op::kRecv && add_row(call.input, "input[0]", &frame);
@@ -313,12 +318,16 @@ class FrameThread {
     report.batch_number = detection.batch;
     report.max_frames = config_.max_frames;
     for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
+    // The first frame holding the value is the newest: where in the job's code that call was made.
+    const frames::Frame& last = detection.frames.back();
+    const uint32_t stack_id = has_stack(last.stack_id) ? last.stack_id : 0;
+    report.first_nonfinite_frame = last.name;
+    if (stack_id != 0) report.first_nonfinite_stack = call_stack(stack_id);
     const std::string text = reports::format_detection_text(report);
     write(nonfinite_base_name(report.rank), text, reports::detection_json(report));
     log(LogLevel::kError, text.c_str());
 
     // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
-    const frames::Frame& last = detection.frames.back();
     const reports::FrameRow* row = last.first_nonfinite_row();
     reports::FirstNonfinite first;
     first.rank = report.rank;
@@ -333,7 +342,7 @@ class FrameThread {
     first.comm_rank = last.comm_rank;
     first.peer = last.peer;
     const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort;
-    report_first_nonfinite(first, stop);
+    report_first_nonfinite(first, stack_id, stop);
     if (!stop) return;
 
     const std::string message =

@@ -17,18 +17,24 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace trainscope::engine {
 
 namespace {
 
 constexpr int kMaxFrames = 48;
-constexpr size_t kMaxStacks = 4096;
+constexpr size_t kMaxStacks = 65536;  // the recorder's site ids are 16 bits
+
+struct SiteStack {
+  std::vector<uint64_t> native;  // return addresses, innermost first
+  std::vector<exchange::PythonFrame> python;
+  std::string python_note;
+};
 
 struct StackTable {
   std::mutex mutex;
-  std::unordered_map<uint64_t, uint32_t> id_by_call_site;
-  std::vector<std::vector<uint64_t>> frames;  // index = id - 1
+  std::unordered_map<uint32_t, SiteStack> by_site;
 };
 
 // Leaked: call sites may be noted while the process exits.
@@ -60,9 +66,18 @@ std::string describe_frame(uint64_t address) {
   return text;
 }
 
+// Copies at most `limit` bytes of a C string the shim filled (NUL-terminated there, but never trusted blindly).
+std::string bounded(const char* text, size_t limit) {
+  if (text == nullptr) return {};
+  size_t n = 0;
+  while (n < limit && text[n] != '\0') ++n;
+  return std::string(text, n);
+}
+
 }  // namespace
 
-void capture_call_site_stack(uint64_t call_site) {
+void capture_call_site(const CallSiteCapture& site) {
+  if (site.site == 0) return;
   void* frames[kMaxFrames];
 #if defined(__SANITIZE_THREAD__)
   const int n = backtrace(frames, kMaxFrames);
@@ -71,37 +86,44 @@ void capture_call_site_stack(uint64_t call_site) {
 #endif
   // Our own frames (this function, the engine entry, the NCCL hook) end where the call site begins.
   int first = 0;
-  while (first < n && reinterpret_cast<uint64_t>(frames[first]) != call_site) ++first;
+  while (first < n && reinterpret_cast<uint64_t>(frames[first]) != site.caller) ++first;
   if (first == n) first = 0;
+  SiteStack stack;
+  for (int i = first; i < n; ++i) stack.native.push_back(reinterpret_cast<uint64_t>(frames[i]));
+  for (int32_t i = 0; i < site.python_count && site.python != nullptr; ++i) {
+    const CallSitePythonFrame& frame = site.python[i];
+    stack.python.push_back({bounded(frame.file, 4096), frame.line, bounded(frame.function, 1024)});
+  }
+  stack.python_note = bounded(site.python_note, 1024);
   StackTable& table = *g_table;
   std::lock_guard<std::mutex> lock(table.mutex);
-  if (table.id_by_call_site.count(call_site) != 0 || table.frames.size() >= kMaxStacks) return;
-  std::vector<uint64_t> stack;
-  for (int i = first; i < n; ++i) stack.push_back(reinterpret_cast<uint64_t>(frames[i]));
-  table.frames.push_back(std::move(stack));
-  table.id_by_call_site[call_site] = static_cast<uint32_t>(table.frames.size());
+  if (table.by_site.size() >= kMaxStacks) return;
+  table.by_site.emplace(site.site, std::move(stack));
 }
 
-uint32_t stack_id_of(uint64_t call_site) {
+bool has_stack(uint32_t site) {
+  if (site == 0) return false;
   StackTable& table = *g_table;
   std::lock_guard<std::mutex> lock(table.mutex);
-  const auto it = table.id_by_call_site.find(call_site);
-  return it == table.id_by_call_site.end() ? 0 : it->second;
+  return table.by_site.count(site) != 0;
 }
 
 void abandon_stacks() { g_table = new StackTable; }
 
-std::vector<std::string> symbolised_stack(uint32_t stack_id) {
-  std::vector<uint64_t> frames;
+exchange::CallStack call_stack(uint32_t site) {
+  exchange::CallStack out;
+  std::vector<uint64_t> native;
   {
     StackTable& table = *g_table;
     std::lock_guard<std::mutex> lock(table.mutex);
-    if (stack_id == 0 || stack_id > table.frames.size()) return {};
-    frames = table.frames[stack_id - 1];
+    const auto it = table.by_site.find(site);
+    if (it == table.by_site.end()) return out;
+    native = it->second.native;
+    out.python = it->second.python;
+    out.python_note = it->second.python_note;
   }
-  std::vector<std::string> text;
-  for (uint64_t frame : frames) text.push_back(describe_frame(frame));
-  return text;
+  for (uint64_t frame : native) out.native.push_back(describe_frame(frame));
+  return out;
 }
 
 }  // namespace trainscope::engine

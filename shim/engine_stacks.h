@@ -1,24 +1,28 @@
-// Native stacks of NCCL call sites: captured on the job's thread the first time a call site is seen (a cheap
-// libunwind walk of return addresses, no symbols), symbolised later on the engine's thread when a report may
-// need them.
+// The stacks of NCCL call sites: the Python frames the shim read at a site's first sight and the native stack,
+// captured on the job's thread then (a cheap libunwind walk of return addresses, no symbols), symbolised later on
+// the engine's threads when a report may need them.
+//
+// A call site is the shim's: its id is the site's index + 1 in the flight recorder's site table (one per native
+// return address and Python stack), and the same id is the stack id the exchange sends with each fingerprint.
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
+
+#include "collectors/call_stack.h"
+#include "shim/engine_api.h"
 
 namespace trainscope::engine {
 
-// Captures the calling thread's stack for `call_site` (the return address into the caller of the NCCL
-// function), from that frame outwards. Only the first capture of a call site is kept.
-void capture_call_site_stack(uint64_t call_site);
+// Keeps the site's Python frames (copied) and captures the calling thread's native stack from the frame of
+// `site.caller` outwards. Only the first capture of a site is kept. Called on the job's thread, once per site.
+void capture_call_site(const CallSiteCapture& site);
 
-// The stack id of a call site (1-based), 0 if none was captured.
-uint32_t stack_id_of(uint64_t call_site);
+// Whether a stack was captured for the site (a site the shim saw before the engine started has none).
+bool has_stack(uint32_t site);
 
-// The stack's frames as text, innermost first: "function+0x1c (libfoo.so+0x1234)", or "libfoo.so+0x1234" when
-// the address has no exported symbol. Empty for an unknown id.
-std::vector<std::string> symbolised_stack(uint32_t stack_id);
+// The site's stack, symbolised: Python frames innermost first, then native frames as "function+0x1c
+// (libfoo.so+0x1234)" or "libfoo.so+0x1234" when the address has no exported symbol. Empty for an unknown site.
+exchange::CallStack call_stack(uint32_t site);
 
 // Forked child: a parent thread may have held the table's lock at the fork; start a fresh table.
 void abandon_stacks();

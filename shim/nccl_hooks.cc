@@ -6,12 +6,17 @@
 //   fill hook.record()              -- plain stores, plus a lock-free table lookup for the communicator
 //   return hook.call(real, args...) -- commit the record, call REAL, store the result, return it
 // Nothing on this path allocates, locks, or logs.
+//
+// Each body is a template over the NCCL library L it calls (interception.h): L = 0 is the exported hook, the one the
+// process-wide look-up finds; L >= 1 are the hooks handed out by look-ups on a library handle (nccl_libraries.h).
+// Bodies are always inlined into their entry points, so __builtin_return_address(0) is the job's call site.
 #include <string.h>
 
 #include "collectors/buffer_layout.h"
-#include "shim/call_sites.h"
+#include "shim/call_site_capture.h"
 #include "shim/comm_registry.h"
 #include "shim/interception.h"
+#include "shim/nccl_libraries.h"
 #include "shim/runtime.h"
 
 #define TS_EXPORT extern "C" __attribute__((visibility("default")))
@@ -24,27 +29,31 @@ using recorder::CommState;
 using recorder::Op;
 using recorder::Record;
 
-// A communicator's rank and size, asked of NCCL itself (left unchanged where it cannot say).
+// A communicator's rank and size, asked of its NCCL itself (left unchanged where it cannot say).
+template <int L>
 void query_rank_and_size(ncclComm_t comm, int* rank, int* nranks) {
-  if (auto user_rank = REAL_HELPER(ncclCommUserRank)) user_rank(comm, rank);
-  if (auto count = REAL_HELPER(ncclCommCount)) count(comm, nranks);
+  if (auto user_rank = REAL_HELPER_IN(L, ncclCommUserRank)) user_rank(comm, rank);
+  if (auto count = REAL_HELPER_IN(L, ncclCommCount)) count(comm, nranks);
 }
 
 // Logs, once per function, that the loaded NCCL lacks a function we interpose.
 std::atomic<bool> g_missing_logged[static_cast<int>(Op::kCount)];
 
+template <int L>
 class Hook {
  public:
   Hook(Op op, void* caller) {
     if (!g_runtime.enabled || t_thread.depth > 0) return;
-    ensure_started();
+    ensure_started(L);
     ++t_thread.depth;
+    t_thread.library = L;
     recording_ = true;
     memset(&record_, 0, sizeof(record_));
     record_.start_ns = now_ns();
     record_.tid = current_tid();
     record_.op = static_cast<uint16_t>(op);
     record_.caller = reinterpret_cast<uint64_t>(caller);
+    record_.site = call_site_of(record_.caller);
     record_.rank = record_.nranks = record_.peer = record_.redop = recorder::kUnknown;
     record_.dtype = recorder::kUnknown;
     mark_group();
@@ -102,7 +111,6 @@ class Hook {
                   cudaStream_t stream) {
     set_buffers(send, recv, count, type, stream);
     if (CommInfo* info = set_comm(comm)) record_.seq = next_collective_seq(info);
-    note_call_site();
     const auto s = reinterpret_cast<uintptr_t>(send);
     const auto r = reinterpret_cast<uintptr_t>(recv);
     const uintptr_t part = static_cast<uintptr_t>(count) * recorder::nccl_dtype_bytes(type) *
@@ -134,12 +142,6 @@ class Hook {
         frames::buffer_layout(static_cast<Op>(record_.op), record_.count, record_.nranks, record_.rank, record_.peer);
     if (frames::watched_bytes(layout, record_.dtype) < config.watch_min_bytes) return;
     record_.flags |= recorder::kFlagWatched;
-  }
-
-  // The first call from a call site has its stack captured (once, on this thread) for the reports.
-  void note_call_site() {
-    auto note = g_runtime.engine_note_call_site;
-    if (note != nullptr && first_sight_of_call_site(record_.caller)) note(record_.caller);
   }
 
   void begin() { pending_ = g_runtime.writer.append(record_); }
@@ -178,7 +180,7 @@ class Hook {
   static CommInfo* adopt(ncclComm_t comm) {
     int rank = recorder::kUnknown;
     int nranks = recorder::kUnknown;
-    query_rank_and_size(comm, &rank, &nranks);
+    query_rank_and_size<L>(comm, &rank, &nranks);
     const uint64_t key[2] = {reinterpret_cast<uint64_t>(comm), static_cast<uint64_t>(g_runtime.owner_pid)};
     CommInfo* info = register_comm(comm, comm_id_from_unique_ids(key, sizeof(key)), 0, rank, nranks, false);
     if (info != nullptr) info->adopted = true;
@@ -214,12 +216,13 @@ bool created_ok(ncclResult_t result) { return result == ncclSuccess || result ==
 bool is_nonblocking(const ncclConfig_t* config) { return config != nullptr && config->blocking == 0; }
 
 // After a split or shrink: the child's rank and size come from NCCL itself.
+template <int L>
 void created_child(ncclComm_t child, uint64_t child_id, uint64_t parent_id, int32_t color, Op origin,
                    bool nonblocking) {
   if (child == nullptr) return;
   int rank = recorder::kUnknown;
   int nranks = recorder::kUnknown;
-  query_rank_and_size(child, &rank, &nranks);
+  query_rank_and_size<L>(child, &rank, &nranks);
   created(child, child_id, parent_id, rank, nranks, color, origin, nonblocking);
 }
 
@@ -234,22 +237,27 @@ void ended(CommInfo* info, ncclComm_t comm, ncclResult_t result, CommState state
 
 using trainscope::recorder::Op;
 using trainscope::shim::CommInfo;
-using trainscope::shim::Hook;
+
+namespace {
+
+#define TS_HOOK_BODY(fn) \
+  template <int L>       \
+  inline __attribute__((always_inline)) ncclResult_t body_##fn
 
 #define TS_HOOK_ENTER(fn, op, args)                                             \
-  auto* const real = REAL(fn);                                                  \
-  Hook hook(Op::op, __builtin_return_address(0));                               \
+  auto* const real = REAL_IN(L, fn);                                            \
+  trainscope::shim::Hook<L> hook(Op::op, __builtin_return_address(0));          \
   if (!hook.recording()) return real != nullptr ? real args : ncclInvalidUsage; \
   if (real == nullptr) return hook.unavailable(#fn)
 
 // ---- communicator creation ----
 
-TS_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+TS_HOOK_BODY(ncclGetUniqueId)(ncclUniqueId* uniqueId) {
   TS_HOOK_ENTER(ncclGetUniqueId, kGetUniqueId, (uniqueId));
   return hook.call(real, uniqueId);
 }
 
-TS_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+TS_HOOK_BODY(ncclCommInitRank)(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   TS_HOOK_ENTER(ncclCommInitRank, kCommInitRank, (comm, nranks, commId, rank));
   auto& r = hook.record();
   r.comm_id = trainscope::shim::comm_id_from_unique_ids(&commId, sizeof(commId));
@@ -262,8 +270,8 @@ TS_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUnique
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                              ncclConfig_t* config) {
+TS_HOOK_BODY(ncclCommInitRankConfig)
+(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
   TS_HOOK_ENTER(ncclCommInitRankConfig, kCommInitRankConfig, (comm, nranks, commId, rank, config));
   auto& r = hook.record();
   r.comm_id = trainscope::shim::comm_id_from_unique_ids(&commId, sizeof(commId));
@@ -278,8 +286,8 @@ TS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nccl
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
-                                                ncclUniqueId* commIds, ncclConfig_t* config) {
+TS_HOOK_BODY(ncclCommInitRankScalable)
+(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config) {
   TS_HOOK_ENTER(ncclCommInitRankScalable, kCommInitRankScalable, (newcomm, nranks, myrank, nId, commIds, config));
   auto& r = hook.record();
   if (commIds != nullptr && nId > 0)
@@ -296,7 +304,7 @@ TS_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks,
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+TS_HOOK_BODY(ncclCommInitAll)(ncclComm_t* comm, int ndev, const int* devlist) {
   TS_HOOK_ENTER(ncclCommInitAll, kCommInitAll, (comm, ndev, devlist));
   auto& r = hook.record();
   using trainscope::shim::g_runtime;
@@ -315,7 +323,7 @@ TS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* de
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+TS_HOOK_BODY(ncclCommSplit)(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   TS_HOOK_ENTER(ncclCommSplit, kCommSplit, (comm, color, key, newcomm, config));
   auto& r = hook.record();
   CommInfo* parent = hook.set_comm(comm);
@@ -331,12 +339,13 @@ TS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   hook.begin();
   const ncclResult_t result = real(comm, color, key, newcomm, config);
   if (trainscope::shim::created_ok(result) && newcomm != nullptr && r.aux != 0)
-    trainscope::shim::created_child(*newcomm, r.aux, r.comm_id, color, Op::kCommSplit, nonblocking);
+    trainscope::shim::created_child<L>(*newcomm, r.aux, r.comm_id, color, Op::kCommSplit, nonblocking);
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+TS_HOOK_BODY(ncclCommShrink)
+(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
+ int shrinkFlags) {
   TS_HOOK_ENTER(ncclCommShrink, kCommShrink, (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
   auto& r = hook.record();
   CommInfo* parent = hook.set_comm(comm);
@@ -352,14 +361,14 @@ TS_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, in
   hook.begin();
   const ncclResult_t result = real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
   if (trainscope::shim::created_ok(result) && newcomm != nullptr && r.aux != 0)
-    trainscope::shim::created_child(*newcomm, r.aux, r.comm_id, -1, Op::kCommShrink, nonblocking);
+    trainscope::shim::created_child<L>(*newcomm, r.aux, r.comm_id, -1, Op::kCommShrink, nonblocking);
   return hook.finish(result);
 }
 
 // ---- communicator end ----
 
 #define TS_COMM_END_HOOK(fn, op, state)                                                  \
-  TS_EXPORT ncclResult_t fn(ncclComm_t comm) {                                           \
+  TS_HOOK_BODY(fn)(ncclComm_t comm) {                                                    \
     TS_HOOK_ENTER(fn, op, (comm));                                                       \
     CommInfo* info = hook.set_comm(comm);                                                \
     hook.begin();                                                                        \
@@ -371,7 +380,7 @@ TS_COMM_END_HOOK(ncclCommFinalize, kCommFinalize, kFinalized)
 TS_COMM_END_HOOK(ncclCommDestroy, kCommDestroy, kDestroyed)
 TS_COMM_END_HOOK(ncclCommAbort, kCommAbort, kAborted)
 
-TS_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+TS_HOOK_BODY(ncclCommRevoke)(ncclComm_t comm, int revokeFlags) {
   TS_HOOK_ENTER(ncclCommRevoke, kCommRevoke, (comm, revokeFlags));
   CommInfo* info = hook.set_comm(comm);
   hook.record().aux = static_cast<uint64_t>(static_cast<uint32_t>(revokeFlags));
@@ -383,16 +392,18 @@ TS_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 
 // ---- collectives ----
 
-TS_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclAllReduce)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclAllReduce, kAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
   hook.record().redop = op;
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclReduce)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclReduce, kReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream));
   hook.record().redop = op;
   hook.record().peer = root;
@@ -400,55 +411,59 @@ TS_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t c
   return hook.call(real, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                     int root, ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclBroadcast)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclBroadcast, kBroadcast, (sendbuff, recvbuff, count, datatype, root, comm, stream));
   hook.record().peer = root;
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                                 cudaStream_t stream) {
+TS_HOOK_BODY(ncclBcast)
+(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   TS_HOOK_ENTER(ncclBcast, kBcast, (buff, count, datatype, root, comm, stream));
   hook.record().peer = root;
   hook.collective(comm, buff, buff, count, datatype, stream);
   return hook.call(real, buff, count, datatype, root, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                         cudaStream_t stream) {
+TS_HOOK_BODY(ncclReduceScatter)
+(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclReduceScatter, kReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
   hook.record().redop = op;
   hook.collective(comm, sendbuff, recvbuff, recvcount, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                     ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclAllGather)
+(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclAllGather, kAllGather, (sendbuff, recvbuff, sendcount, datatype, comm, stream));
   hook.collective(comm, sendbuff, recvbuff, sendcount, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclAlltoAll)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   TS_HOOK_ENTER(ncclAlltoAll, kAlltoAll, (sendbuff, recvbuff, count, datatype, comm, stream));
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                                  ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclGather)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclGather, kGather, (sendbuff, recvbuff, count, datatype, root, comm, stream));
   hook.record().peer = root;
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
   return hook.call(real, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                   int root, ncclComm_t comm, cudaStream_t stream) {
+TS_HOOK_BODY(ncclScatter)
+(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+ cudaStream_t stream) {
   TS_HOOK_ENTER(ncclScatter, kScatter, (sendbuff, recvbuff, count, datatype, root, comm, stream));
   hook.record().peer = root;
   hook.collective(comm, sendbuff, recvbuff, count, datatype, stream);
@@ -457,24 +472,22 @@ TS_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t 
 
 // ---- point to point ----
 
-TS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                cudaStream_t stream) {
+TS_HOOK_BODY(ncclSend)
+(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
   TS_HOOK_ENTER(ncclSend, kSend, (sendbuff, count, datatype, peer, comm, stream));
   hook.set_buffers(sendbuff, nullptr, count, datatype, stream);
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, false);
-  hook.note_call_site();
   hook.decide_watch();
   return hook.call(real, sendbuff, count, datatype, peer, comm, stream);
 }
 
-TS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                cudaStream_t stream) {
+TS_HOOK_BODY(ncclRecv)
+(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
   TS_HOOK_ENTER(ncclRecv, kRecv, (recvbuff, count, datatype, peer, comm, stream));
   hook.set_buffers(nullptr, recvbuff, count, datatype, stream);
   hook.record().peer = peer;
   if (CommInfo* info = hook.set_comm(comm)) hook.record().seq = trainscope::shim::next_peer_seq(info, peer, true);
-  hook.note_call_site();
   hook.decide_watch();
   return hook.call(real, recvbuff, count, datatype, peer, comm, stream);
 }
@@ -482,7 +495,7 @@ TS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dat
 // ---- groups ----
 // Groups are per thread in NCCL; so is our depth. Calls inside carry the number of the outermost group.
 
-TS_EXPORT ncclResult_t ncclGroupStart() {
+TS_HOOK_BODY(ncclGroupStart)() {
   TS_HOOK_ENTER(ncclGroupStart, kGroupStart, ());
   using trainscope::shim::t_thread;
   if (t_thread.group_depth++ == 0)
@@ -491,7 +504,6 @@ TS_EXPORT ncclResult_t ncclGroupStart() {
   return hook.call(real);
 }
 
-namespace {
 // Returns true when this closed the outermost group.
 bool close_group_level() {
   using trainscope::shim::t_thread;
@@ -508,9 +520,8 @@ void group_ended(bool outermost, bool executed, ncclResult_t result) {
   auto group_end = trainscope::shim::g_runtime.engine_group_end;
   if (outermost && group_end != nullptr) group_end(executed ? 1 : 0, static_cast<int32_t>(result));
 }
-}  // namespace
 
-TS_EXPORT ncclResult_t ncclGroupEnd() {
+TS_HOOK_BODY(ncclGroupEnd)() {
   TS_HOOK_ENTER(ncclGroupEnd, kGroupEnd, ());
   hook.begin();
   // Before the call: NCCL has left the group even when ncclGroupEnd reports an error.
@@ -520,7 +531,7 @@ TS_EXPORT ncclResult_t ncclGroupEnd() {
   return hook.finish(result);
 }
 
-TS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+TS_HOOK_BODY(ncclGroupSimulateEnd)(ncclSimInfo_t* simInfo) {
   TS_HOOK_ENTER(ncclGroupSimulateEnd, kGroupSimulateEnd, (simInfo));
   hook.begin();
   const bool outermost = close_group_level();
@@ -534,8 +545,8 @@ TS_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 // communicator whose watched calls returned ncclInProgress, their receive buffers are taken now (NCCL's work is on
 // the stream) or skipped. While nothing is parked this costs one acquire and one relaxed load.
 
-TS_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  auto* const real = REAL(ncclCommGetAsyncError);
+TS_HOOK_BODY(ncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t* asyncError) {
+  auto* const real = REAL_IN(L, ncclCommGetAsyncError);
   if (real == nullptr) return ncclInvalidUsage;
   const ncclResult_t result = real(comm, asyncError);
   using trainscope::shim::g_runtime;
@@ -553,3 +564,80 @@ TS_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyn
   }
   return result;
 }
+
+}  // namespace
+
+// ---- entry points ----
+// The exported hooks (library 0), and one instance of every body per NCCL library looked up on a handle.
+
+#define TS_ENTRY_POINTS(fn, op, params, args)                    \
+  TS_EXPORT ncclResult_t fn params { return body_##fn<0> args; } \
+  namespace {                                                    \
+  template <int L>                                               \
+  ncclResult_t library_##fn params {                             \
+    return body_##fn<L> args;                                    \
+  }                                                              \
+  }
+TRAINSCOPE_NCCL_FUNCTIONS(TS_ENTRY_POINTS)
+TS_ENTRY_POINTS(ncclCommGetAsyncError, kNone, (ncclComm_t comm, ncclResult_t* asyncError), (comm, asyncError))
+#undef TS_ENTRY_POINTS
+
+namespace {
+
+template <int L>
+void* hooks_of(trainscope::shim::RealId id) {
+  using trainscope::shim::RealId;
+  switch (id) {
+#define TS_HOOK_CASE(fn, op, params, args) \
+  case RealId::fn:                         \
+    return reinterpret_cast<void*>(&library_##fn<L>);
+    TRAINSCOPE_NCCL_FUNCTIONS(TS_HOOK_CASE)
+#undef TS_HOOK_CASE
+    case RealId::ncclCommGetAsyncError:
+      return reinterpret_cast<void*>(&library_ncclCommGetAsyncError<L>);
+    default:
+      return nullptr;  // a helper we call but do not interpose
+  }
+}
+
+}  // namespace
+
+namespace trainscope::shim {
+
+void* exported_hook(RealId id) {
+  switch (id) {
+#define TS_HOOK_CASE(fn, op, params, args) \
+  case RealId::fn:                         \
+    return reinterpret_cast<void*>(&::fn);
+    TRAINSCOPE_NCCL_FUNCTIONS(TS_HOOK_CASE)
+#undef TS_HOOK_CASE
+    case RealId::ncclCommGetAsyncError:
+      return reinterpret_cast<void*>(&::ncclCommGetAsyncError);
+    default:
+      return nullptr;
+  }
+}
+
+void* library_hook(int library, RealId id) {
+  static_assert(kMaxLibraries == 8, "one case per library slot");
+  switch (library) {
+    case 1:
+      return hooks_of<1>(id);
+    case 2:
+      return hooks_of<2>(id);
+    case 3:
+      return hooks_of<3>(id);
+    case 4:
+      return hooks_of<4>(id);
+    case 5:
+      return hooks_of<5>(id);
+    case 6:
+      return hooks_of<6>(id);
+    case 7:
+      return hooks_of<7>(id);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace trainscope::shim

@@ -1,6 +1,7 @@
 // Load-time configuration, lazy start on first NCCL use, exit and fork handling of the preloaded shim.
 #include "shim/runtime.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,10 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim/call_site_capture.h"
 #include "shim/call_sites.h"
 #include "shim/comm_registry.h"
 #include "shim/identity.h"
 #include "shim/interception.h"
+#include "shim/nccl_libraries.h"
+#include "shim/nccl_presence.h"
 
 extern char** environ;
 
@@ -138,9 +142,23 @@ void start_engine(int run_dir_error) {
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
-// Creates the run directory and this process's flight recorder. Returns 0 or the errno that stopped it.
-int open_recorder(uint64_t start_ns) {
-  Runtime& rt = g_runtime;
+// Who this process is (host, launcher identity) and the name of its run: what the run directory is made from.
+// Returns false when the run id does not fit.
+bool learn_identity(Runtime& rt) {
+  rt.owner_pid = static_cast<int32_t>(getpid());
+  if (gethostname(rt.host, sizeof(rt.host)) != 0) snprintf(rt.host, sizeof(rt.host), "unknown");
+  rt.host[sizeof(rt.host) - 1] = '\0';
+  const LauncherIdentity identity = launcher_identity(environ);
+  rt.launcher_rank = identity.rank;
+  rt.launcher_world = identity.world;
+  rt.local_rank = identity.local_rank;
+  rt.global_rank.store(identity.rank, std::memory_order_relaxed);
+  return run_id_from_environment(environ, rt.config.run_id, rt.host, static_cast<int32_t>(getpgrp()), rt.run_id,
+                                 sizeof(rt.run_id));
+}
+
+// Creates the run directory (rt.run_dir). Returns 0 or the errno that stopped it.
+int make_run_dir(Runtime& rt) {
   char base[kMaxPath];
   const char* dir = rt.config.dir;
   if (dir[0] != '/') {
@@ -152,14 +170,24 @@ int open_recorder(uint64_t start_ns) {
   }
   if (snprintf(rt.run_dir, sizeof(rt.run_dir), "%s/%s", base, rt.run_id) >= static_cast<int>(sizeof(rt.run_dir)))
     return ENAMETOOLONG;
-  if (const int error = make_directories(rt.run_dir); error != 0) return error;
+  return make_directories(rt.run_dir);
+}
 
-  char stem[96];
+// "rank-R.pid-P", or "pid-P" when the launcher gave no rank: the name of this process's files.
+void file_stem(const Runtime& rt, char* stem, size_t stem_len) {
   if (rt.launcher_rank >= 0) {
-    snprintf(stem, sizeof(stem), "rank-%d.pid-%d", static_cast<int>(rt.launcher_rank), static_cast<int>(rt.owner_pid));
+    snprintf(stem, stem_len, "rank-%d.pid-%d", static_cast<int>(rt.launcher_rank), static_cast<int>(rt.owner_pid));
   } else {
-    snprintf(stem, sizeof(stem), "pid-%d", static_cast<int>(rt.owner_pid));
+    snprintf(stem, stem_len, "pid-%d", static_cast<int>(rt.owner_pid));
   }
+}
+
+// Creates the run directory and this process's flight recorder. Returns 0 or the errno that stopped it.
+int open_recorder(uint64_t start_ns) {
+  Runtime& rt = g_runtime;
+  if (const int error = make_run_dir(rt); error != 0) return error;
+  char stem[96];
+  file_stem(rt, stem, sizeof(stem));
   char exe[256] = "";
   const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   exe[exe_len > 0 ? exe_len : 0] = '\0';
@@ -167,6 +195,7 @@ int open_recorder(uint64_t start_ns) {
   recorder::WriterOptions options{};
   options.capacity = rt.config.recorder_records;
   options.max_comms = recorder::kDefaultMaxComms;
+  options.max_sites = recorder::kDefaultMaxSites;
   options.pid = rt.owner_pid;
   options.launcher_rank = rt.launcher_rank;
   options.launcher_world = rt.launcher_world;
@@ -224,34 +253,34 @@ void forget_engine(Runtime& rt) {
   rt.engine_step_marker_matches = nullptr;
 }
 
-void start_locked() {
+// ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).
+int32_t nccl_version_of(int library) {
+  using GetVersion = ncclResult_t (*)(int*);
+  GetVersion get_version = nullptr;
+  if (library > 0 && library < kMaxLibraries) {
+    get_version = reinterpret_cast<GetVersion>(
+        g_library_functions[library][static_cast<int>(RealId::ncclGetVersion)].load(std::memory_order_relaxed));
+  } else {
+    get_version = REAL_HELPER(ncclGetVersion);
+  }
+  int version = 0;
+  return get_version != nullptr && get_version(&version) == ncclSuccess ? version : 0;
+}
+
+void start_locked(int library) {
   Runtime& rt = g_runtime;
   const uint64_t start_ns = now_ns();
-  rt.owner_pid = static_cast<int32_t>(getpid());
   forget_engine(rt);
   rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
-  if (gethostname(rt.host, sizeof(rt.host)) != 0) snprintf(rt.host, sizeof(rt.host), "unknown");
-  rt.host[sizeof(rt.host) - 1] = '\0';
-
-  const LauncherIdentity identity = launcher_identity(environ);
-  rt.launcher_rank = identity.rank;
-  rt.launcher_world = identity.world;
-  rt.local_rank = identity.local_rank;
-  rt.global_rank.store(identity.rank, std::memory_order_relaxed);
-
-  int version = 0;
-  if (auto get_version = REAL_HELPER(ncclGetVersion); get_version != nullptr && get_version(&version) == ncclSuccess)
-    rt.nccl_version = version;
-
-  int run_dir_error = 0;
-  if (!run_id_from_environment(environ, rt.config.run_id, rt.host, static_cast<int32_t>(getpgrp()), rt.run_id,
-                               sizeof(rt.run_id))) {
-    run_dir_error = ENAMETOOLONG;
-  } else {
-    run_dir_error = open_recorder(start_ns);
-  }
+  const bool named = learn_identity(rt);
+  rt.nccl_version = nccl_version_of(library);
+  const int run_dir_error = named ? open_recorder(start_ns) : ENAMETOOLONG;
   if (rt.writer.is_open() && rt.nccl_version != 0) rt.writer.set_nccl_version(rt.nccl_version);
   start_engine(run_dir_error);
+  detect_python();
+  for (int slot = 1; slot <= handle_libraries(); ++slot)
+    log_message(LogLevel::kInfo, "NCCL looked up on a library handle: %s (recorded like a linked NCCL)",
+                library_path(slot));
   // Typos are warned about here, in processes that use NCCL, not in every shell or compiler that inherits
   // LD_PRELOAD.
   for_each_unknown_variable(environ, warn_unknown_variable, nullptr);
@@ -265,13 +294,13 @@ void start_locked() {
 
 }  // namespace
 
-void start_slow_path() {
+void start_slow_path(int library) {
   if (!g_runtime.enabled) return;
   pthread_mutex_lock(&g_start_lock);
   if (g_runtime.start_state.load(std::memory_order_relaxed) == static_cast<int>(StartState::kNotStarted)) {
     g_runtime.start_state.store(static_cast<int>(StartState::kStarting), std::memory_order_relaxed);
     ++t_thread.depth;  // whatever the start touches (dlopen, the engine) is ours, not the job's
-    start_locked();
+    start_locked(library);
     --t_thread.depth;
     g_runtime.start_state.store(static_cast<int>(StartState::kReady), std::memory_order_release);
   }
@@ -336,6 +365,8 @@ void fork_parent() {
 // NCCL call.
 void fork_child() {
   Runtime& rt = g_runtime;
+  if (rt.start_state.load(std::memory_order_relaxed) == static_cast<int>(StartState::kReady))
+    rt.forked_from_nccl_user = true;
   if (rt.engine_fork_child != nullptr) rt.engine_fork_child();
   rt.writer.abandon();
   reset_comm_registry();
@@ -358,6 +389,7 @@ __attribute__((constructor)) void load_configuration() {
     _exit(2);
   }
   rt.enabled = rt.config.enable;
+  rt.global_rank.store(-1, std::memory_order_relaxed);  // "rank ?" in what is logged before the start
   if (!rt.enabled) return;
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   // Batches counted at NVTX ranges need us to be the job's NVTX tool. A tool the job chose itself (Nsight Systems
@@ -369,10 +401,73 @@ __attribute__((constructor)) void load_configuration() {
   }
 }
 
+// Whether a recorder of launcher rank `rank` is in the run directory: a process of that rank did use NCCL, so this
+// one (a data-loader worker that imported the framework) is its helper, not a rank whose NCCL we cannot see.
+bool rank_has_recorder(const char* run_dir, int32_t rank) {
+  if (rank < 0) return false;
+  char prefix[32];
+  const int prefix_len = snprintf(prefix, sizeof(prefix), "rank-%d.pid-", static_cast<int>(rank));
+  DIR* dir = opendir(run_dir);
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (const dirent* entry = readdir(dir)) {
+    const size_t len = strlen(entry->d_name);
+    if (strncmp(entry->d_name, prefix, static_cast<size_t>(prefix_len)) == 0 && len > 6 &&
+        strcmp(entry->d_name + len - 6, ".tsrec") == 0) {
+      found = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// A process that loaded NCCL and made no communicator says so (see nccl_presence.h): once, in its log, and in a note
+// the run summary reads. A statically linked NCCL is invisible to us; this is how its run does not look clean.
+void note_nccl_without_calls(bool started) {
+  Runtime& rt = g_runtime;
+  if (rt.forked_from_nccl_user || comms_registered() != 0) return;
+  char nccl[512];
+  if (!find_loaded_nccl(nccl, sizeof(nccl))) {
+    if (handle_libraries() == 0) return;
+    snprintf(nccl, sizeof(nccl), "%s", library_path(1));
+  }
+  if (!started && (!learn_identity(rt) || make_run_dir(rt) != 0)) return;
+  if (rt.run_dir[0] == '\0') return;
+  char stem[96];
+  file_stem(rt, stem, sizeof(stem));
+  char exe[256] = "";
+  const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  exe[exe_len > 0 ? exe_len : 0] = '\0';
+  NoCallsNote note{};
+  note.run_dir = rt.run_dir;
+  note.stem = stem;
+  note.pid = rt.owner_pid;
+  note.rank = rt.launcher_rank;
+  note.host = rt.host;
+  note.exe = exe;
+  note.nccl_path = nccl;
+  note.calls = started && rt.writer.is_open() ? __atomic_load_n(&rt.writer.header()->next, __ATOMIC_ACQUIRE) : 0;
+  if (write_no_calls_note(note) != 0) return;
+  // A launcher (no rank) or a helper of a rank that did use NCCL is expected to look like this: only a rank's own
+  // process is worth a warning.
+  const bool worth_a_warning = rt.launcher_rank >= 0 && !rank_has_recorder(rt.run_dir, rt.launcher_rank);
+  log_message(worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
+              "%s is loaded in this process but no NCCL communicator was seen: if this process runs collectives, NCCL "
+              "may be linked statically into it (trainscope sees calls into a shared libnccl only)",
+              nccl);
+}
+
 __attribute__((destructor)) void stop_at_exit() {
   Runtime& rt = g_runtime;
-  if (rt.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady)) return;
-  if (rt.owner_pid != static_cast<int32_t>(getpid())) return;
+  if (!rt.enabled) return;
+  const bool started = rt.start_state.load(std::memory_order_acquire) == static_cast<int>(StartState::kReady) &&
+                       rt.owner_pid == static_cast<int32_t>(getpid());
+  if (rt.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kNotStarted) && !started) return;
+  ++t_thread.depth;  // what the check touches is ours
+  note_nccl_without_calls(started);
+  --t_thread.depth;
+  if (!started) return;
   if (rt.engine_stop != nullptr) rt.engine_stop();
   rt.writer.close(now_ns());
 }

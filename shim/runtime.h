@@ -20,6 +20,7 @@ struct Runtime {
   bool enabled;                  // TRAINSCOPE_ENABLE, fixed at load
   std::atomic<int> start_state;  // StartState
   int32_t owner_pid;             // the process that started (a forked child starts anew)
+  bool forked_from_nccl_user;    // a forked child of a process that used NCCL: its loaded NCCL is its parent's
   recorder::Writer writer;
   std::atomic<int32_t> global_rank;  // launcher rank, else rank in the first communicator, else -1
   int32_t launcher_rank;
@@ -58,19 +59,20 @@ extern Runtime g_runtime;
 // calls (NCCL calling its own exported functions, the engine calling NCCL) are passed through unrecorded.
 struct ThreadState {
   int depth;
+  int library;  // the NCCL library (interception.h) of the outermost hook this thread entered last
   int group_depth;
   uint64_t group;  // number of the outermost open group, 0 outside groups
   uint32_t tid;
 };
 extern __thread ThreadState t_thread __attribute__((tls_model("initial-exec")));
 
-// Starts the runtime if needed (first NCCL call of the process). Never fails: what cannot be set up is warned
-// about once and left out.
-void start_slow_path();
-inline void ensure_started() {
+// Starts the runtime if needed (first NCCL call of the process, made into NCCL library `library`, whose version the
+// recorder notes). Never fails: what cannot be set up is warned about once and left out.
+void start_slow_path(int library);
+inline void ensure_started(int library = 0) {
   if (__builtin_expect(g_runtime.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kReady),
                        0))
-    start_slow_path();
+    start_slow_path(library);
 }
 
 uint64_t now_ns();

@@ -99,7 +99,7 @@ int cmd_report(int argc, char** argv) {
   if (!has_recorders && (!listed || summary.empty())) return usage_error(error);
   if (!listed) summary.unreadable.push_back({".", summary_error});
   if (has_recorders) {
-    summary.processes = recorder::process_overview(run, options);
+    reports::note_recorders(&summary, run, options);
   } else {
     run = recorder::RunDirectory{};
     run.path = dir;

@@ -129,8 +129,9 @@ void print_summary(const std::string& run_dir, int status) {
     std::fprintf(stderr, "trainscope: %s\n", error.c_str());
     return;
   }
+  summary.job_started = true;
   recorder::RunDirectory run;
-  if (recorder::read_run_directory(run_dir, &run, &error)) summary.processes = recorder::process_overview(run);
+  if (recorder::read_run_directory(run_dir, &run, &error)) reports::note_recorders(&summary, run);
   std::fputs(reports::format_summary_text(summary).c_str(), stderr);
   std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
 }

@@ -98,10 +98,18 @@ void write_origin_and_detections(const RunDir& dir, const std::vector<int32_t>& 
     detection.rank = rank;
     detection.batch_number = 12;
     detection.frames = {allreduce_frame(811, false, false), allreduce_frame(812, sender, true)};
+    if (sender) {  // the stacks the reports show after their text: no line of the summary
+      firsts.back().stack.python = {{"train.py", 88, "backward"}};
+      firsts.back().stack.native = {"main+0x12 (train+0x1012)"};
+      detection.first_nonfinite_frame = detection.frames.back().name;
+      detection.first_nonfinite_stack = firsts.back().stack;
+    }
     write_pair(dir, "nonfinite-rank" + std::to_string(rank), format_detection_text(detection),
                detection_json(detection));
   }
   write_pair(dir, "origin", format_origin_text(firsts), origin_json(firsts));
+  EXPECT_TRUE(format_origin_text(firsts).ends_with(
+      "  File \"train.py\", line 88, in backward\n  #0 main+0x12 (train+0x1012)\n"));
 }
 
 MismatchReport count_mismatch() {
@@ -515,7 +523,7 @@ TEST(RunSummary, JsonHasEveryKey) {
   for (const auto& item : j.items()) keys.insert(item.key());
   EXPECT_EQ(keys, (std::set<std::string>{"run", "run_dir", "nothing_wrong", "lines", "origin", "first_nonfinite",
                                          "mismatches", "desyncs", "vanished", "overflow_streaks", "near_overflow",
-                                         "stops", "processes", "setup", "traces", "unreadable"}));
+                                         "stops", "processes", "nccl_without_calls", "setup", "traces", "unreadable"}));
   EXPECT_EQ(j["run"], "run-42");
   EXPECT_EQ(j["lines"][0],
             "inf/nan origin: rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and "
