@@ -35,16 +35,17 @@ inline void check(ncclResult_t result, const char* what) {
   if (result != ncclSuccess) fail(what, static_cast<int>(result));
 }
 
-// Every rank gets the same id: rank 0 creates it, the launcher relays it.
-inline ncclUniqueId shared_unique_id(const Job& job) {
+// Every rank gets the same id: rank 0 creates it (with `get_unique_id`: a program that looks NCCL up at run time
+// passes the function it found), the launcher relays it.
+inline ncclUniqueId shared_unique_id(const Job& job, ncclResult_t (*get_unique_id)(ncclUniqueId*) = ncclGetUniqueId) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (job.world == 1 && std::getenv("TS_UID_WRITE_FD") == nullptr) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    check(get_unique_id(&id), "ncclGetUniqueId");
     return id;
   }
   if (job.rank == 0) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    check(get_unique_id(&id), "ncclGetUniqueId");
     const int fd = env_int("TS_UID_WRITE_FD", -1);
     if (fd < 0 || write(fd, &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) fail("writing the unique id", fd);
     close(fd);

@@ -1,0 +1,57 @@
+// Shared by the tests that run the Python jobs of tests/programs/python: where they are, a launch command, a clean
+// Python environment, a renamed copy of the stand-in NCCL.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "integration_helpers.h"
+#include "support/subprocess.h"
+
+namespace trainscope {
+
+inline std::string python_job(const std::string& name) { return std::string(TS_PYTHON_JOB_DIR) + "/" + name; }
+
+// No launcher, loader or interpreter settings of the machine's own leak into a Python job; the helpers library
+// of gil_job.py is found.
+inline void clean_python_environment(testing::ProcessOptions* options) {
+  for (const char* name : {"RANK",           "WORLD_SIZE",     "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
+                           "MASTER_ADDR",    "MASTER_PORT",    "TS_UID_WRITE_FD",     "TS_UID_READ_FD",
+                           "TS_NCCL_PATH",   "TS_NCCL_LOAD",   "TS_OPEN_COUNTER_OUT", "PYTHONPATH",
+                           "PYTHONHOME",     "PYTHONSAFEPATH", "PYTHONUNBUFFERED",    "PYTHONSTARTUP",
+                           "PYTHONWARNINGS", "PYTHONDEVMODE",  "PYTHONINSPECT",       "PYTHONOPTIMIZE"})
+    options->env[name] = std::nullopt;
+  options->env["PYTHONDONTWRITEBYTECODE"] = "1";  // no __pycache__ in the source tree
+  options->env["TS_GIL_HELPERS"] = std::string(TS_GIL_HELPERS);
+}
+
+inline std::vector<std::string> launch(int ranks, int deadline_s, const std::vector<std::string>& command) {
+  std::vector<std::string> argv = {TS_LAUNCH, "-n", std::to_string(ranks), "--timeout", std::to_string(deadline_s),
+                                   "--"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+inline std::vector<std::string> with_args(std::vector<std::string> command, const std::vector<std::string>& args) {
+  command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+inline std::vector<std::string> sorted_lines(const std::string& text) {
+  std::vector<std::string> lines = testing::split_lines(text);
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// The stand-in libnccl.so.2 copied into `dir` under another name.
+inline std::string renamed_copy(const testing::TempDir& dir) {
+  const std::string copy = dir.path() + "/libmy_collectives.so";
+  std::filesystem::copy_file(std::string(TS_FAKE_NCCL_DIR) + "/libnccl.so.2", copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  return copy;
+}
+
+}  // namespace trainscope
