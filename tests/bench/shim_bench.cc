@@ -2,7 +2,8 @@
 // same no-op NCCL function called directly, and the flight recorder's append on its own.
 //
 // The binary links libtrainscope.so before the no-op libnccl.so.2, so `ncclAllReduce` here is the shim's hook
-// and REAL(ncclAllReduce) is the no-op. Run it with TRAINSCOPE_DIR pointing at a scratch folder.
+// and REAL(ncclAllReduce) is the no-op. Run it with TRAINSCOPE_DIR pointing at a scratch folder. A copy of the no-op
+// library under another name, opened RTLD_LOCAL and looked up on its handle, gives the hook of a ctypes or JAX job.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -21,9 +22,51 @@ namespace {
 
 using AllReduceFn = decltype(&ncclAllReduce);
 
+// The no-op function itself. Looked up by NCCL's profiling alias: a handle look-up of "ncclAllReduce" in the linked
+// library answers with the shim's hook (it is the process-wide NCCL's function), as it must for a job.
 AllReduceFn direct_allreduce() {
   void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-  return nccl != nullptr ? reinterpret_cast<AllReduceFn>(dlsym(nccl, "ncclAllReduce")) : nullptr;
+  return nccl != nullptr ? reinterpret_cast<AllReduceFn>(dlsym(nccl, "pncclAllReduce")) : nullptr;
+}
+
+// The no-op library copied under another name and opened RTLD_LOCAL, as vLLM's VLLM_NCCL_SO_PATH or JAX's stub
+// would: its functions, looked up on the handle, are the shim's hooks of that library.
+struct HandleLibrary {
+  AllReduceFn all_reduce = nullptr;
+  ncclComm_t comm = nullptr;
+  std::string error;
+};
+
+const HandleLibrary& handle_library() {
+  static const HandleLibrary library = [] {
+    HandleLibrary out;
+    Dl_info info{};
+    void* linked = dlsym(dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD), "pncclGetVersion");
+    if (linked == nullptr || dladdr(linked, &info) == 0 || info.dli_fname == nullptr) {
+      out.error = "the no-op libnccl.so.2 is not loaded";
+      return out;
+    }
+    const std::string copy = "/tmp/trainscope-bench-nccl-" + std::to_string(getpid()) + ".so";
+    const std::string command = "cp '" + std::string(info.dli_fname) + "' '" + copy + "'";
+    if (std::system(command.c_str()) != 0) {
+      out.error = "cannot copy the no-op NCCL to /tmp";
+      return out;
+    }
+    void* handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+    unlink(copy.c_str());
+    if (handle == nullptr) {
+      out.error = "cannot open the copied no-op NCCL";
+      return out;
+    }
+    using InitFn = decltype(&ncclCommInitRank);
+    auto init = reinterpret_cast<InitFn>(dlsym(handle, "ncclCommInitRank"));
+    out.all_reduce = reinterpret_cast<AllReduceFn>(dlsym(handle, "ncclAllReduce"));
+    ncclUniqueId id{};
+    if (init == nullptr || out.all_reduce == nullptr || init(&out.comm, 1, id, 0) != ncclSuccess)
+      out.error = "the copied no-op NCCL has no ncclCommInitRank/ncclAllReduce";
+    return out;
+  }();
+  return library;
 }
 
 ncclComm_t bench_comm() {
@@ -56,6 +99,39 @@ void BM_AllReduceThroughShim(benchmark::State& state) {
     benchmark::DoNotOptimize(ncclAllReduce(g_buffer, g_buffer, 16, ncclFloat32, ncclSum, comm, nullptr));
 }
 BENCHMARK(BM_AllReduceThroughShim)->Repetitions(5)->ReportAggregatesOnly(true)->Threads(1)->Threads(2);
+
+// The same all-reduce into an NCCL found by a look-up on a library handle (ctypes, JAX): the hook of that library.
+void BM_AllReduceHandleLookedUpThroughShim(benchmark::State& state) {
+  const HandleLibrary& library = handle_library();
+  if (!library.error.empty()) {
+    state.SkipWithError(library.error.c_str());
+    return;
+  }
+  for (auto _ : state)
+    benchmark::DoNotOptimize(library.all_reduce(g_buffer, g_buffer, 16, ncclFloat32, ncclSum, library.comm, nullptr));
+}
+BENCHMARK(BM_AllReduceHandleLookedUpThroughShim)->Repetitions(5)->ReportAggregatesOnly(true);
+
+// What a process that never touches NCCL pays for our dlsym: a look-up of a libc function (the trampoline, a
+// four-byte name check, the real dlsym), against the real dlsym called directly.
+void BM_DlsymOfANonNcclName(benchmark::State& state) {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  for (auto _ : state) benchmark::DoNotOptimize(dlsym(libc, "getpid"));
+}
+BENCHMARK(BM_DlsymOfANonNcclName)->Repetitions(5)->ReportAggregatesOnly(true);
+
+void BM_DlsymOfANonNcclNameDirect(benchmark::State& state) {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  using DlsymFn = void* (*)(void*, const char*);
+  auto real = reinterpret_cast<DlsymFn>(dlvsym(libc, "dlsym", "GLIBC_2.34"));
+  if (real == nullptr) real = reinterpret_cast<DlsymFn>(dlvsym(libc, "dlsym", "GLIBC_2.2.5"));
+  if (real == nullptr) {
+    state.SkipWithError("no versioned dlsym in libc.so.6");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(real(libc, "getpid"));
+}
+BENCHMARK(BM_DlsymOfANonNcclNameDirect)->Repetitions(5)->ReportAggregatesOnly(true);
 
 void BM_SendThroughShim(benchmark::State& state) {
   ncclComm_t comm = bench_comm();

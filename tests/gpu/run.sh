@@ -157,4 +157,23 @@ if [ -n "$nccl_dir" ]; then
       echo "TRAINSCOPE_WATCH=$watch"): $(grep -o 'loop .*' "$work/bench-$watch.log" || echo 'failed')"
   done
 fi
+if [ -n "$nccl_dir" ]; then
+  # Python stacks on a real framework (issue 10): a one-rank PyTorch job whose ncclAllReduce calls must carry the line
+  # of torch_job.py that called dist.all_reduce, in `trainscope report`'s list of last calls.
+  if python3 -c 'import torch, torch.distributed' >/dev/null 2>&1; then
+    line="$(grep -n 'dist.all_reduce(tensor)' tests/gpu/torch_job.py | cut -d: -f1)"
+    step torch-job 180 env TRAINSCOPE_DIR="$work/torch-runs" TRAINSCOPE_RUN_ID=torch MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=29533 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LD_PRELOAD="$shim" python3 tests/gpu/torch_job.py
+    timeout 60 "$build/tools/trainscope" report "$work/torch-runs/torch" >"$work/torch-report.txt" 2>&1
+    if grep -q "ncclAllReduce" "$work/torch-report.txt" && grep -q "torch_job.py:$line" "$work/torch-report.txt"; then
+      say "pytorch-python-stack: OK (ncclAllReduce at torch_job.py:$line)"
+    else
+      say "pytorch-python-stack: FAILED (no ncclAllReduce with torch_job.py:$line in torch-report.txt)"
+      status=1
+    fi
+    grep -E "ncclAllReduce|Python" "$work/torch-report.txt" | head -n 8 | sed 's/^/    /' | tee -a "$summary"
+  else
+    say "pytorch-python-stack: skipped (no torch in this machine's python3)"
+  fi
+fi
 finish
