@@ -9,9 +9,27 @@
 #include <vector>
 
 #include "integration_helpers.h"
+#include "support/python_interpreters.h"
 #include "support/subprocess.h"
 
 namespace trainscope {
+
+// The newest Python 3.9-3.13 found: the one the tests that do not depend on the version use.
+inline testing::FoundPython newest_python() {
+  testing::FoundPython newest;
+  for (const testing::FoundPython& p : testing::found_pythons())
+    if (p.found) newest = p;
+  return newest;
+}
+
+// Why a test of every Python version skips `python` in this build, "" when it runs. A sanitizer build instruments
+// our libraries, not the interpreter: one version is enough there, and each costs minutes under TSan.
+inline std::string reason_to_skip(const testing::FoundPython& python) {
+  if (!python.found) return "Python " + python.version + " not found on this machine";
+  if (sanitized() && python.version != newest_python().version)
+    return "sanitizer build: Python " + newest_python().version + " only";
+  return "";
+}
 
 inline std::string python_job(const std::string& name) { return std::string(TS_PYTHON_JOB_DIR) + "/" + name; }
 

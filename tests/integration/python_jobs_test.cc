@@ -37,14 +37,6 @@ ProcessOptions shim_options(const TempDir& dir) {
   return options;
 }
 
-// The newest Python 3.9-3.13 found: the one the version-independent tests use.
-FoundPython default_python() {
-  FoundPython newest;
-  for (const FoundPython& p : testing::found_pythons())
-    if (p.found) newest = p;
-  return newest;
-}
-
 // The 1-based line of `file` that holds `text` (the first one); 0 when none does.
 int line_of(const std::string& file, const std::string& text) {
   std::ifstream in(file);
@@ -118,7 +110,7 @@ class HandleLookedUpJob : public ::testing::TestWithParam<std::tuple<Scenario, i
 
 TEST_P(HandleLookedUpJob, GetsTheVerdictsAndReportsOfTheLinkedJob) {
   const auto& [scenario, ranks] = GetParam();
-  const FoundPython python = default_python();
+  const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   TempDir c_dir;
   TempDir py_dir;
@@ -162,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // inf and nan: the same detection reports (the seed's block, to the character) and the same origin.
 TEST(HandleLookedUpJobFrames, InfAndNanGiveTheLinkedJobsReportsWithThePythonLineOfTheCall) {
-  const FoundPython python = default_python();
+  const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   for (const char* value : {"inf", "nan"}) {
     const std::vector<std::string> args = {"--steps", "5", "--inject", value, "--rank", "2", "--step", "3"};
@@ -194,7 +186,7 @@ class PythonStacks : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     python_ = testing::find_python(GetParam());
-    if (!python_.found) GTEST_SKIP() << "Python " << python_.version << " not found on this machine";
+    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
   }
   FoundPython python_;
 };
@@ -295,7 +287,7 @@ TEST(PythonStacksUnsupported, TheReportSaysWhyThereIsNoPythonStack) {
 
 // vLLM's VLLM_NCCL_SO_PATH may name any file: a renamed copy, found by nothing but its path.
 TEST(HandleLookups, ARenamedCopyOfNcclIsInterceptedLikeTheLibraryItself) {
-  const FoundPython python = default_python();
+  const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   TempDir dir;
   ProcessOptions options = shim_options(dir);
@@ -330,7 +322,7 @@ TEST(HandleLookups, AJaxLikeStubGetsTheVerdictThroughDlsymAndDlvsym) {
 
 // Two NCCLs in one process (PyTorch's linked one and a ctypes copy of another): each hook calls its own library.
 TEST(HandleLookups, TwoNcclLibrariesInOneProcessEachGetTheirOwnCalls) {
-  const FoundPython python = default_python();
+  const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   TempDir dir;
   const std::string copy = renamed_copy(dir);
@@ -399,7 +391,7 @@ TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
 // ---- a process that loaded NCCL and made no call ----
 
 TEST(NcclWithoutCalls, TheRunSummarySaysSoInsteadOfNothingWentWrong) {
-  const FoundPython python = default_python();
+  const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   TempDir dir;
   ProcessOptions options = shim_options(dir);

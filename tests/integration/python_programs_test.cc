@@ -118,7 +118,7 @@ class PythonJobs : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     python_ = testing::find_python(GetParam());
-    if (!python_.found) GTEST_SKIP() << "Python " << python_.version << " not found on this machine";
+    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
   }
 
   std::vector<std::string> job(const std::string& name, const std::vector<std::string>& args = {}) const {

@@ -48,30 +48,7 @@ def train_step(activations, grads, count, rank, step, faulty, h):
 
 
 def parse(argv):
-    options = {"steps": 5, "count": 1024, "fault": "", "rank": -1, "step": -1}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        has_value = i + 1 < len(argv)
-        if arg == "--steps" and has_value:
-            i += 1
-            options["steps"] = nc.atoi(argv[i])
-        elif arg == "--count" and has_value:
-            i += 1
-            options["count"] = nc.atoi(argv[i])
-        elif arg == "--fault" and has_value:
-            i += 1
-            options["fault"] = argv[i]
-        elif arg == "--rank" and has_value:
-            i += 1
-            options["rank"] = nc.atoi(argv[i])
-        elif arg == "--step" and has_value:
-            i += 1
-            options["step"] = nc.atoi(argv[i])
-        else:
-            sys.stderr.write(USAGE)
-            sys.exit(2)
-        i += 1
+    options = nc.parse_options(argv, {"steps": 5, "count": 1024, "fault": "", "rank": -1, "step": -1}, USAGE)
     if options["fault"] not in ("", "backward-count"):
         sys.stderr.write("forward_backward_job: --fault takes backward-count, not '%s'\n" % options["fault"])
         sys.exit(2)

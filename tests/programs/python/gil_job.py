@@ -27,25 +27,8 @@ USAGE = "usage: gil_job.py [--steps N] [--count N] [--helpers PATH]\n"
 
 
 def parse(argv):
-    options = {"steps": 4, "count": 1024, "helpers": os.environ.get("TS_GIL_HELPERS") or "libts_gil_helpers.so"}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        has_value = i + 1 < len(argv)
-        if arg == "--steps" and has_value:
-            i += 1
-            options["steps"] = nc.atoi(argv[i])
-        elif arg == "--count" and has_value:
-            i += 1
-            options["count"] = nc.atoi(argv[i])
-        elif arg == "--helpers" and has_value:
-            i += 1
-            options["helpers"] = argv[i]
-        else:
-            sys.stderr.write(USAGE)
-            sys.exit(2)
-        i += 1
-    return options
+    helpers = os.environ.get("TS_GIL_HELPERS") or "libts_gil_helpers.so"
+    return nc.parse_options(argv, {"steps": 4, "count": 1024, "helpers": helpers}, USAGE)
 
 
 def load_helpers(path):

@@ -201,6 +201,28 @@ def atoi(text):
     return sign * int(text[:digits]) if digits else 0
 
 
+def parse_options(argv, defaults, usage, flags=None):
+    """The test programs' command lines: "--name VALUE" for each key of `defaults` (an int default reads its value
+    as atoi does, a str default takes the word), and each "--flag" of `flags` ({"--flag": (key, value)}) sets its
+    key. Anything else prints `usage` on stderr and exits 2, as the C programs do."""
+    options = dict(defaults)
+    flags = flags or {}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        key = arg[2:] if arg.startswith("--") else None
+        if arg in flags:
+            options[flags[arg][0]] = flags[arg][1]
+        elif key in defaults and not isinstance(defaults[key], bool) and i + 1 < len(argv):
+            i += 1
+            options[key] = atoi(argv[i]) if isinstance(defaults[key], int) else argv[i]
+        else:
+            sys.stderr.write(usage)
+            sys.exit(2)
+        i += 1
+    return options
+
+
 def env_int(name, fallback):
     value = os.environ.get(name)
     return atoi(value) if value else fallback

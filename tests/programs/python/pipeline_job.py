@@ -24,30 +24,7 @@ SCALE = nc.float32_value(0.001)  # C's 0.001f
 
 
 def parse(argv):
-    options = {"steps": 6, "count": 1024, "inject": "", "rank": -1, "step": -1}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        has_value = i + 1 < len(argv)
-        if arg == "--steps" and has_value:
-            i += 1
-            options["steps"] = nc.atoi(argv[i])
-        elif arg == "--count" and has_value:
-            i += 1
-            options["count"] = nc.atoi(argv[i])
-        elif arg == "--inject" and has_value:
-            i += 1
-            options["inject"] = argv[i]
-        elif arg == "--rank" and has_value:
-            i += 1
-            options["rank"] = nc.atoi(argv[i])
-        elif arg == "--step" and has_value:
-            i += 1
-            options["step"] = nc.atoi(argv[i])
-        else:
-            sys.stderr.write(USAGE)
-            sys.exit(2)
-        i += 1
+    options = nc.parse_options(argv, {"steps": 6, "count": 1024, "inject": "", "rank": -1, "step": -1}, USAGE)
     if options["inject"] and options["inject"] not in ("inf", "nan"):
         sys.stderr.write("pipeline_job: --inject takes inf or nan, not '%s'\n" % options["inject"])
         sys.exit(2)

@@ -28,32 +28,9 @@ USAGE = (
 
 
 def parse(argv):
-    options = {"steps": 10, "count": 1 << 16, "fault": "", "rank": -1, "step": -1, "digest": False}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        has_value = i + 1 < len(argv)
-        if arg == "--steps" and has_value:
-            i += 1
-            options["steps"] = nc.atoi(argv[i])
-        elif arg == "--count" and has_value:
-            i += 1
-            options["count"] = nc.atoi(argv[i]) & ((1 << 64) - 1)
-        elif arg == "--digest":
-            options["digest"] = True
-        elif arg == "--fault" and has_value:
-            i += 1
-            options["fault"] = argv[i]
-        elif arg == "--rank" and has_value:
-            i += 1
-            options["rank"] = nc.atoi(argv[i])
-        elif arg == "--step" and has_value:
-            i += 1
-            options["step"] = nc.atoi(argv[i])
-        else:
-            sys.stderr.write(USAGE)
-            sys.exit(2)
-        i += 1
+    defaults = {"steps": 10, "count": 1 << 16, "fault": "", "rank": -1, "step": -1, "digest": False}
+    options = nc.parse_options(argv, defaults, USAGE, {"--digest": ("digest", True)})
+    options["count"] &= (1 << 64) - 1  # size_t, as the C program reads it
     return options
 
 

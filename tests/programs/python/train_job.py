@@ -37,46 +37,10 @@ GRAD_SCALE = nc.float32_value(0.001)  # C's 0.001f
 
 
 def parse(argv):
-    options = {
-        "steps": 10,
-        "count": 4096,
-        "nonblocking": False,
-        "poll": True,
-        "inject": "",
-        "rank": -1,
-        "step": -1,
-        "streak": 1,
-    }
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        has_value = i + 1 < len(argv)
-        if arg == "--steps" and has_value:
-            i += 1
-            options["steps"] = nc.atoi(argv[i])
-        elif arg == "--count" and has_value:
-            i += 1
-            options["count"] = nc.atoi(argv[i])
-        elif arg == "--nonblocking":
-            options["nonblocking"] = True
-        elif arg == "--no-poll":
-            options["poll"] = False
-        elif arg == "--inject" and has_value:
-            i += 1
-            options["inject"] = argv[i]
-        elif arg == "--rank" and has_value:
-            i += 1
-            options["rank"] = nc.atoi(argv[i])
-        elif arg == "--step" and has_value:
-            i += 1
-            options["step"] = nc.atoi(argv[i])
-        elif arg == "--streak" and has_value:
-            i += 1
-            options["streak"] = nc.atoi(argv[i])
-        else:
-            sys.stderr.write(USAGE)
-            sys.exit(2)
-        i += 1
+    defaults = {"steps": 10, "count": 4096, "nonblocking": False, "poll": True, "inject": "", "rank": -1, "step": -1,
+                "streak": 1}
+    flags = {"--nonblocking": ("nonblocking", True), "--no-poll": ("poll", False)}
+    options = nc.parse_options(argv, defaults, USAGE, flags)
     if options["inject"] and options["inject"] not in ("inf", "nan", "big"):
         sys.stderr.write("train_job: --inject takes inf, nan or big, not '%s'\n" % options["inject"])
         sys.exit(2)
