@@ -219,19 +219,41 @@ struct SiteFrame {
 };
 static_assert(sizeof(SiteFrame) == 244);
 
-// Where a call came from: a native return address, plus the innermost Python location when the calling thread ran
-// CPython (in a framework every collective leaves from one native address; the Python frames tell sites apart).
+// Where a call came from: a native return address, plus, when the calling thread ran CPython, the innermost Python
+// location and the job's own line (in a framework every collective leaves from one native address; the Python frames
+// tell sites apart, and dist.all_reduce's innermost frame is in torch, not in the user's train.py).
 // Written once, at the site's first call; never changed afterwards.
 struct SiteEntry {
   uint64_t commit;         // slot index + 1 (the site's id) once the entry is final; 0 while being written
   uint64_t caller;         // native return address into the caller of the NCCL function
   uint32_t python_depth;   // Python frames on the calling thread at first sight; 0: not called from Python
-  uint32_t python_frames;  // 0, 1 or 2 frames stored below, innermost first
+  uint32_t python_frames;  // 0, 1 or 2 frames stored below
+  // [0]: the innermost frame. [1]: when [0] is in the Python installation or an installed package
+  // (is_library_python_file), the innermost frame outside them — the job's own line — if there is one; otherwise
+  // [0]'s caller.
   SiteFrame frames[2];
 };
 static_assert(sizeof(SiteEntry) == 512);
 
 enum class ProcessState : uint32_t { kRunning = 1, kExited = 2 };
+
+// Whether a Python file belongs to the Python installation or an installed package (site-packages, dist-packages,
+// the standard library's lib/python3.X, frozen modules) rather than to the job's own code: the reports show the job's
+// own line first. Freestanding: the shim calls it on the job's thread.
+inline bool is_library_python_file(const char* path) {
+  if (path == nullptr) return false;
+  if (__builtin_strncmp(path, "<frozen ", 8) == 0) return true;
+  if (__builtin_strstr(path, "/site-packages/") != nullptr || __builtin_strstr(path, "/dist-packages/") != nullptr)
+    return true;
+  for (const char* at = __builtin_strstr(path, "/lib/python3."); at != nullptr;
+       at = __builtin_strstr(at + 1, "/lib/python3.")) {
+    const char* p = at + 13;
+    if (*p < '0' || *p > '9') continue;
+    while (*p >= '0' && *p <= '9') ++p;
+    if (*p == '/') return true;
+  }
+  return false;
+}
 
 // First page of the file.
 struct FileHeader {

@@ -268,14 +268,42 @@ std::string hex_id(uint64_t id) {
 
 std::string short_hex_id(uint64_t id) { return id == 0 ? "-" : hex_id(id).substr(0, 6); }
 
-std::string python_location(const SiteEntry* site) {
-  if (site == nullptr || site->python_frames == 0) return "";
-  const SiteFrame& frame = site->frames[0];
-  std::string text(frame.file, strnlen(frame.file, sizeof(frame.file)));
+std::string frame_file(const SiteFrame& frame) {
+  return std::string(frame.file, strnlen(frame.file, sizeof(frame.file)));
+}
+
+std::string frame_location(const SiteFrame& frame) {
+  std::string text = frame_file(frame);
   if (frame.line > 0) text += ":" + std::to_string(frame.line);
   const size_t function_length = strnlen(frame.function, sizeof(frame.function));
   if (function_length > 0) text += " in " + std::string(frame.function, function_length);
   return text;
+}
+
+// The frame a person wants to see: the job's own line (the innermost frame outside the Python installation and
+// installed packages), else the innermost frame. nullptr when the site has no Python frame.
+const SiteFrame* own_frame(const SiteEntry* site) {
+  if (site == nullptr || site->python_frames == 0) return nullptr;
+  for (uint32_t i = 0; i < site->python_frames && i < 2; ++i)
+    if (!is_library_python_file(frame_file(site->frames[i]).c_str())) return &site->frames[i];
+  return &site->frames[0];
+}
+
+// "train.py:88 in backward"; when the innermost frame is a library's, where the job's line called into it too:
+// "train.py:88 in reduce_gradients (innermost: .../distributed_c10d.py:2501 in all_reduce)".
+std::string python_location(const SiteEntry* site) {
+  const SiteFrame* own = own_frame(site);
+  if (own == nullptr) return "";
+  std::string text = frame_location(*own);
+  if (own != &site->frames[0]) text += " (innermost: " + frame_location(site->frames[0]) + ")";
+  return text;
+}
+
+json frame_json(const SiteFrame* frame) {
+  if (frame == nullptr) return nullptr;
+  return {{"file", frame_file(*frame)},
+          {"line", frame->line},
+          {"function", std::string(frame->function, strnlen(frame->function, sizeof(frame->function)))}};
 }
 
 ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options) {
@@ -414,7 +442,7 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
                                         "dtype", "redop",      "root/peer", "group", "result", "duration"};
     std::vector<bool> right = {true, false, false, false, true, true, false, false, true, true, false, true};
     if (any_location) {
-      columns.emplace_back("python (innermost frame)");
+      columns.emplace_back("python (the job's own line)");
       right.push_back(false);
     }
     Table table(std::move(columns), std::move(right));
@@ -466,13 +494,10 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
     for (const RecordedCall* call : last_records(file, options.last)) {
       const Record& r = call->record;
       const bool pending = call->pending();
-      json python = nullptr;
-      if (const SiteEntry* site = file.site(r.site); site != nullptr && site->python_frames > 0) {
-        const SiteFrame& frame = site->frames[0];
-        python = {{"file", std::string(frame.file, strnlen(frame.file, sizeof(frame.file)))},
-                  {"line", frame.line},
-                  {"function", std::string(frame.function, strnlen(frame.function, sizeof(frame.function)))}};
-      }
+      const SiteEntry* site = file.site(r.site);
+      const bool has_python = site != nullptr && site->python_frames > 0;
+      json python = has_python ? frame_json(&site->frames[0]) : json(nullptr);
+      json python_own = has_python ? frame_json(own_frame(site)) : json(nullptr);
       records.push_back(
           {{"index", call->index},
            {"time", utc_time_of_day(r.start_ns)},
@@ -495,7 +520,8 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
            {"pending", pending},
            {"tid", r.tid},
            {"site", r.site},
-           {"python", std::move(python)}});
+           {"python", std::move(python)},
+           {"python_own", std::move(python_own)}});
     }
     // "3.12", or null for a process that runs no Python.
     json python_version = nullptr;

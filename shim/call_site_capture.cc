@@ -77,10 +77,23 @@ uint32_t capture_site(uint64_t caller, bool python_frames) {
   entry.caller = caller;
   entry.python_depth = static_cast<uint32_t>(count > 0 ? depth : 0);
   entry.python_frames = static_cast<uint32_t>(count < 2 ? count : 2);
+  // The second frame kept is the job's own line when the innermost one is a library's (dist.all_reduce's frames are
+  // torch's), else the innermost's caller.
+  int second = 1;
+  if (count > 1 && recorder::is_library_python_file(g_frames[0].file)) {
+    for (int i = 1; i < count; ++i) {
+      if (!recorder::is_library_python_file(g_frames[i].file)) {
+        second = i;
+        break;
+      }
+    }
+  }
+  const int kept[2] = {0, second};
   for (uint32_t i = 0; i < entry.python_frames; ++i) {
-    entry.frames[i].line = g_frames[i].line;
-    copy_head(entry.frames[i].function, sizeof(entry.frames[i].function), g_frames[i].function);
-    copy_tail(entry.frames[i].file, sizeof(entry.frames[i].file), g_frames[i].file);
+    const python::Frame& frame = g_frames[kept[i]];
+    entry.frames[i].line = frame.line;
+    copy_head(entry.frames[i].function, sizeof(entry.frames[i].function), frame.function);
+    copy_tail(entry.frames[i].file, sizeof(entry.frames[i].file), frame.file);
   }
   const uint32_t id = rt.writer.add_site(entry);
   auto note_call_site = rt.engine_note_call_site;

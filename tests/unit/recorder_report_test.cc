@@ -431,7 +431,7 @@ TEST(RecorderReport, LastCallsShowTheirInnermostPythonLocation) {
   EXPECT_TRUE(contains(text,
                        "  last 4 of 4 held calls\n"
                        "    index  time (UTC)       op             comm    seq    count  dtype     redop  "
-                       "root/peer  group  result       duration  python (innermost frame)\n"
+                       "root/peer  group  result       duration  python (the job's own line)\n"
                        "        0  22:13:20.133456  ncclAllReduce  3f2a9c    1  1048576  float16   sum            "
                        "-      -  ncclSuccess    1.00ms  train.py:88 in backward\n"
                        "        1  22:13:20.143456  ncclBroadcast  3f2a9c    2     4096  bfloat16  -              "
@@ -446,7 +446,7 @@ TEST(RecorderReport, LastCallsShowTheirInnermostPythonLocation) {
                        "(3.9 to 3.13)\n"));
   const size_t rank1 = text.find("=== rank 1");
   ASSERT_NE(rank1, std::string::npos);
-  EXPECT_FALSE(contains(text.substr(rank1), "python (innermost frame)"));
+  EXPECT_FALSE(contains(text.substr(rank1), "python (the job's own line)"));
 
   const json j = make_json_report(read_run(dir), test_options());
   const json& r0 = j["ranks"][0];
@@ -502,6 +502,37 @@ TEST(RecorderReport, PythonLocations) {
   EXPECT_EQ(python_location(&site), "");
 }
 
+// dist.all_reduce's innermost frame is torch's: the job's own line comes first, where it called into torch after.
+TEST(RecorderReport, ThePythonLocationIsTheJobsOwnLineWhenTheInnermostFrameIsALibrarys) {
+  const char* torch = "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py";
+  SiteEntry site = python_site(1, 2501, "all_reduce", torch);
+  site.python_frames = 2;
+  site.frames[1].line = 11;
+  std::strncpy(site.frames[1].function, "reduce_gradients", sizeof(site.frames[1].function) - 1);
+  std::strncpy(site.frames[1].file, "/home/me/torch_job.py", sizeof(site.frames[1].file) - 1);
+  EXPECT_EQ(python_location(&site),
+            "/home/me/torch_job.py:11 in reduce_gradients (innermost: " + std::string(torch) + ":2501 in all_reduce)");
+  // The innermost frame is the job's own: it is the location, its caller is not shown.
+  std::strncpy(site.frames[0].file, "/home/me/helpers.py", sizeof(site.frames[0].file) - 1);
+  EXPECT_EQ(python_location(&site), "/home/me/helpers.py:2501 in all_reduce");
+  // Every frame kept is a library's: the innermost one.
+  std::strncpy(site.frames[0].file, torch, sizeof(site.frames[0].file) - 1);
+  std::strncpy(site.frames[1].file, "/opt/py/lib/python3.12/threading.py", sizeof(site.frames[1].file) - 1);
+  EXPECT_EQ(python_location(&site), std::string(torch) + ":2501 in all_reduce");
+}
+
+TEST(RecorderReport, LibraryPythonFilesAreTheInstallationsAndItsPackages) {
+  EXPECT_TRUE(is_library_python_file("/usr/lib/python3/dist-packages/torch/nn/modules/module.py"));
+  EXPECT_TRUE(is_library_python_file("/venv/lib/python3.11/site-packages/vllm/distributed/pynccl.py"));
+  EXPECT_TRUE(is_library_python_file("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py"));
+  EXPECT_TRUE(is_library_python_file("<frozen importlib._bootstrap>"));
+  EXPECT_FALSE(is_library_python_file("/home/me/train.py"));
+  EXPECT_FALSE(is_library_python_file("<string>"));
+  EXPECT_FALSE(is_library_python_file("/home/me/lib/python3.x/notes.py"));
+  EXPECT_FALSE(is_library_python_file("/home/me/lib/python3.11"));
+  EXPECT_FALSE(is_library_python_file(nullptr));
+}
+
 TEST(RecorderReport, TornCallSitesNeedAttention) {
   TempDir dir;
   {
@@ -517,7 +548,7 @@ TEST(RecorderReport, TornCallSitesNeedAttention) {
   }
   const std::string text = format_text_report(read_run(dir), test_options());
   EXPECT_TRUE(contains(text, "  ! rank 0 (pid 1000001, node-a): 1 unfinished call site entry skipped\n")) << text;
-  EXPECT_FALSE(contains(text, "python (innermost frame)")) << text;
+  EXPECT_FALSE(contains(text, "python (the job's own line)")) << text;
 }
 
 struct ToolRun {
