@@ -35,6 +35,10 @@ bool resolve_real_lookups() {
     return true;
   void* next_dlsym = elf::next_definition("dlsym");
   void* next_dlvsym = elf::next_definition("dlvsym");
+  if (next_dlsym == nullptr || next_dlvsym == nullptr) {  // dlopen()ed, not preloaded: libc comes before us
+    next_dlsym = elf::any_other_definition("dlsym");
+    next_dlvsym = elf::any_other_definition("dlvsym");
+  }
   if (next_dlsym == nullptr || next_dlvsym == nullptr) return false;
   __atomic_store_n(&trainscope_real_dlvsym, next_dlvsym, __ATOMIC_RELEASE);
   __atomic_store_n(&trainscope_real_dlsym, next_dlsym, __ATOMIC_RELEASE);

@@ -169,6 +169,14 @@ void* definition_in_object_of(const void* address, const char* name) {
   return definition_in(map, name);
 }
 
+void* any_other_definition(const char* name) {
+  for (const link_map* map = first_object(); map != nullptr; map = map->l_next) {
+    if (map->l_ld == _DYNAMIC || is_vdso(map)) continue;
+    if (void* address = definition_in(map, name)) return address;
+  }
+  return nullptr;
+}
+
 bool for_each_object(ObjectVisitor visit, void* context) {
   for (const link_map* map = first_object(); map != nullptr; map = map->l_next) {
     if (map->l_ld == _DYNAMIC || is_vdso(map)) continue;

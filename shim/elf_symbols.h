@@ -16,6 +16,10 @@ namespace trainscope::shim::elf {
 // at start-up. nullptr when none defines it.
 void* next_definition(const char* name);
 
+// The first default-version definition of `name` in any loaded object but this library, in link-map order: for a
+// copy of this library that was dlopen()ed rather than preloaded (nothing after it defines libc's functions).
+void* any_other_definition(const char* name);
+
 // The default-version definition of `name` in the object that contains `address` (a return address into it),
 // nullptr when that object does not export one.
 void* definition_in_object_of(const void* address, const char* name);

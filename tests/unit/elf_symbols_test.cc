@@ -18,6 +18,8 @@ TEST(ElfSymbols, NextDefinitionIsWhatRtldNextFinds) {
   EXPECT_EQ(next_definition("dlvsym"), dlsym(RTLD_NEXT, "dlvsym"));
   EXPECT_EQ(next_definition("malloc"), dlsym(RTLD_NEXT, "malloc"));
   EXPECT_EQ(next_definition("no_such_symbol_anywhere_4711"), nullptr);
+  EXPECT_EQ(any_other_definition("dlsym"), dlsym(RTLD_NEXT, "dlsym"));
+  EXPECT_EQ(any_other_definition("no_such_symbol_anywhere_4711"), nullptr);
 }
 
 struct Found {
