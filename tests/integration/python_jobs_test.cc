@@ -156,27 +156,30 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HandleLookedUpJobFrames, InfAndNanGiveTheLinkedJobsReportsWithThePythonLineOfTheCall) {
   const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
-  for (const char* value : {"inf", "nan"}) {
-    const std::vector<std::string> args = {"--steps", "5", "--inject", value, "--rank", "2", "--step", "3"};
-    TempDir c_dir;
-    TempDir py_dir;
-    const ProcessResult c =
-        testing::run_process(launch(4, 60, with_args({program("train_program")}, args)), shim_options(c_dir));
-    const ProcessResult py = testing::run_process(
-        launch(4, 60, with_args({python.path, python_job("train_job.py")}, args)), shim_options(py_dir));
-    ASSERT_EQ(c.exit_code, 0) << c.err;
-    ASSERT_EQ(py.exit_code, 0) << py.err;
-    const auto c_reports = verdicts(c_dir);
-    EXPECT_EQ(c_reports.count("nonfinite-rank2.txt"), 1u) << value;
-    EXPECT_EQ(c_reports.count("origin.txt"), 1u) << value;
-    EXPECT_EQ(verdicts(py_dir), c_reports) << value;
-    // The rank that made the value names the line of train_job.py that all-reduced it.
-    const std::string detection = testing::read_file(run_dir(py_dir) + "/nonfinite-rank2.txt");
-    const std::vector<std::string> lines = python_lines(detection);
-    ASSERT_FALSE(lines.empty()) << detection;
-    EXPECT_EQ(lines[0].rfind("File \"" + python_job("train_job.py") + "\", line ", 0), 0u) << detection;
-    const std::string origin = testing::read_file(run_dir(py_dir) + "/origin.txt");
-    EXPECT_FALSE(python_lines(origin).empty()) << origin;
+  for (const int ranks : {2, 4}) {
+    for (const char* value : {"inf", "nan"}) {
+      SCOPED_TRACE(std::string(value) + " on " + std::to_string(ranks) + " ranks");
+      const std::vector<std::string> args = {"--steps", "5", "--inject", value, "--rank", "1", "--step", "3"};
+      TempDir c_dir;
+      TempDir py_dir;
+      const ProcessResult c =
+          testing::run_process(launch(ranks, 60, with_args({program("train_program")}, args)), shim_options(c_dir));
+      const ProcessResult py = testing::run_process(
+          launch(ranks, 60, with_args({python.path, python_job("train_job.py")}, args)), shim_options(py_dir));
+      ASSERT_EQ(c.exit_code, 0) << c.err;
+      ASSERT_EQ(py.exit_code, 0) << py.err;
+      const auto c_reports = verdicts(c_dir);
+      EXPECT_EQ(c_reports.count("nonfinite-rank1.txt"), 1u);
+      EXPECT_EQ(c_reports.count("origin.txt"), 1u);
+      EXPECT_EQ(verdicts(py_dir), c_reports);
+      // The rank that made the value names the line of train_job.py that all-reduced it, and so does the origin.
+      const std::string detection = testing::read_file(run_dir(py_dir) + "/nonfinite-rank1.txt");
+      const std::vector<std::string> lines = python_lines(detection);
+      ASSERT_FALSE(lines.empty()) << detection;
+      EXPECT_EQ(lines[0].rfind("File \"" + python_job("train_job.py") + "\", line ", 0), 0u) << detection;
+      const std::string origin = testing::read_file(run_dir(py_dir) + "/origin.txt");
+      EXPECT_FALSE(python_lines(origin).empty()) << origin;
+    }
   }
 }
 
