@@ -5,13 +5,30 @@
 #include <elf.h>
 #include <link.h>
 #include <stdint.h>
-#include <string.h>
 
 // _DYNAMIC (declared by link.h, defined by the linker) is this library's own dynamic section: it tells our own entry
 // in the link map apart from the others.
 
 namespace trainscope::shim::elf {
 namespace {
+
+// No libc string functions here: a sanitizer runtime preloaded before us intercepts them, and its start-up calls our
+// dlsym (to set those very interceptors up) before they work.
+bool same_string(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+bool starts_with(const char* text, const char* prefix) {
+  while (*prefix != '\0' && *text == *prefix) {
+    ++text;
+    ++prefix;
+  }
+  return *prefix == '\0';
+}
 
 // What one object's dynamic section says about its symbols.
 struct SymbolTables {
@@ -70,7 +87,7 @@ bool is_default_definition(const SymbolTables& t, uint32_t index, const char* na
     const ElfW(Versym) version = t.versions[index];
     if ((version & 0x8000) != 0 || (version & 0x7fff) == 0) return false;  // hidden, or local
   }
-  return strcmp(t.strings + sym.st_name, name) == 0;
+  return same_string(t.strings + sym.st_name, name);
 }
 
 uint32_t gnu_hash_of(const char* name) {
@@ -131,7 +148,7 @@ void* definition_in(const link_map* map, const char* name) {
 
 bool is_vdso(const link_map* map) {
   const char* name = map->l_name;
-  return name != nullptr && strncmp(name, "linux-vdso", 10) == 0;
+  return name != nullptr && starts_with(name, "linux-vdso");
 }
 
 // This library's own entry in the link map (dladdr1 rather than _r_debug, which would make us depend on ld.so).
