@@ -605,9 +605,9 @@ void override_layout_for_testing(const Layout& layout) {
 bool plain_reads_enabled() { return g_mode.load(std::memory_order_acquire) == kPlain; }
 
 uint64_t stack_key() {
-  int mode = g_mode.load(std::memory_order_relaxed);
+  // Acquire: g_api and g_layout were written before g_mode left kOff (a plain load on x86).
+  const int mode = g_mode.load(std::memory_order_acquire);
   if (mode == kOff) return 0;
-  std::atomic_thread_fence(std::memory_order_acquire);  // g_api and g_layout were written before g_mode
   uintptr_t tstate = this_thread_state(g_api);
   if (tstate == 0) return 0;
   if (mode == kValidating) return validating_key(tstate);
