@@ -19,6 +19,8 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(cppzmq REQUIRED)  # the out-of-band exchange (libzmq underneath)
+# libsodium: the crypto under ZeroMQ's CURVE (so already in the process); it derives the job's keys (job_secret.h).
+pkg_check_modules(libsodium REQUIRED IMPORTED_TARGET libsodium)
 
 if(TRAINSCOPE_BUILD_TESTS)
   find_package(GTest REQUIRED)

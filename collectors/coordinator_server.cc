@@ -15,8 +15,13 @@
 
 #include <zmq.hpp>
 
+#include "collectors/job_secret.h"
+
 namespace trainscope::exchange {
 namespace {
+
+constexpr int kHandshakeFailures =
+    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
 uint64_t realtime_ns() {
   timespec ts{};
@@ -104,7 +109,15 @@ bool CoordinatorServer::start(std::string* error) {
     char monitor_address[64];
     std::snprintf(monitor_address, sizeof(monitor_address), "inproc://trainscope-coordinator-%p",
                   static_cast<void*>(state.get()));
-    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED) != 0) {
+    // Only holders of the job's secret can connect (CURVE needs the coordinator's public key, derived from it).
+    const CurveKeyPair keys = coordinator_key_pair(options_.token);
+    const int curve_server = 1;
+    if (zmq_setsockopt(state->router.handle(), ZMQ_CURVE_SERVER, &curve_server, sizeof(curve_server)) != 0 ||
+        zmq_setsockopt(state->router.handle(), ZMQ_CURVE_SECRETKEY, keys.secret_key.data(), keys.secret_key.size()) !=
+            0) {
+      throw zmq::error_t();
+    }
+    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED | kHandshakeFailures) != 0) {
       throw zmq::error_t();
     }
     state->monitor.set(zmq::sockopt::linger, 0);
@@ -331,6 +344,15 @@ void CoordinatorServer::run() {
       int32_t fd = -1;
       std::memcpy(&kind, event.data(), 2);
       std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, 4);
+      if ((kind & kHandshakeFailures) != 0) {
+        // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
+        ++local.rejected_handshakes;
+        if (local.rejected_handshakes <= 3 || local.rejected_handshakes % 1000 == 0)
+          log(LogLevel::kWarning, "coordinator: refused a connection that does not hold this job's key (" +
+                                      std::to_string(local.rejected_handshakes) +
+                                      " so far): not one of this job's ranks");
+        continue;
+      }
       if (kind != ZMQ_EVENT_DISCONNECTED) continue;
       auto it = s.rank_by_fd.find(fd);
       if (it == s.rank_by_fd.end()) continue;

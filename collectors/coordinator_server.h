@@ -1,4 +1,5 @@
-// The coordinator's transport: a ZeroMQ ROUTER that authenticates ranks by the job token, feeds the coordinator
+// The coordinator's transport: a ZeroMQ ROUTER that authenticates ranks by the job's secret (CURVE keys derived from
+// it, then the token in the encrypted hello: collectors/job_secret.h), feeds the coordinator
 // core, writes its reports into the run directory and sends every verdict to every connected rank.
 //
 // Run directory: manifest.json (the job's ranks, GPUs, versions); one <kind>-....txt/.json pair per verdict; and
@@ -42,7 +43,8 @@ struct CoordinatorServerOptions {
   std::string run_dir;       // reports and manifest.json go here (created 0700 when missing)
   CoordinatorOptions core;
   int tick_interval_ms = 50;         // how often timeouts are checked when no message arrives
-  int vanish_grace_ms = 2000;        // a dropped connection that does not come back in time is a vanished rank
+  int vanish_grace_ms = 500;         // a dropped connection that does not come back in time is a vanished rank (the
+                                     // kernel tells of a dead process at once; a network blip reconnects in 100 ms)
   int heartbeat_timeout_ms = 15000;  // ZeroMQ-level: a silent connection is closed (then counted as a drop)
   size_t max_peers = 1u << 16;
   size_t max_messages_per_wakeup = 4096;           // then tick and look at disconnects before reading more
@@ -54,7 +56,8 @@ struct CoordinatorServerStats {
   uint64_t messages = 0;
   uint64_t malformed = 0;  // failed decoding, or carried another rank's number
   uint64_t rejected_tokens = 0;
-  uint64_t unknown_peers = 0;  // messages before a hello (told to send one)
+  uint64_t rejected_handshakes = 0;  // connections without the job's key (CURVE handshake failed)
+  uint64_t unknown_peers = 0;        // messages before a hello (told to send one)
   uint64_t verdicts = 0;
   uint64_t report_errors = 0;  // reports that could not be written
   uint64_t peers = 0;          // authenticated connections now

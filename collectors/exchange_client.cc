@@ -14,8 +14,17 @@
 
 #include <zmq.hpp>
 
+#include "collectors/job_secret.h"
+
 namespace trainscope::exchange {
 namespace {
+
+// What the client's socket monitor reports: the connection's state as far as the job's key is concerned.
+constexpr int kMonitoredEvents = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+constexpr int kHandshakeFailures =
+    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
 uint64_t realtime_ns() {
   timespec ts{};
@@ -171,6 +180,7 @@ ExchangeClientStats ExchangeClient::stats() const {
   stats.nonfinite_dropped = nonfinite_dropped_.load();
   stats.welcomed = welcomed_.load();
   stats.rejected = rejected_.load();
+  stats.impostors = impostors_.load();
   return stats;
 }
 
@@ -181,6 +191,7 @@ void ExchangeClient::log(LogLevel level, const std::string& message) const {
 void ExchangeClient::run() {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
+  zmq::socket_t monitor(context, zmq::socket_type::pair);
   try {
     // A routing id that survives reconnections, so a coordinator that only lost the TCP connection still knows us.
     std::random_device random;
@@ -198,12 +209,70 @@ void ExchangeClient::run() {
     socket.set(zmq::sockopt::heartbeat_ivl, 1000);
     socket.set(zmq::sockopt::heartbeat_timeout, 10000);
     socket.set(zmq::sockopt::heartbeat_ttl, 10000);
+    // A listener that never completes the handshake (a program that is not a coordinator) is left in bounded time.
+    socket.set(zmq::sockopt::handshake_ivl, options_.handshake_timeout_ms);
+    // The coordinator's public key comes from the job's secret: only the job's own coordinator can complete the
+    // handshake, so a rank never talks to whatever else listens at the address.
+    const CurveKeyPair server = coordinator_key_pair(options_.hello.token);
+    const CurveKeyPair own = fresh_key_pair();
+    if (zmq_setsockopt(socket.handle(), ZMQ_CURVE_SERVERKEY, server.public_key.data(), server.public_key.size()) != 0 ||
+        zmq_setsockopt(socket.handle(), ZMQ_CURVE_PUBLICKEY, own.public_key.data(), own.public_key.size()) != 0 ||
+        zmq_setsockopt(socket.handle(), ZMQ_CURVE_SECRETKEY, own.secret_key.data(), own.secret_key.size()) != 0) {
+      throw zmq::error_t();
+    }
+    char monitor_address[64];
+    std::snprintf(monitor_address, sizeof(monitor_address), "inproc://trainscope-client-%p", static_cast<void*>(this));
+    if (zmq_socket_monitor(socket.handle(), monitor_address, kMonitoredEvents) != 0) throw zmq::error_t();
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(monitor_address);
     socket.connect(options_.endpoint);
-  } catch (const zmq::error_t& e) {
+  } catch (const std::exception& e) {
     log(LogLevel::kError, "exchange: cannot connect to the coordinator at '" + options_.endpoint + "': " + e.what() +
                               "; cross-rank checks are off, the job runs on and records locally");
     return;
   }
+
+  // The connection as the monitor tells it: up once the handshake proved the peer holds the job's key.
+  bool connected = false;
+  bool tcp_connected = false;  // a TCP connection whose handshake has not succeeded (yet)
+  bool warned_impostor = false;
+  auto read_monitor = [&] {
+    for (int i = 0; i < 64; ++i) {
+      zmq::message_t event;
+      zmq::message_t address;
+      try {
+        if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void)monitor.recv(address, zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (event.size() < 6) continue;
+      uint16_t kind = 0;
+      std::memcpy(&kind, event.data(), 2);
+      bool refused = (kind & kHandshakeFailures) != 0;
+      if (kind == ZMQ_EVENT_CONNECTED) {
+        tcp_connected = true;
+      } else if (kind == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        connected = true;
+        tcp_connected = false;
+      } else if (kind == ZMQ_EVENT_DISCONNECTED) {
+        // Dropped before the handshake succeeded: the listener could not prove it holds the job's key.
+        if (tcp_connected && !connected) refused = true;
+        connected = tcp_connected = false;
+      }
+      if (refused) {
+        connected = tcp_connected = false;
+        impostors_.fetch_add(1);
+        if (!warned_impostor) {
+          warned_impostor = true;
+          log(LogLevel::kWarning, "exchange: the program listening at " + options_.endpoint +
+                                      " is not this job's coordinator (it cannot prove it holds the job's key): "
+                                      "nothing is sent to it, cross-rank checks wait for the real one; is another "
+                                      "program or another run using that port?");
+        }
+      }
+    }
+  };
 
   const std::vector<uint8_t> hello = encode(options_.hello);
   bool hello_sent = false;
@@ -323,6 +392,7 @@ void ExchangeClient::run() {
       zmq::poll(items, 1, std::chrono::milliseconds(options_.flush_interval_ms));
     } catch (const zmq::error_t&) {
     }
+    read_monitor();
     receive_all();
     if (rejected_.load()) {
       Fingerprint discard;
@@ -346,25 +416,43 @@ void ExchangeClient::run() {
     }
   }
 
-  // A short job may stop before its first hello went out: the flush below connects and says hello first. Only a
-  // coordinator already known to be unreachable is not waited for.
-  if (stop_mode_.load() == 1 && !rejected_.load() && (hello_sent || !warned_unreachable)) {
-    // Deliver what is queued and say goodbye, for a bounded time: the coordinator may be gone already.
-    const uint64_t deadline = monotonic_ms() + static_cast<uint64_t>(options_.stop_flush_timeout_ms);
+  // At exit, an absent coordinator costs at most kAbsentCoordinatorWaitMs: wait that long for a connection that is
+  // not there, then go. A short job may stop before its first hello went out: the flush connects and says hello.
+  if (stop_mode_.load() == 1 && !rejected_.load()) {
+    const uint64_t started_ms = monotonic_ms();
+    const uint64_t deadline = started_ms + static_cast<uint64_t>(options_.stop_flush_timeout_ms);
+    uint64_t unconnected_since_ms = started_ms;
     bool flushed = false;
-    // An inf/nan report still waiting for its fingerprints keeps the flush going (bounded by the same deadline).
-    while ((!(flushed = send_pending()) || !nonfinite.empty()) && monotonic_ms() < deadline) {
-      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLOUT, 0}};
+    auto wait_a_little = [&] {
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLOUT, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 1, std::chrono::milliseconds(10));
+        zmq::poll(items, 2, std::chrono::milliseconds(5));
       } catch (const zmq::error_t&) {
       }
+      read_monitor();
+    };
+    read_monitor();
+    for (;;) {
+      const uint64_t now_ms = monotonic_ms();
+      if (connected) unconnected_since_ms = now_ms;
+      // An inf/nan report still waiting for its fingerprints keeps the flush going (bounded by the same deadline).
+      if (connected && (flushed = send_pending()) && nonfinite.empty()) break;
+      if (now_ms >= deadline || now_ms - unconnected_since_ms >= kAbsentCoordinatorWaitMs) break;
+      wait_a_little();
     }
-    Goodbye goodbye{options_.hello.global_rank, realtime_ns(), stopping_job_.load()};
-    (void)flushed;  // the goodbye goes even after a partial flush: it says the exit was clean
-    try_send(socket, encode(goodbye));
-    socket.set(zmq::sockopt::linger, options_.stop_flush_timeout_ms);
+    if (connected) {
+      Goodbye goodbye{options_.hello.global_rank, realtime_ns(), stopping_job_.load()};
+      (void)flushed;  // the goodbye goes even after a partial flush: it says the exit was clean
+      try_send(socket, encode(goodbye));
+      socket.set(zmq::sockopt::linger, options_.stop_flush_timeout_ms);
+    } else if (!welcomed_.load() && !warned_unreachable) {
+      // A short job ends before the unreachable warning is due: say it here, once, or nobody learns it.
+      log(LogLevel::kWarning, "exchange: the coordinator at " + options_.endpoint +
+                                  " was never reached: this rank's calls were not checked against the other ranks'");
+    }
   }
+  zmq_socket_monitor(socket.handle(), nullptr, 0);
+  monitor.close();
   socket.close();
   context.close();
 }

@@ -50,10 +50,12 @@ struct ExchangeClientOptions {
   int heartbeat_interval_ms = 1000;
   int reconnect_interval_ms = 100;  // ZMQ_RECONNECT_IVL, backing off to reconnect_interval_max_ms
   int reconnect_interval_max_ms = 5000;
-  int unreachable_warning_ms = 3000;               // no connection for this long: one warning
-  int stop_flush_timeout_ms = 2000;                // stop(): how long to try to deliver what is queued and the goodbye
-  LogSink log;                                     // may be empty
-  std::function<void(const Verdict&)> on_verdict;  // may be empty
+  int unreachable_warning_ms = 3000;  // no connection for this long: one warning
+  int stop_flush_timeout_ms = 2000;   // stop(): how long to try to deliver what is queued and the goodbye to a
+                                      // connected coordinator (an absent one is waited for kAbsentCoordinatorWaitMs)
+  int handshake_timeout_ms = 2000;    // a listener that has not proved it is the job's coordinator by then is left
+  LogSink log;                        // may be empty
+  std::function<void(const Verdict&)> on_verdict;            // may be empty
   std::function<std::vector<HeartbeatCall>()> inside_calls;  // calls in progress, for heartbeats; may be empty
 };
 
@@ -69,7 +71,11 @@ struct ExchangeClientStats {
   uint64_t nonfinite_dropped = 0;  // more than kMaxPendingNonfinite waiting to be sent
   bool welcomed = false;           // the coordinator accepted the hello (and has not asked for it again since)
   bool rejected = false;           // the coordinator refused the job token: nothing more is sent
+  uint64_t impostors = 0;          // connections to a listener that could not prove it holds the job's key
 };
+
+// At exit, how long a rank waits for a coordinator it is not connected to before it leaves.
+inline constexpr uint64_t kAbsentCoordinatorWaitMs = 100;
 
 // A bounded multi-producer multi-consumer queue (D. Vyukov's): one atomic ticket per push, no locks, no allocation.
 class FingerprintQueue {
@@ -126,6 +132,7 @@ class ExchangeClient {
   FingerprintQueue queue_;
   std::thread thread_;
   std::atomic<bool> stopping_job_{false};
+  std::atomic<uint64_t> impostors_{0};
   std::atomic<int> stop_mode_{0};  // 0 running, 1 stop with goodbye, 2 abandon
   bool started_ = false;
   std::mutex stacks_lock_;

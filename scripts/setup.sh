@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ make binutils pkg-config
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libzmq3-dev cppzmq-dev libunwind-dev
+  libzmq3-dev cppzmq-dev libsodium-dev libunwind-dev
   clang-format clang-14 libclang-rt-14-dev
 )
 

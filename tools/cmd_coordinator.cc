@@ -102,11 +102,12 @@ int cmd_coordinator(int argc, char** argv) {
   const exchange::CoordinatorServerStats stats = server.stats();
   std::fprintf(stderr,
                "[trainscope info] coordinator stopped (%s): %llu ranks said hello, %llu fingerprints, %llu verdicts, "
-               "%llu malformed messages, %llu rejected tokens\n",
+               "%llu malformed messages, %llu rejected tokens, %llu connections without the job's key\n",
                received == SIGINT ? "SIGINT" : "SIGTERM", static_cast<unsigned long long>(stats.hellos),
                static_cast<unsigned long long>(stats.core.fingerprints),
                static_cast<unsigned long long>(stats.verdicts), static_cast<unsigned long long>(stats.malformed),
-               static_cast<unsigned long long>(stats.rejected_tokens));
+               static_cast<unsigned long long>(stats.rejected_tokens),
+               static_cast<unsigned long long>(stats.rejected_handshakes));
   return 0;
 }
 

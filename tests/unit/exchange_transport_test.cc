@@ -22,6 +22,7 @@
 
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
+#include "collectors/job_secret.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::exchange {
@@ -96,6 +97,25 @@ Fingerprint all_reduce(int32_t rank, int32_t nranks, uint64_t seq, uint64_t coun
   return f;
 }
 
+// A raw DEALER that holds the job's key (as the job's ranks do), to send hand-made messages to the coordinator.
+void connect_with_key(zmq::socket_t& socket, const std::string& endpoint, const std::string& token = kToken) {
+  const CurveKeyPair server = coordinator_key_pair(token);
+  const CurveKeyPair own = fresh_key_pair();
+  socket.set(zmq::sockopt::linger, 0);
+  ASSERT_EQ(zmq_setsockopt(socket.handle(), ZMQ_CURVE_SERVERKEY, server.public_key.data(), 32), 0);
+  ASSERT_EQ(zmq_setsockopt(socket.handle(), ZMQ_CURVE_PUBLICKEY, own.public_key.data(), 32), 0);
+  ASSERT_EQ(zmq_setsockopt(socket.handle(), ZMQ_CURVE_SECRETKEY, own.secret_key.data(), 32), 0);
+  socket.connect(endpoint);
+}
+
+// A raw ROUTER that holds the coordinator's key, standing in for the coordinator.
+void serve_with_key(zmq::socket_t& router, const std::string& token = kToken) {
+  const CurveKeyPair keys = coordinator_key_pair(token);
+  const int one = 1;
+  ASSERT_EQ(zmq_setsockopt(router.handle(), ZMQ_CURVE_SERVER, &one, sizeof(one)), 0);
+  ASSERT_EQ(zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, keys.secret_key.data(), 32), 0);
+}
+
 class TransportTest : public ::testing::Test {
  protected:
   CoordinatorServerOptions server_options(const std::string& bind) {
@@ -131,19 +151,110 @@ class TransportTest : public ::testing::Test {
   LogCapture server_log_;
 };
 
-TEST_F(TransportTest, WrongTokenIsRejected) {
+TEST_F(TransportTest, AClientOfAnotherJobCannotEvenConnect) {
   CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
   std::string error;
   ASSERT_TRUE(server.start(&error)) << error;
   LogCapture client_log;
   ExchangeClient client(client_options(server.endpoint(), 0, nullptr, &client_log, "not-the-token"));
   client.start();
-  ASSERT_TRUE(wait_until([&] { return client.stats().rejected; }));
+  ASSERT_TRUE(client.push(all_reduce(0, 2, 1, 1024)));
+  // Its key check fails on both sides: the coordinator refuses it, and it refuses to talk to a coordinator that is
+  // not its own job's.
+  ASSERT_TRUE(wait_until([&] { return server.stats().rejected_handshakes >= 1 && client.stats().impostors >= 1; }));
+  EXPECT_TRUE(server_log_.contains("does not hold this job's key"));
+  EXPECT_TRUE(client_log.contains("is not this job's coordinator"));
+  client.stop();
   EXPECT_FALSE(client.stats().welcomed);
-  EXPECT_TRUE(client_log.contains("refused"));
+  EXPECT_EQ(client.stats().sent_fingerprints, 0u);
+  EXPECT_EQ(server.stats().hellos, 0u);
+  EXPECT_EQ(server.stats().messages, 0u);
+}
+
+TEST_F(TransportTest, AConnectionWithoutAnyKeyIsRefused) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  zmq::context_t context(1);
+  zmq::socket_t plain(context, zmq::socket_type::dealer);
+  plain.set(zmq::sockopt::linger, 0);
+  plain.connect(server.endpoint());
+  Hello hello;
+  hello.token = kToken;  // even the right token, in the clear, gets nowhere
+  hello.global_rank = 0;
+  (void)plain.send(zmq::buffer(encode(hello)), zmq::send_flags::dontwait);
+  ASSERT_TRUE(wait_until([&] { return server.stats().rejected_handshakes >= 1; }));
+  EXPECT_EQ(server.stats().messages, 0u);
+  EXPECT_EQ(server.stats().hellos, 0u);
+}
+
+TEST_F(TransportTest, AHelloWithTheWrongTokenIsRejected) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  zmq::context_t context(1);
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  connect_with_key(raw, server.endpoint());
+  Hello hello;
+  hello.token = "not-the-token";
+  hello.global_rank = 0;
+  ASSERT_TRUE(raw.send(zmq::buffer(encode(hello)), zmq::send_flags::none));
   EXPECT_TRUE(wait_until([&] { return server.stats().rejected_tokens >= 1; }));
   EXPECT_TRUE(server_log_.contains("wrong job token"));
+  zmq::message_t reply;
+  raw.set(zmq::sockopt::rcvtimeo, 20000);
+  ASSERT_TRUE(raw.recv(reply));
+  const DecodeResult decoded =
+      decode(std::span<const uint8_t>(static_cast<const uint8_t*>(reply.data()), reply.size()));
+  ASSERT_TRUE(decoded.ok);
+  ASSERT_TRUE(std::holds_alternative<Reject>(decoded.message));
+  EXPECT_EQ(std::get<Reject>(decoded.message).reason, RejectReason::kBadToken);
   EXPECT_EQ(server.stats().hellos, 0u);
+}
+
+TEST_F(TransportTest, ARankNeverTalksToAListenerThatIsNotItsCoordinator) {
+  // Another program on the coordinator's port (here: a plain ZeroMQ ROUTER, as a stray service would be).
+  zmq::context_t context(1);
+  zmq::socket_t stray(context, zmq::socket_type::router);
+  stray.set(zmq::sockopt::linger, 0);
+  stray.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = stray.get(zmq::sockopt::last_endpoint);
+  LogCapture client_log;
+  ExchangeClientOptions options = client_options(endpoint, 0, nullptr, &client_log);
+  options.handshake_timeout_ms = 200;
+  ExchangeClient client(options);
+  client.start();
+  ASSERT_TRUE(client.push(all_reduce(0, 2, 1, 1024)));
+  ASSERT_TRUE(wait_until([&] { return client.stats().impostors >= 1; }));
+  EXPECT_TRUE(client_log.contains("is not this job's coordinator"));
+  // Nothing the rank sent reached it.
+  stray.set(zmq::sockopt::rcvtimeo, 0);
+  zmq::message_t message;
+  EXPECT_FALSE(stray.recv(message, zmq::recv_flags::dontwait).has_value());
+  client.stop();
+  EXPECT_EQ(client.stats().sent_fingerprints, 0u);
+  EXPECT_FALSE(client.stats().welcomed);
+}
+
+TEST_F(TransportTest, AStopWithoutCoordinatorSaysTheChecksNeverRan) {
+  // A port nobody listens on: bind one, note it, close it.
+  std::string endpoint;
+  {
+    zmq::context_t context(1);
+    zmq::socket_t probe(context, zmq::socket_type::router);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.bind("tcp://127.0.0.1:*");
+    endpoint = probe.get(zmq::sockopt::last_endpoint);
+  }
+  LogCapture client_log;
+  ExchangeClientOptions options = client_options(endpoint, 0, nullptr, &client_log);
+  options.unreachable_warning_ms = 600000;  // a short job: the periodic warning is not due
+  ExchangeClient client(options);
+  client.start();
+  ASSERT_TRUE(client.push(all_reduce(0, 2, 1, 1024)));
+  client.stop();
+  EXPECT_TRUE(client_log.contains("was never reached"));
+  EXPECT_EQ(client.stats().sent_fingerprints, 0u);
 }
 
 TEST_F(TransportTest, MalformedMessagesAreDroppedAndLogged) {
@@ -152,8 +263,7 @@ TEST_F(TransportTest, MalformedMessagesAreDroppedAndLogged) {
   ASSERT_TRUE(server.start(&error)) << error;
   zmq::context_t context(1);
   zmq::socket_t raw(context, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.connect(server.endpoint());
+  connect_with_key(raw, server.endpoint());
   const std::string garbage = "this is not a trainscope message";
   ASSERT_TRUE(raw.send(zmq::buffer(garbage), zmq::send_flags::none));
   auto truncated_hello = encode(Hello{});
@@ -211,6 +321,7 @@ TEST_F(TransportTest, StackDefinitionsGoOutOnceAndBeforeAnythingThatNamesThem) {
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
   router.set(zmq::sockopt::rcvtimeo, 20000);
+  serve_with_key(router);
   router.bind("tcp://127.0.0.1:*");
   ExchangeClient client(client_options(router.get(zmq::sockopt::last_endpoint), 0, nullptr, nullptr));
   client.start();
@@ -471,8 +582,7 @@ TEST_F(ExchangeOriginTest, ReportUnderAnotherRanksNumberIsRefused) {
   ASSERT_TRUE(server.start(&error)) << error;
   zmq::context_t context(1);
   zmq::socket_t raw(context, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.connect(server.endpoint());
+  connect_with_key(raw, server.endpoint());
   Hello hello;
   hello.token = kToken;
   hello.global_rank = 0;

@@ -1,0 +1,57 @@
+// Key derivation for the exchange (see job_secret.h), on libsodium: ZeroMQ's CURVE is built on it, so it is in the
+// process already, and it gives keyed BLAKE2b and Curve25519 without any crypto of our own.
+#include "collectors/job_secret.h"
+
+#include <sodium.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace trainscope::exchange {
+
+namespace {
+
+void ensure_sodium() {
+  // Idempotent and thread-safe; it only fails when the system has no randomness source.
+  if (sodium_init() < 0) throw std::runtime_error("libsodium cannot initialise (no randomness source)");
+}
+
+// BLAKE2b-256 of `message`, keyed with a label: one secret gives independent values for independent uses.
+std::array<uint8_t, 32> derive(std::string_view label, std::span<const uint8_t> message) {
+  std::array<uint8_t, 32> out{};
+  crypto_generichash(out.data(), out.size(), message.data(), message.size(),
+                     reinterpret_cast<const unsigned char*>(label.data()), label.size());
+  return out;
+}
+
+}  // namespace
+
+CurveKeyPair coordinator_key_pair(std::string_view token) {
+  ensure_sodium();
+  CurveKeyPair pair;
+  pair.secret_key = derive("trainscope coordinator key v1",
+                           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(token.data()), token.size()));
+  crypto_scalarmult_base(pair.public_key.data(), pair.secret_key.data());
+  return pair;
+}
+
+CurveKeyPair fresh_key_pair() {
+  ensure_sodium();
+  CurveKeyPair pair;
+  crypto_box_keypair(pair.public_key.data(), pair.secret_key.data());
+  return pair;
+}
+
+std::string token_from_job_key(std::span<const uint8_t> job_key) {
+  const std::array<uint8_t, 32> digest = derive("trainscope job token v1", job_key);
+  std::string hex;
+  hex.reserve(64);
+  for (const uint8_t byte : digest) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", byte);
+    hex += two;
+  }
+  return hex;
+}
+
+}  // namespace trainscope::exchange
