@@ -59,6 +59,15 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
   }
 }
 
+TS_ENGINE_EXPORT void trainscope_engine_job_key(const trainscope::JobKeyArgs* args) {
+  if (!g_started || args == nullptr || args->key == nullptr) return;
+  try {
+    trainscope::engine::job_key_known(*args);
+  } catch (...) {
+    // Never an exception into the job's communicator creation.
+  }
+}
+
 TS_ENGINE_EXPORT void trainscope_engine_log(int level, const char* message) {
   if (!g_started || message == nullptr) return;
   trainscope::engine::log(static_cast<trainscope::LogLevel>(level), message);

@@ -13,8 +13,9 @@
 namespace trainscope {
 
 // 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
-// parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames).
-inline constexpr uint32_t kEngineAbiVersion = 5;
+// parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames). 6: job_key; the exchange
+// waits for it when no TRAINSCOPE_TOKEN is set.
+inline constexpr uint32_t kEngineAbiVersion = 6;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -53,11 +54,24 @@ struct CallSiteCapture {
   const char* python_note;            // why the frames are missing although the thread runs Python; "" otherwise
 };
 
+// The job key, once this rank creates the communicator that spans every rank of the launcher (job_key.h), and where
+// this run's files are from then on (they moved into the run's own sub-directory when the run id is one reruns share).
+struct JobKeyArgs {
+  const uint8_t* key;  // the ncclUniqueId's bytes
+  uint32_t key_len;
+  int32_t moved;  // 1: the files below moved into a new run directory
+  const char* run_dir;
+  const char* recorder_path;
+  const char* log_path;
+};
+
 }  // namespace trainscope
 
 extern "C" {
 // Returns 0 on success. Called once per process (again in a forked child that uses NCCL itself).
 int trainscope_engine_start(const trainscope::EngineStartArgs* args);
+// The job key is known (at most once per process; again in a forked child that starts anew).
+void trainscope_engine_job_key(const trainscope::JobKeyArgs* args);
 // One complete, already formatted message at `level` (trainscope::LogLevel).
 void trainscope_engine_log(int level, const char* message);
 // The global rank became known (from the first communicator) after start.

@@ -14,12 +14,15 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
+#include "collectors/job_secret.h"
+#include "shim/engine_frames.h"
 #include "shim/engine_logging.h"
 #include "shim/engine_ring.h"
 #include "shim/engine_stacks.h"
@@ -214,7 +217,20 @@ class Exchange {
       options.log = log_sink();
       server_ = std::make_unique<exchange::CoordinatorServer>(options);
       std::string error;
-      if (!server_->start(&error)) {
+      bool started = server_->start(&error);
+      if (!started && !plan_.fallback_bind_address.empty()) {
+        // MASTER_ADDR names this host in a way it cannot bind (a load balancer, a NAT address): listen everywhere.
+        // Only the job's own ranks can connect anyway (job_secret.h).
+        log(LogLevel::kWarn, ("cannot listen at MASTER_ADDR's " + plan_.bind_address + " (" + error +
+                              "): the coordinator listens on every interface instead, still admitting only this "
+                              "job's ranks")
+                                 .c_str());
+        options.bind_address = plan_.fallback_bind_address;
+        server_ = std::make_unique<exchange::CoordinatorServer>(options);
+        error.clear();
+        started = server_->start(&error);
+      }
+      if (!started) {
         log(LogLevel::kWarn, ("cannot host the coordinator at " + plan_.bind_address + " (" + error +
                               "): this job runs without the cross-rank checks; set TRAINSCOPE_COORDINATOR")
                                  .c_str());
@@ -463,13 +479,11 @@ bool valid_port(const char* text, int* port) {
 
 }  // namespace
 
-CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank, int32_t world,
-                                 const char* master_addr, const char* master_port) {
+CoordinatorPlan plan_coordinator(const Config& config, int32_t launcher_rank, int32_t world, const char* master_addr,
+                                 const char* master_port) {
   CoordinatorPlan plan;
-  // Without a token of its own the job uses one derived from the run id, which every rank agrees on. It keeps
-  // other jobs' ranks out; `trainscope run` sets a random one for real secrecy.
-  plan.token = config.token[0] != '\0' ? std::string(config.token) : "run-" + run_id;
-  if (plan.token.size() < 8) plan.token += std::string(8 - plan.token.size(), '-');
+  // Without a token of its own the job's secret comes from the job key (job_secret.h), once it is known.
+  if (config.token[0] != '\0') plan.token = config.token;
   switch (config.coordinator_mode) {
     case CoordinatorMode::kOff:
       plan.why_disabled = "TRAINSCOPE_COORDINATOR=off";
@@ -487,26 +501,56 @@ CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id
     return plan;
   }
   if (master_addr == nullptr || *master_addr == '\0' || !valid_port(master_port, &port)) {
-    plan.why_disabled = "no MASTER_ADDR/MASTER_PORT to find the coordinator at; set TRAINSCOPE_COORDINATOR";
+    plan.why_disabled = "cross-rank checks are off for this " + std::to_string(world) +
+                        "-rank job, so a mismatch hangs unreported: there is no MASTER_ADDR/MASTER_PORT to find the "
+                        "coordinator at; set TRAINSCOPE_COORDINATOR=HOST:PORT (a `trainscope coordinator`), or run the "
+                        "job with `trainscope run`";
+    plan.worth_a_warning = true;
     return plan;
   }
   const int coordinator_port =
       port + kCoordinatorPortOffset <= 65535 ? port + kCoordinatorPortOffset : port - kCoordinatorPortOffset;
+  const std::string host = std::strchr(master_addr, ':') != nullptr && master_addr[0] != '['
+                               ? "[" + std::string(master_addr) + "]"  // a bare IPv6 address
+                               : std::string(master_addr);
   plan.enabled = true;
-  plan.endpoint = "tcp://" + std::string(master_addr) + ":" + std::to_string(coordinator_port);
+  plan.endpoint = "tcp://" + host + ":" + std::to_string(coordinator_port);
   if (launcher_rank == 0) {
     plan.host_here = true;
-    plan.bind_address = "tcp://*:" + std::to_string(coordinator_port);
+    // Where the ranks reach it, and nowhere else: MASTER_ADDR is this host's address the job gave its ranks.
+    plan.bind_address = plan.endpoint;
+    plan.fallback_bind_address = "tcp://*:" + std::to_string(coordinator_port);
   }
   return plan;
 }
 
+namespace {
+
+// The exchange waits for the job key when the job has no TRAINSCOPE_TOKEN (job_key.h): its setup and plan until then.
+std::mutex g_pending_mutex;
+std::unique_ptr<ExchangeSetup> g_pending_setup;
+CoordinatorPlan g_pending_plan;
+
+void start_with_plan(const ExchangeSetup& setup, const CoordinatorPlan& plan) {
+  try {
+    auto exchange = std::make_unique<Exchange>(setup, plan);
+    exchange->start();
+    g_exchange = exchange.release();
+    g_exchange_running.store(true, std::memory_order_release);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, (std::string("cross-rank checks off: ") + e.what()).c_str());
+  }
+}
+
+}  // namespace
+
 void start_exchange(const ExchangeSetup& setup) {
   if (setup.config == nullptr || g_exchange != nullptr) return;
-  const CoordinatorPlan plan = plan_coordinator(*setup.config, setup.run_id, setup.launcher_rank, setup.world,
+  const CoordinatorPlan plan = plan_coordinator(*setup.config, setup.launcher_rank, setup.world,
                                                 std::getenv("MASTER_ADDR"), std::getenv("MASTER_PORT"));
   if (!plan.enabled) {
-    log(LogLevel::kDebug, ("cross-rank checks off: " + plan.why_disabled).c_str());
+    log(plan.worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
+        (plan.worth_a_warning ? plan.why_disabled : "cross-rank checks off: " + plan.why_disabled).c_str());
     return;
   }
   if (setup.launcher_rank < 0 || setup.world <= 0) {
@@ -520,17 +564,53 @@ void start_exchange(const ExchangeSetup& setup) {
     log(LogLevel::kWarn, "cross-rank checks off: this process has no flight recorder to read its calls from");
     return;
   }
-  try {
-    auto exchange = std::make_unique<Exchange>(setup, plan);
-    exchange->start();
-    g_exchange = exchange.release();
-    g_exchange_running.store(true, std::memory_order_release);
-  } catch (const std::exception& e) {
-    log(LogLevel::kWarn, (std::string("cross-rank checks off: ") + e.what()).c_str());
+  if (plan.token.empty()) {
+    std::lock_guard<std::mutex> lock(g_pending_mutex);
+    g_pending_setup = std::make_unique<ExchangeSetup>(setup);
+    g_pending_plan = plan;
+    log(LogLevel::kDebug,
+        "cross-rank checks start with the first communicator that spans every rank (the job's "
+        "secret comes from its unique id)");
+    return;
   }
+  start_with_plan(setup, plan);
+}
+
+void job_key_known(const JobKeyArgs& args) {
+  if (args.moved != 0) {
+    set_frames_run_dir(args.run_dir != nullptr ? args.run_dir : "");
+    log(LogLevel::kInfo, (std::string("recording to ") + args.run_dir + " (this run's own folder)").c_str());
+  }
+  std::unique_ptr<ExchangeSetup> setup;
+  CoordinatorPlan plan;
+  {
+    std::lock_guard<std::mutex> lock(g_pending_mutex);
+    if (!g_pending_setup || g_exchange != nullptr) return;
+    setup = std::move(g_pending_setup);
+    plan = g_pending_plan;
+  }
+  plan.token = exchange::token_from_job_key(std::span<const uint8_t>(args.key, args.key_len));
+  if (args.run_dir != nullptr) setup->run_dir = args.run_dir;
+  if (args.recorder_path != nullptr) setup->recorder_path = args.recorder_path;
+  start_with_plan(*setup, plan);
 }
 
 void stop_exchange(bool stopping_job) {
+  {
+    std::lock_guard<std::mutex> lock(g_pending_mutex);
+    if (g_pending_setup) {
+      const ExchangeSetup& setup = *g_pending_setup;
+      const uint32_t comms =
+          setup.recorder != nullptr ? __atomic_load_n(&setup.recorder->comms_used, __ATOMIC_ACQUIRE) : 0;
+      if (comms > 0)
+        log(LogLevel::kWarn,
+            ("cross-rank checks never ran: no communicator spanned all " + std::to_string(setup.world) +
+             " ranks of the launcher, so the ranks had no shared secret; set TRAINSCOPE_TOKEN to one "
+             "secret on every rank (or use trainscope run)")
+                .c_str());
+      g_pending_setup.reset();
+    }
+  }
   if (g_exchange == nullptr) return;
   g_exchange_running.store(false, std::memory_order_release);
   try {

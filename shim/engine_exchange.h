@@ -12,6 +12,7 @@
 #include "reports/flight_record_format.h"
 #include "reports/frame_report.h"
 #include "shim/config.h"
+#include "shim/engine_api.h"
 
 namespace trainscope::engine {
 
@@ -33,16 +34,22 @@ struct ExchangeSetup {
 struct CoordinatorPlan {
   bool enabled = false;
   bool host_here = false;    // this process binds the coordinator (global rank 0 under TRAINSCOPE_COORDINATOR=auto)
-  std::string bind_address;  // when host_here
-  std::string endpoint;      // what every rank connects to
-  std::string token;
-  std::string why_disabled;  // for the log when !enabled
+  std::string bind_address;  // when host_here: where the ranks reach it (MASTER_ADDR's port + 3)
+  std::string fallback_bind_address;  // when MASTER_ADDR is not an address of this host: every interface
+  std::string endpoint;               // what every rank connects to
+  std::string token;                  // TRAINSCOPE_TOKEN; empty: it comes from the job key (job_key_known)
+  std::string why_disabled;           // for the log when !enabled
+  bool worth_a_warning = false;       // disabled although the job has several ranks: they will go unchecked
 };
-CoordinatorPlan plan_coordinator(const Config& config, const std::string& run_id, int32_t launcher_rank, int32_t world,
-                                 const char* master_addr, const char* master_port);
+CoordinatorPlan plan_coordinator(const Config& config, int32_t launcher_rank, int32_t world, const char* master_addr,
+                                 const char* master_port);
 
-// Starts the exchange (never throws; failures are logged and leave the job running without it).
+// Starts the exchange (never throws; failures are logged and leave the job running without it). Without
+// TRAINSCOPE_TOKEN it waits for the job key (job_key_known).
 void start_exchange(const ExchangeSetup& setup);
+// The job key is known (shim/job_key.h): the exchange starts with the secret derived from it, and reports follow the
+// run's files when they moved into the run's own folder.
+void job_key_known(const JobKeyArgs& args);
 // Normal exit: sends what is left, says goodbye, and (rank 0) keeps the coordinator up briefly for the others.
 // `stopping_job`: this rank stops the job on the user's request (see exchange::Goodbye).
 void stop_exchange(bool stopping_job = false);

@@ -61,6 +61,12 @@ class FrameThread {
     thread_ = std::thread([this] { loop(); });
   }
 
+  // The run's files move into its own folder once the job key is known (job_key.h); reports follow them.
+  void set_run_dir(std::string dir) {
+    std::lock_guard<std::mutex> lock(run_dir_mutex_);
+    run_dir_ = std::move(dir);
+  }
+
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -257,8 +263,13 @@ class FrameThread {
 
   int32_t rank() const { return __atomic_load_n(&header_->global_rank, __ATOMIC_RELAXED); }
 
+  std::string run_dir() {
+    std::lock_guard<std::mutex> lock(run_dir_mutex_);
+    return run_dir_;
+  }
+
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
-    const std::string stem = run_dir_ + "/" + base;
+    const std::string stem = run_dir() + "/" + base;
     const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     // The JSON first: whoever sees the text (a person, a test) sees both.
     if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
@@ -277,7 +288,7 @@ class FrameThread {
     std::string text;
     if (batch_start) text += reports::format_trace_batch_start(frame.batch);
     text += reports::format_trace_frame(frame);
-    const std::string stem = run_dir_ + "/" + trace_base_name(rank());
+    const std::string stem = run_dir() + "/" + trace_base_name(rank());
     nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
@@ -400,6 +411,7 @@ class FrameThread {
 
   Config config_;
   recorder::FileHeader* header_;
+  std::mutex run_dir_mutex_;
   std::string run_dir_;
   batch::BatchTracker tracker_;
   frames::FrameWindow window_;
@@ -448,6 +460,10 @@ std::string stop_base_name(int32_t rank) { return "stop-rank" + std::to_string(r
 std::string trace_base_name(int32_t rank) { return "trace-rank" + std::to_string(rank); }
 
 bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr && g_marker_matcher->matches(name); }
+
+void set_frames_run_dir(const std::string& run_dir) {
+  if (g_frames != nullptr) g_frames->set_run_dir(run_dir);
+}
 
 void start_frames(const FramesSetup& setup) {
   if (setup.config == nullptr || g_frames != nullptr) return;

@@ -27,6 +27,8 @@ void start_frames(const FramesSetup& setup);
 void stop_frames();
 // Forked child: forget the parent's thread.
 void abandon_frames();
+// The run directory moved (job key): reports written from now on go to `run_dir`.
+void set_frames_run_dir(const std::string& run_dir);
 
 // TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (cached per distinct name; thread-safe).
 // False before start_frames and under any other marker.

@@ -67,8 +67,9 @@ LauncherIdentity launcher_identity(char* const* env) {
 }
 
 bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid, char* out,
-                             size_t out_len) {
+                             size_t out_len, RunIdSource* source) {
   int n = -1;
+  RunIdSource from = RunIdSource::kLocal;
   const char* elastic = find_env(env, "TORCHELASTIC_RUN_ID");
   const char* slurm_job = find_env(env, "SLURM_JOB_ID");
   const char* slurm_step = find_env(env, "SLURM_STEP_ID");
@@ -78,23 +79,50 @@ bool run_id_from_environment(char* const* env, const char* configured_run_id, co
   const char* master_port = find_env(env, "MASTER_PORT");
   if (non_empty(configured_run_id)) {
     n = snprintf(out, out_len, "%s", configured_run_id);
+    from = RunIdSource::kConfigured;
   } else if (non_empty(elastic) && strcmp(elastic, "none") != 0) {
     n = snprintf(out, out_len, "torchelastic-%s", elastic);
+    from = RunIdSource::kTorchElastic;
   } else if (non_empty(slurm_job)) {
     n = non_empty(slurm_step) ? snprintf(out, out_len, "slurm-%s.%s", slurm_job, slurm_step)
                               : snprintf(out, out_len, "slurm-%s", slurm_job);
+    from = RunIdSource::kSlurm;
   } else if (non_empty(ompi_job)) {
     n = snprintf(out, out_len, "mpi-%s", ompi_job);
+    from = RunIdSource::kMpi;
   } else if (non_empty(pmix_namespace)) {
     n = snprintf(out, out_len, "mpi-%s", pmix_namespace);
+    from = RunIdSource::kMpi;
   } else if (non_empty(master_addr) && non_empty(master_port)) {
     n = snprintf(out, out_len, "master-%s-%s", master_addr, master_port);
+    from = RunIdSource::kMaster;
   } else {
     n = snprintf(out, out_len, "local-%s-pg%d", non_empty(host) ? host : "host", static_cast<int>(pgid));
   }
   if (n < 0 || static_cast<size_t>(n) >= out_len) return false;
   sanitize(out);
+  if (source != nullptr) *source = from;
   return true;
+}
+
+bool run_id_is_reused(RunIdSource source) {
+  return source == RunIdSource::kMaster || source == RunIdSource::kTorchElastic;
+}
+
+void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t out_len) {
+  // FNV-1a over the bytes, then a splitmix64 finaliser: enough to tell runs apart; secrecy is not its job.
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto* bytes = static_cast<const unsigned char*>(job_key);
+  for (size_t i = 0; i < len; ++i) {
+    hash ^= bytes[i];
+    hash *= 0x100000001b3ull;
+  }
+  hash ^= hash >> 30;
+  hash *= 0xbf58476d1ce4e5b9ull;
+  hash ^= hash >> 27;
+  hash *= 0x94d049bb133111ebull;
+  hash ^= hash >> 31;
+  snprintf(out, out_len, "run-%016llx", static_cast<unsigned long long>(hash));
 }
 
 int make_directories(const char* path) {

@@ -26,8 +26,19 @@ LauncherIdentity launcher_identity(char* const* env);
 //   MASTER_ADDR + MASTER_PORT                     -> master-<addr>-<port>
 //   otherwise                                     -> local-<host>-pg<process group id>
 // Characters outside [A-Za-z0-9._-] become '_'. Writes a NUL-terminated name; returns false if it did not fit.
+enum class RunIdSource { kConfigured, kTorchElastic, kSlurm, kMpi, kMaster, kLocal };
 bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid, char* out,
-                             size_t out_len);
+                             size_t out_len, RunIdSource* source = nullptr);
+
+// Whether a run id from `source` names every rerun of the same command alike: MASTER_ADDR/MASTER_PORT do, and so
+// does TORCHELASTIC_RUN_ID (torchrun's --rdzv-id is usually fixed in a job script). Each run then gets its own
+// sub-directory below it, named from the job key (run_subdirectory_name).
+bool run_id_is_reused(RunIdSource source);
+
+// "run-" and 16 hex digits from the job key (the world communicator's ncclUniqueId, which NCCL fills with a random
+// number): every rank of one run computes the same name without talking, and two runs differ. Not a secret (the
+// folder is private, and working the key back from the name means searching its 64 random bits).
+void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t out_len);
 
 // Creates `path` and its missing parents with mode 0700 (like mkdir -p). Returns 0 or an errno value.
 int make_directories(const char* path);

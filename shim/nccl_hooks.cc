@@ -16,6 +16,7 @@
 #include "shim/call_site_capture.h"
 #include "shim/comm_registry.h"
 #include "shim/interception.h"
+#include "shim/job_key.h"
 #include "shim/nccl_libraries.h"
 #include "shim/runtime.h"
 
@@ -259,6 +260,7 @@ TS_HOOK_BODY(ncclGetUniqueId)(ncclUniqueId* uniqueId) {
 
 TS_HOOK_BODY(ncclCommInitRank)(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   TS_HOOK_ENTER(ncclCommInitRank, kCommInitRank, (comm, nranks, commId, rank));
+  trainscope::shim::note_job_key(&commId, sizeof(commId), nranks);
   auto& r = hook.record();
   r.comm_id = trainscope::shim::comm_id_from_unique_ids(&commId, sizeof(commId));
   r.rank = rank;
@@ -273,6 +275,7 @@ TS_HOOK_BODY(ncclCommInitRank)(ncclComm_t* comm, int nranks, ncclUniqueId commId
 TS_HOOK_BODY(ncclCommInitRankConfig)
 (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
   TS_HOOK_ENTER(ncclCommInitRankConfig, kCommInitRankConfig, (comm, nranks, commId, rank, config));
+  trainscope::shim::note_job_key(&commId, sizeof(commId), nranks);
   auto& r = hook.record();
   r.comm_id = trainscope::shim::comm_id_from_unique_ids(&commId, sizeof(commId));
   r.rank = rank;
@@ -289,6 +292,7 @@ TS_HOOK_BODY(ncclCommInitRankConfig)
 TS_HOOK_BODY(ncclCommInitRankScalable)
 (ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config) {
   TS_HOOK_ENTER(ncclCommInitRankScalable, kCommInitRankScalable, (newcomm, nranks, myrank, nId, commIds, config));
+  if (commIds != nullptr && nId > 0) trainscope::shim::note_job_key(commIds, sizeof(ncclUniqueId), nranks);
   auto& r = hook.record();
   if (commIds != nullptr && nId > 0)
     r.comm_id = trainscope::shim::comm_id_from_unique_ids(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId));

@@ -20,6 +20,7 @@
 #include "shim/comm_registry.h"
 #include "shim/identity.h"
 #include "shim/interception.h"
+#include "shim/job_key.h"
 #include "shim/nccl_libraries.h"
 #include "shim/nccl_presence.h"
 
@@ -116,6 +117,7 @@ void start_engine(int run_dir_error) {
   load_symbol(handle, "trainscope_engine_fork_parent", &rt.engine_fork_parent);
   load_symbol(handle, "trainscope_engine_fork_child", &rt.engine_fork_child);
   load_symbol(handle, "trainscope_engine_note_call_site", &rt.engine_note_call_site);
+  load_symbol(handle, "trainscope_engine_job_key", &rt.engine_job_key);
   if (rt.config.watch != WatchMode::kOff) {
     load_symbol(handle, "trainscope_engine_watch_begin", &rt.engine_watch_begin);
     load_symbol(handle, "trainscope_engine_watch_end", &rt.engine_watch_end);
@@ -154,7 +156,7 @@ bool learn_identity(Runtime& rt) {
   rt.local_rank = identity.local_rank;
   rt.global_rank.store(identity.rank, std::memory_order_relaxed);
   return run_id_from_environment(environ, rt.config.run_id, rt.host, static_cast<int32_t>(getpgrp()), rt.run_id,
-                                 sizeof(rt.run_id));
+                                 sizeof(rt.run_id), &rt.run_id_source);
 }
 
 // Creates the run directory (rt.run_dir). Returns 0 or the errno that stopped it.
@@ -251,6 +253,7 @@ void forget_engine(Runtime& rt) {
   rt.engine_comm_async_state = nullptr;
   rt.engine_comm_next_call = nullptr;
   rt.engine_step_marker_matches = nullptr;
+  rt.engine_job_key = nullptr;
 }
 
 // ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).
@@ -372,6 +375,7 @@ void fork_child() {
   reset_comm_registry();
   forget_engine(rt);
   reset_call_sites();
+  reset_job_key();
   t_thread = ThreadState{};
   rt.start_state.store(static_cast<int>(StartState::kNotStarted), std::memory_order_relaxed);
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;

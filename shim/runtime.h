@@ -10,6 +10,7 @@
 #include "reports/flight_recorder_writer.h"
 #include "shim/config.h"
 #include "shim/engine_api.h"
+#include "shim/identity.h"
 
 namespace trainscope::shim {
 
@@ -34,6 +35,9 @@ struct Runtime {
   char run_dir[kMaxPath];
   char recorder_path[kMaxPath];
   char log_path[kMaxPath];
+  RunIdSource run_id_source;
+  // The job key (job_key.h): 0 until the world communicator's unique id is seen, then 1 (set under its lock).
+  std::atomic<int> job_key_state;
   // Engine entry points, null until it is loaded.
   decltype(&trainscope_engine_log) engine_log;
   decltype(&trainscope_engine_set_rank) engine_set_rank;
@@ -51,6 +55,7 @@ struct Runtime {
   decltype(&trainscope_engine_comm_async_state) engine_comm_async_state;
   decltype(&trainscope_engine_comm_next_call) engine_comm_next_call;
   decltype(&trainscope_engine_step_marker_matches) engine_step_marker_matches;
+  decltype(&trainscope_engine_job_key) engine_job_key;
 };
 
 extern Runtime g_runtime;

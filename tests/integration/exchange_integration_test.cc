@@ -361,6 +361,108 @@ TEST(Exchange, NoCoordinatorReachableTheJobRunsOnAndWarnsOnce) {
   EXPECT_NE(all.find("rank 3 finished 20 steps"), std::string::npos) << all;
 }
 
+// ---- trust ----
+
+// The text of rank 0's log in `run_dir` ("" until it exists).
+std::string rank0_log(const std::string& run_dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rank-0.pid-", 0) == 0 && entry.path().extension() == ".log")
+      return testing::read_file(entry.path());
+  }
+  return "";
+}
+
+// The attack of issue 11: an outside process, preloaded, with everything an outsider can know of the job (its run id,
+// its master address and port, hence the coordinator's address, and the token the run id used to give), sends one inf
+// under TRAINSCOPE_ON_NONFINITE=abort. The job's coordinator must not let it in: no verdict, no origin, no stop.
+TEST(Trust, AnOutsiderCannotForgeAVerdictThatStopsTheJob) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
+  const pid_t launcher = testing::start_process(
+      {TS_LAUNCH, "-n", "4", "--timeout", "120", "--", program("loop_program"), "--iterations", "0"}, options);
+  ASSERT_GT(launcher, 0);
+  std::string coordinator;
+  ASSERT_TRUE(eventually([&] {
+    const std::string log = rank0_log(run_dir(dir));
+    const size_t at = log.find("coordinator listening at tcp://");
+    if (at == std::string::npos || !fs::exists(run_dir(dir) + "/manifest.json")) return false;
+    const size_t start = at + std::strlen("coordinator listening at tcp://");
+    coordinator = log.substr(start, log.find('\n', start) - start);
+    return true;
+  })) << "the job's coordinator never started";
+  const std::string port = coordinator.substr(coordinator.rfind(':') + 1);
+
+  TempDir outside;
+  ProcessOptions attacker = job_options(outside);
+  attacker.env["TRAINSCOPE_COORDINATOR"] = coordinator;
+  attacker.env["TRAINSCOPE_TOKEN"] = "run-job-";  // what the run id "job" gave before
+  attacker.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+  attacker.env["RANK"] = "0";
+  attacker.env["WORLD_SIZE"] = "1";
+  attacker.env["MASTER_ADDR"] = "127.0.0.1";
+  attacker.env["MASTER_PORT"] = std::to_string(std::stoi(port) - 3);
+  attacker.timeout_seconds = 60;
+  const ProcessResult forged = testing::run_process(
+      {program("train_program"), "--steps", "3", "--inject", "inf", "--rank", "0", "--step", "1"}, attacker);
+  // (It stops itself with 87: TRAINSCOPE_ON_NONFINITE=abort applies to its own inf whatever the coordinator says.)
+  EXPECT_NE(forged.err.find("Detected inf/nan"), std::string::npos) << "the outsider sent no inf: " << forged.err;
+
+  // The coordinator turned it away...
+  EXPECT_TRUE(eventually([&] {
+    return rank0_log(run_dir(dir)).find("does not hold this job's key") != std::string::npos;
+  })) << rank0_log(run_dir(dir));
+  // ... and the job runs on, untouched.
+  EXPECT_EQ(kill(launcher, 0), 0) << "the job stopped";
+  EXPECT_FALSE(fs::exists(run_dir(dir) + "/origin.txt"));
+  kill(-launcher, SIGKILL);
+  const ProcessResult job = testing::wait_process(launcher, 30);
+  EXPECT_NE(job.exit_code, 87);
+}
+
+// Two runs of one command with torchrun's defaults (the same MASTER_ADDR/MASTER_PORT, no run id of their own) each
+// get their own folder: the second, clean run is not blamed for the first one's mismatch.
+TEST(Trust, RerunsOfTheSameCommandEachGetTheirOwnDirectory) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.env["TORCHELASTIC_RUN_ID"] = "none";
+  options.env["MASTER_ADDR"] = "127.0.0.1";
+  options.env["MASTER_PORT"] = std::to_string(20000 + getpid() % 12000);
+  const ProcessResult first = testing::run_process(scenario("half-count", 1, 2), options);
+  EXPECT_EQ(first.exit_code, kVerdictExit) << first.err;
+  const ProcessResult second = testing::run_process(scenario("none", -1, -1, 5), options);
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+
+  const std::string base = dir.path() + "/runs/master-127.0.0.1-" + options.env["MASTER_PORT"].value();
+  std::vector<std::string> runs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base, ec))
+    if (entry.is_directory() && entry.path().filename().string().rfind("run-", 0) == 0)
+      runs.push_back(entry.path().string());
+  ASSERT_EQ(runs.size(), 2u) << "one folder per run below " << base;
+  int with_mismatch = 0;
+  for (const std::string& run : runs) {
+    int recorders = 0;
+    bool mismatch = false;
+    for (const auto& entry : fs::directory_iterator(run, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".tsrec") ++recorders;
+      if (name.rfind("mismatch-", 0) == 0) mismatch = true;
+    }
+    EXPECT_EQ(recorders, 4) << run;
+    with_mismatch += mismatch ? 1 : 0;
+    const ProcessResult summary = testing::run_process({TS_TOOL, "report", run}, options);
+    EXPECT_NE(summary.out.find("processes: 4 recorded"), std::string::npos) << summary.out << summary.err;
+  }
+  EXPECT_EQ(with_mismatch, 1);
+  // Nothing was left behind in the shared parent.
+  for (const auto& entry : fs::directory_iterator(base, ec))
+    EXPECT_TRUE(entry.is_directory()) << "left in the shared folder: " << entry.path();
+}
+
 // ---- trainscope run ----
 
 TEST(Exchange, TrainscopeRunAroundAFourRankJob) {
