@@ -17,6 +17,7 @@
 
 #include "collectors/batch_tracker.h"
 #include "collectors/frame_window.h"
+#include "collectors/held_frames.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
@@ -55,7 +56,8 @@ class FrameThread {
         header_(setup.recorder),
         run_dir_(setup.run_dir),
         tracker_(marker_of(config_)),
-        window_(window_options(config_)) {}
+        window_(window_options(config_)),
+        hold_unsettled_(tracker_.marker().kind == batch::MarkerKind::kAuto && config_.trace_batch_range_count > 0) {}
 
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -68,7 +70,8 @@ class FrameThread {
     }
     wake_.notify_all();
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-    pass();  // what completed since
+    pass();              // what completed since
+    release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
     const WatchCounters& c = watch_board().counters();
     const uint64_t skipped = c.skipped_capturing.load() + c.skipped_other.load() + c.dropped_backlog.load();
     if (skipped > 0 || cursor_.dropped() > 0) {
@@ -123,7 +126,9 @@ class FrameThread {
   struct Pending {
     bool batch_start = false;
     uint64_t batch = 0;
-    uint64_t index = 0;  // the watched record
+    uint64_t index = 0;     // the watched record
+    uint64_t position = 0;  // the call's position in the tracker
+    bool settled = true;    // `batch` is the call's number (else its provisional number: auto, period not known)
   };
 
   void pass() {
@@ -146,6 +151,7 @@ class FrameThread {
 
   void on_record(uint64_t index, const Record& r) {
     const Op op = static_cast<Op>(r.op);
+    const uint64_t position = tracker_.position();
     batch::BatchEvent event;
     if (op == Op::kStepMarker) {
       event = tracker_.on_marker();
@@ -154,20 +160,63 @@ class FrameThread {
     } else {
       return;
     }
-    if (event.new_batch) backlog_.push_back({true, event.batch, 0});
+    // Under auto, before the period is learnt, a call's number is a guess: with trace batches its frame waits for
+    // the number (HeldFrames); the batch start of call 0 (batch 0, where the window starts) is all that is dropped.
+    const bool settled = !hold_unsettled_ || op == Op::kStepMarker || position < tracker_.settled();
+    if (hold_unsettled_ && tracker_.settled() != settled_seen_) settle();
+    if (event.new_batch && settled) backlog_.push_back({true, event.batch, 0, position, true});
     if (event.renumbered)
       log(LogLevel::kDebug, ("frames: batch period of " + std::to_string(tracker_.period()) +
                              " calls learnt; this is batch " + std::to_string(event.batch))
                                 .c_str());
     if (event.period_lost) log(LogLevel::kDebug, "frames: the batch period stopped matching; relearning it");
-    if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, tracker_.current_batch(), index});
+    if ((r.flags & recorder::kFlagWatched) != 0)
+      backlog_.push_back({false, tracker_.current_batch(), index, position, settled});
+  }
+
+  // The tracker settled more calls: the waiting ones among them get their numbers as it knows them now (their
+  // pending entries, then the frames already held). Unsettled entries are the newest, so both walks go backwards.
+  void settle() {
+    settled_seen_ = tracker_.settled();
+    for (auto it = backlog_.rbegin(); it != backlog_.rend() && !it->settled; ++it) {
+      if (it->position >= settled_seen_) continue;
+      it->batch = tracker_.batch_of(it->position);
+      it->settled = true;
+    }
+    held_.settle(tracker_);
+  }
+
+  // Held frames whose numbers are settled (and, past the bound, the oldest others) go to the window, in order.
+  void release_held() {
+    if (held_.empty()) return;
+    for (frames::Frame& frame : held_.release()) apply(window_.add_frame(frame), &frame);
+    warn_provisional();
+  }
+
+  void release_all_held() {
+    std::lock_guard<std::mutex> lock(pass_mutex_);
+    for (frames::Frame& frame : held_.release_all()) apply(window_.add_frame(frame), &frame);
+    warn_provisional();
+  }
+
+  void warn_provisional() {
+    if (held_.provisional() == warned_provisional_) return;
+    if (warned_provisional_ == 0)
+      log(LogLevel::kWarn, ("frames: TRAINSCOPE_STEP_MARKER=auto had learnt no batch period within " +
+                            std::to_string(frames::HeldFrames::kDefaultMaxHeld) +
+                            " frames (or by the end): those frames are traced and checked as batch " +
+                            std::to_string(tracker_.current_batch()) + "; name the step with nvtx: or collective:")
+                               .c_str());
+    warned_provisional_ = held_.provisional();
   }
 
   // Frames enter the window in record order: the front waits until its statistics are there.
   void drain_backlog() {
+    release_held();  // numbered since the last pass
     while (!backlog_.empty()) {
       const Pending& front = backlog_.front();
       if (front.batch_start) {
+        release_held();  // settled by now: the batch start is
         apply(window_.on_batch_start(front.batch), nullptr);
         backlog_.pop_front();
         continue;
@@ -187,9 +236,16 @@ class FrameThread {
       }
       if (!ready(taken_->input) || !ready(taken_->output)) return;
       frames::Frame frame = make_frame(*taken_, front.batch);
+      const bool settled = front.settled;
+      const uint64_t position = front.position;
       taken_.reset();
       backlog_.pop_front();
       if (frame.rows.empty()) continue;  // nothing could be taken: no frame
+      if (held_.must_hold(settled)) {
+        held_.hold(std::move(frame), position, settled);
+        release_held();
+        continue;
+      }
       apply(window_.add_frame(frame), &frame);
     }
   }
@@ -403,6 +459,10 @@ class FrameThread {
   std::string run_dir_;
   batch::BatchTracker tracker_;
   frames::FrameWindow window_;
+  bool hold_unsettled_;        // auto with trace batches: frames wait for their numbers (held_)
+  uint64_t settled_seen_ = 0;  // tracker_.settled() when settle() last ran
+  frames::HeldFrames held_;
+  uint64_t warned_provisional_ = 0;
   RingCursor cursor_;
   std::deque<Pending> backlog_;
   std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU

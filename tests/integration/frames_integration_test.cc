@@ -256,6 +256,38 @@ TEST(Frames, TraceBatchesPrintEveryFrameAndDetectionIsOffInThem) {
   EXPECT_FALSE(file(dir, "trace-rank0.jsonl").empty());
 }
 
+// The default marker (auto) learns the period of 3 calls with step 2's last call, after batch 1 has run: its frames
+// wait for their numbers, and batch 1 is traced then, before batch 3 (live), in the same blocks. The inf that rank 0
+// sends in batch 1 is no detection: the batch is traced.
+TEST(Frames, AutoTracesBatchesThatRanBeforeThePeriodWasLearnt) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1,3";
+  const ProcessResult job =
+      testing::run_process(train({"--steps", "6", "--inject", "inf", "--rank", "0", "--step", "1"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string start1 = "\n                  *** Starting batch number=1 ***\nabs min  abs max  metadata\n";
+  const std::string start3 = "\n                  *** Starting batch number=3 ***\nabs min  abs max  metadata\n";
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string batch1 = clean_step_frames(rank, 1);
+    batch1.replace(batch1.find("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01 output\n"),
+                   std::string("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01 output\n").size(),
+                   rank == 0 ? "1.00e-03      inf input[0]\n4.00e-03      inf output\n"
+                             : "1.00e-03 1.00e-01 input[0]\n4.00e-03      inf output\n");
+    const std::string name = "trace-rank" + std::to_string(rank);
+    EXPECT_EQ(without_comm_ids(file(dir, name + ".txt")), start1 + batch1 + start3 + clean_step_frames(rank, 3))
+        << rank;
+    std::vector<std::string> batches;
+    for (const std::string& line : testing::split_lines(file(dir, name + ".jsonl")))
+      batches.push_back(line.substr(0, line.find(',')));
+    EXPECT_EQ(batches, (std::vector<std::string>{"{\"batch_number\":1", "{\"batch_number\":1", "{\"batch_number\":1",
+                                                 "{\"batch_number\":3", "{\"batch_number\":3", "{\"batch_number\":3"}))
+        << rank;
+    EXPECT_EQ(file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt"), "")
+        << "the inf in traced batch 1 is not a detection";
+  }
+}
+
 TEST(Frames, AbortAfterBatchStopsEveryRankOnceTheBatchHasEnded) {
   TempDir dir;
   ProcessOptions options = job_options(dir);
