@@ -38,6 +38,53 @@ constexpr auto kFrameInterval = std::chrono::milliseconds(5);
 // Under TRAINSCOPE_ON_NONFINITE=abort the coordinator stops every rank; this rank waits that long for its verdict
 // before it stops on its own.
 constexpr auto kStopVerdictWait = std::chrono::seconds(4);
+// TRAINSCOPE_ABORT_AFTER_BATCH: how long the stopping thread waits for device statistics of the calls before the stop.
+constexpr auto kStopFramesWait = std::chrono::seconds(2);
+
+// What a stop needs, whether or not the frame thread runs (set by start_frames; leaked).
+struct StopSetup {
+  Config config;
+  recorder::FileHeader* recorder = nullptr;
+  std::string run_dir;
+};
+StopSetup* g_stop_setup = nullptr;
+
+// Held by the thread that stops the process, never released: a second stop (another thread) waits for the exit.
+std::mutex g_stop_mutex;
+
+int32_t rank_of(const recorder::FileHeader* header) {
+  return header != nullptr ? __atomic_load_n(&header->global_rank, __ATOMIC_RELAXED) : -1;
+}
+
+// One report as text and JSON in the run directory.
+void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
+                  const nlohmann::json& json) {
+  const std::string stem = run_dir + "/" + base;
+  const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // The JSON first: whoever sees the text (a person, a test) sees both.
+  if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
+    log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+}
+
+// The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder as
+// exited, and leave with kStopExitCode. Only one thread stops the process; any other waits here for its exit.
+[[noreturn]] void stop_rank(recorder::FileHeader* header) {
+  g_stop_mutex.lock();
+  try {
+    stop_exchange(/*stopping_job=*/true);
+  } catch (...) {
+  }
+  if (header != nullptr) {
+    __atomic_store_n(&header->exit_ns,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count()),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&header->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
+  }
+  flush_logs();
+  _exit(kStopExitCode);
+}
 
 // "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
 std::string frame_name(const Record& r) {
@@ -89,6 +136,15 @@ class FrameThread {
 
   void abandon() { thread_.detach(); }
 
+  // TRAINSCOPE_ABORT_AFTER_BATCH, on the stopping thread: everything recorded before the stop goes through the
+  // window (traces, reports), waiting up to kStopFramesWait for statistics still computed on a device.
+  void settle_for_stop() {
+    const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
+    while (pass() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    release_all_held();
+  }
+
  private:
   static batch::StepMarker marker_of(const Config& config) {
     batch::StepMarker marker;
@@ -106,7 +162,7 @@ class FrameThread {
     options.max_frames = config.max_frames;
     options.streak_batches = config.overflow_streak;
     options.near_overflow_fraction = config.near_overflow;
-    if (config.abort_after_batch_set) options.abort_after_batch = config.abort_after_batch;
+    // TRAINSCOPE_ABORT_AFTER_BATCH is not the window's: the job's thread stops at the boundary (engine_batches.h).
     if (config.trace_batch_range_count > 0) {
       options.trace_batch = [config](uint64_t batch) { return config_traces_batch(config, batch); };
     }
@@ -131,7 +187,8 @@ class FrameThread {
     bool settled = true;    // `batch` is the call's number (else its provisional number: auto, period not known)
   };
 
-  void pass() {
+  // Returns whether the backlog's front waits for statistics computed on a device.
+  bool pass() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
     const uint64_t dropped = cursor_.dropped();
     cursor_.poll(header_, [this](uint64_t index, const Record& r) { on_record(index, r); });
@@ -147,6 +204,8 @@ class FrameThread {
       }
       watch_board().discard_complete_before(wanted);
     }
+    return taken_ != nullptr &&
+           (taken_->input.state == State::kGpuPending || taken_->output.state == State::kGpuPending);
   }
 
   void on_record(uint64_t index, const Record& r) {
@@ -311,14 +370,10 @@ class FrameThread {
     return frame;
   }
 
-  int32_t rank() const { return __atomic_load_n(&header_->global_rank, __ATOMIC_RELAXED); }
+  int32_t rank() const { return rank_of(header_); }
 
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
-    const std::string stem = run_dir_ + "/" + base;
-    const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    // The JSON first: whoever sees the text (a person, a test) sees both.
-    if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+    write_report(run_dir_, base, text, json);
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -326,7 +381,6 @@ class FrameThread {
     for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
     if (update.detection) detected(*update.detection);
     if (update.persistent) persistent(*update.persistent);
-    if (update.abort_now) stop_after_batch();
   }
 
   void trace(const frames::Frame& frame, bool batch_start) {
@@ -413,7 +467,7 @@ class FrameThread {
     // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
     // verdict ends the process while this thread waits. Without one, this rank stops on its own.
     if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
-    stop_rank();
+    stop_rank(header_);
   }
 
   void persistent(const frames::PersistentOverflow& overflow) {
@@ -426,32 +480,6 @@ class FrameThread {
     const std::string text = reports::format_overflow_streak_text(report);
     write(overflow_streak_base_name(report.rank), text, reports::overflow_streak_json(report));
     log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
-  }
-
-  void stop_after_batch() {
-    const std::string message = reports::format_abort_after_batch(config_.abort_after_batch);
-    write(stop_base_name(rank()), message,
-          {{"kind", "stop"},
-           {"rank", rank()},
-           {"reason", "abort_after_batch"},
-           {"batch_number", config_.abort_after_batch},
-           {"message", message.substr(0, message.size() - 1)}});
-    log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
-    stop_rank();
-  }
-
-  // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder
-  // as exited, and leave with kStopExitCode.
-  [[noreturn]] void stop_rank() {
-    stop_exchange(/*stopping_job=*/true);
-    __atomic_store_n(&header_->exit_ns,
-                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&header_->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
-    flush_logs();
-    _exit(kStopExitCode);
   }
 
   Config config_;
@@ -509,8 +537,30 @@ std::string trace_base_name(int32_t rank) { return "trace-rank" + std::to_string
 
 bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr && g_marker_matcher->matches(name); }
 
+void stop_after_batch(uint64_t batch) {
+  const StopSetup* setup = g_stop_setup;
+  try {
+    if (g_frames != nullptr) g_frames->settle_for_stop();
+    if (setup != nullptr) {
+      const int32_t rank = rank_of(setup->recorder);
+      const std::string message = reports::format_abort_after_batch(batch);
+      write_report(setup->run_dir, stop_base_name(rank), message,
+                   {{"kind", "stop"},
+                    {"rank", rank},
+                    {"reason", "abort_after_batch"},
+                    {"batch_number", batch},
+                    {"message", message.substr(0, message.size() - 1)}});
+      log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
+    }
+  } catch (...) {
+    // Out of memory for a report: the stop still happens.
+  }
+  stop_rank(setup != nullptr ? setup->recorder : nullptr);
+}
+
 void start_frames(const FramesSetup& setup) {
   if (setup.config == nullptr || g_frames != nullptr) return;
+  if (g_stop_setup == nullptr) g_stop_setup = new StopSetup{*setup.config, setup.recorder, setup.run_dir};
   if (setup.config->step_marker_form == StepMarkerForm::kNvtx && g_marker_matcher == nullptr) {
     batch::StepMarker marker;
     if (batch::parse_step_marker(setup.config->step_marker, &marker, nullptr))
@@ -525,8 +575,8 @@ void start_frames(const FramesSetup& setup) {
                                .c_str());
     }
   }
-  // Without watching, batches are still counted for TRAINSCOPE_ABORT_AFTER_BATCH.
-  if (setup.config->watch == WatchMode::kOff && !setup.config->abort_after_batch_set) return;
+  // Without watching there is no frame; TRAINSCOPE_ABORT_AFTER_BATCH counts batches on the job's thread.
+  if (setup.config->watch == WatchMode::kOff) return;
   if (setup.recorder == nullptr) {
     log(LogLevel::kWarn, "frames off: this process has no flight recorder to read its calls from");
     return;
@@ -552,6 +602,7 @@ void stop_frames() {
 void abandon_frames() {
   // The matcher's lock may have been held by another thread at the fork: the child starts with none.
   g_marker_matcher = nullptr;
+  g_stop_setup = nullptr;  // the child's engine start sets its own
   abandon_watch_board();
   if (g_frames == nullptr) return;
   g_frames->abandon();
