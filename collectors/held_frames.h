@@ -7,7 +7,7 @@
 // then traces batch 1 (and checks it, or not when it is traced) exactly as it would have done live.
 //
 // Bounded: at most max_held frames (kDefaultMaxHeld, 16384 frames: three cycles of the longest period auto finds,
-// 4096 calls, with room for a prologue; a frame of a collective is a few hundred bytes, so a few MB at most). Past
+// 4096 calls, with room for a prologue; a frame with two rows takes about 470 bytes, so about 8 MB at most). Past
 // the bound the oldest held frame is released with the number it was fed with (its provisional number: the
 // current batch of the tracker then, as without holding) and counted in provisional(); so is every frame still
 // held at release_all() (the job ended before the period was learnt).
