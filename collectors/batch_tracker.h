@@ -11,7 +11,8 @@
 // before the first marker belong to batch 0 and the first marker starts batch 0 (a prologue); marker k starts
 // batch k. With auto/every, the first call starts batch 0.
 //
-// Not thread-safe: one background thread feeds it records in order (on_collective, on_range_push).
+// Not thread-safe: one thread at a time feeds it, in call order (the frame thread its records; the abort-after-batch
+// gate, shim/engine_batches.h, the job threads' calls under its lock).
 //
 // ---- auto ------------------------------------------------------------------------------------------------------
 // Every call gives a 64-bit signature (op, communicator, count, dtype). For each candidate period P
