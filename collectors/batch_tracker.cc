@@ -10,7 +10,6 @@ namespace trainscope::batch {
 namespace {
 
 constexpr std::uint64_t kMaxEvery = 1000000000ull;
-constexpr std::size_t kMaxBoundaries = 4096;
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -119,9 +118,11 @@ BatchEvent BatchTracker::start_batch(std::uint64_t batch) {
 }
 
 BatchEvent BatchTracker::on_collective(const CallInfo& call) {
+  const std::uint64_t n = calls_++;
+  if (marker_.kind != MarkerKind::kAuto) settled_ = calls_;
   switch (marker_.kind) {
     case MarkerKind::kAuto:
-      return auto_step(call_signature(call));
+      return auto_step(call_signature(call), n);
     case MarkerKind::kCollective: {
       if (!regex_) break;
       // One regex search per distinct op, not per call.
@@ -168,8 +169,21 @@ BatchEvent BatchTracker::on_range_push(std::string_view name) {
   return event;
 }
 
-BatchEvent BatchTracker::auto_step(std::uint64_t sig) {
-  const std::uint64_t n = calls_++;
+std::uint64_t BatchTracker::batch_of(std::uint64_t position) const {
+  if (marker_.kind != MarkerKind::kAuto || boundaries_.empty()) return batch_;
+  // The last boundary at or before `position` (boundaries are in position order).
+  auto after = std::upper_bound(boundaries_.begin(), boundaries_.end(), position,
+                                [](std::uint64_t p, const Boundary& b) { return p < b.position; });
+  if (after == boundaries_.begin()) return boundaries_.front().batch;
+  return std::prev(after)->batch;
+}
+
+void BatchTracker::add_boundary(std::uint64_t position, std::uint64_t batch) {
+  boundaries_.push_back({position, batch});
+  if (boundaries_.size() > kMaxBoundaries) boundaries_.pop_front();
+}
+
+BatchEvent BatchTracker::auto_step(std::uint64_t sig, std::uint64_t n) {
   const std::uint64_t limit = std::min<std::uint64_t>(options_.max_period, n);
   const std::uint64_t c1 = options_.confirmations - 1;
   // Update the runs and find the confirmed periods with the longest runs: overall, and longer than the lock.
@@ -218,8 +232,7 @@ BatchEvent BatchTracker::auto_step(std::uint64_t sig) {
         } else {
           cycle_misses_ = 0;
           ++batch_;
-          boundaries_.push_back({n, batch_});
-          if (boundaries_.size() > kMaxBoundaries) boundaries_.pop_front();
+          add_boundary(n, batch_);
           event.new_batch = true;
         }
       }
@@ -236,6 +249,7 @@ BatchEvent BatchTracker::auto_step(std::uint64_t sig) {
     event.new_batch = lock(best, n);
     event.renumbered = true;
   }
+  if (locked_period_ != 0) settled_ = n + 1;  // a call fed while a period is locked has its number
   event.batch = batch_;
   return event;
 }
@@ -258,12 +272,10 @@ bool BatchTracker::lock(std::uint32_t period, std::uint64_t n) {
   if (first_start <= base.position) first_start += ((base.position - first_start) / p + 1) * p;
   bool starts_here = false;
   if (first_start <= n) {
-    const std::uint64_t cycles = (n - first_start) / p + 1;
-    batch += cycles;
-    const std::uint64_t last_start = first_start + (cycles - 1) * p;
-    boundaries_.push_back({last_start, batch});
-    if (boundaries_.size() > kMaxBoundaries) boundaries_.pop_front();
-    starts_here = last_start == n;
+    // Every cycle start of the span is a boundary: the calls fed before the lock are numbered by them (batch_of).
+    std::uint64_t start = first_start;
+    for (; start <= n; start += p) add_boundary(start, ++batch);
+    starts_here = start - p == n;
   }
   batch_ = batch;
   locked_period_ = period;

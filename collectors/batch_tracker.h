@@ -11,7 +11,8 @@
 // before the first marker belong to batch 0 and the first marker starts batch 0 (a prologue); marker k starts
 // batch k. With auto/every, the first call starts batch 0.
 //
-// Not thread-safe: one background thread feeds it records in order (on_collective, on_range_push).
+// Not thread-safe: one thread at a time feeds it, in call order (the frame thread its records; the abort-after-batch
+// gate, shim/engine_batches.h, the job threads' calls under its lock).
 //
 // ---- auto ------------------------------------------------------------------------------------------------------
 // Every call gives a 64-bit signature (op, communicator, count, dtype). For each candidate period P
@@ -40,6 +41,12 @@
 //     counter: events already returned (and reports made from them) keep the numbers they had. So the first
 //     `confirmations` batches are reported late (the lock event says renumbered), and under gradient accumulation
 //     the numbers counted on micro-batches before the step period is confirmed are too high until the correction.
+//   - Settled calls: a call's number is *settled* when it is fed while a period is locked, or when a later lock
+//     numbers it (the calls before the first lock, the calls between a loss and the relock). settled() says how
+//     many of the first calls are; batch_of(position) gives the number of one of them as the tracker knows it now
+//     (every cycle start of a lock is kept as a boundary, the last kMaxBoundaries of them). A caller that holds
+//     what it learnt of unsettled calls can number them once they are settled (collectors/held_frames.h).
+//     nvtx, collective and every settle every call as it is fed.
 // Limits: the phase of a cycle is a guess (the start of the repeating span); a job that starts mid-cycle or whose
 // new phase repeats the previous phase's last calls gets a shifted boundary. Periods above max_period (default
 // 4096 calls) are never found. A step whose collective sequence varies from step to step (data-dependent
@@ -134,14 +141,25 @@ class BatchTracker {
   std::uint32_t period() const { return locked_period_; }
   const StepMarker& marker() const { return marker_; }
 
+  // Calls fed to on_collective so far: the next call's position (positions count from 0).
+  std::uint64_t position() const { return calls_; }
+  // Calls 0 .. settled() - 1 have settled numbers (see "Settled calls" above); always position() except under auto.
+  std::uint64_t settled() const { return settled_; }
+  // The batch of the call at `position` (< settled()) as known now. auto only: under the other markers a call's
+  // number is the current_batch() it was fed in, and this returns current_batch(). A position older than the
+  // oldest kept boundary gets that boundary's number.
+  std::uint64_t batch_of(std::uint64_t position) const;
+  static constexpr std::size_t kMaxBoundaries = 4096;  // auto: batch starts remembered for batch_of
+
  private:
   static std::array<int8_t, 32> make_unknown_matches() {
     std::array<int8_t, 32> a{};
     a.fill(-1);
     return a;
   }
-  BatchEvent auto_step(std::uint64_t sig);
+  BatchEvent auto_step(std::uint64_t sig, std::uint64_t n);
   bool lock(std::uint32_t period, std::uint64_t position);  // true when `position` starts a batch
+  void add_boundary(std::uint64_t position, std::uint64_t batch);
   std::uint64_t hist_at(std::uint64_t position) const { return history_[position % history_.size()]; }
   BatchEvent start_batch(std::uint64_t batch);
 
@@ -159,8 +177,10 @@ class BatchTracker {
   std::uint64_t first_comm_ = 0;
   std::uint64_t first_comm_calls_ = 0;
 
+  std::uint64_t calls_ = 0;    // calls fed (on_collective)
+  std::uint64_t settled_ = 0;  // calls with settled numbers
+
   // auto:
-  std::uint64_t calls_ = 0;             // signatures seen
   std::vector<std::uint64_t> history_;  // ring of the last max_period + 1 signatures
   std::vector<std::uint64_t> run_;      // run_[P], P = 1..max_period
   std::uint32_t locked_period_ = 0;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "shim/engine_api.h"
+#include "shim/engine_batches.h"
 #include "shim/engine_exchange.h"
 #include "shim/engine_frames.h"
 #include "shim/engine_logging.h"
@@ -53,6 +54,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     frames.recorder = args->recorder;
     frames.run_dir = setup.run_dir;
     trainscope::engine::start_frames(frames);
+    trainscope::engine::start_batch_gate(*args->config);
     return 0;
   } catch (...) {
     return 1;
@@ -147,10 +149,27 @@ TS_ENGINE_EXPORT int trainscope_engine_step_marker_matches(const char* name) {
   }
 }
 
+TS_ENGINE_EXPORT void trainscope_engine_batch_call(const trainscope::recorder::Record* record) {
+  if (record == nullptr) return;
+  try {
+    trainscope::engine::batch_gate_call(*record);
+  } catch (...) {
+    // Never an exception into the job (the gate allocates nothing per call; the stop itself catches its own).
+  }
+}
+
+TS_ENGINE_EXPORT void trainscope_engine_batch_marker(void) {
+  try {
+    trainscope::engine::batch_gate_marker();
+  } catch (...) {
+  }
+}
+
 TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
 TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
+  trainscope::engine::abandon_batch_gate();
   trainscope::engine::abandon_frames();
   trainscope::engine::abandon_exchange();
   trainscope::engine::abandon_stacks();

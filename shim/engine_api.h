@@ -13,9 +13,9 @@
 namespace trainscope {
 
 // 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
-// parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames). 6: job_key; the exchange
-// waits for it when no TRAINSCOPE_TOKEN is set.
-inline constexpr uint32_t kEngineAbiVersion = 6;
+// parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames). 6: batch_call and batch_marker.
+// 7: job_key; the exchange waits for it when no TRAINSCOPE_TOKEN is set.
+inline constexpr uint32_t kEngineAbiVersion = 7;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -104,6 +104,12 @@ void trainscope_engine_comm_next_call(uint64_t comm_id, uint16_t op);
 // TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (1) or not (0). Called on the job's
 // threads for every range push; the answer is cached per distinct name.
 int trainscope_engine_step_marker_matches(const char* name);
+// TRAINSCOPE_ABORT_AFTER_BATCH only (the shim looks these up only then, and a hook without them pays one load of a
+// null pointer): on the job's thread, once a call's record was appended and before the real call, or once an NVTX
+// step marker was recorded. Counts batches (engine_batches.h); when this call or marker belongs to a batch after the
+// one given, stops the rank (its reports written, exit status 87) and never returns.
+void trainscope_engine_batch_call(const trainscope::recorder::Record* record);
+void trainscope_engine_batch_marker(void);
 // Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
 void trainscope_engine_fork_prepare(void);
 void trainscope_engine_fork_parent(void);

@@ -17,6 +17,7 @@
 
 #include "collectors/batch_tracker.h"
 #include "collectors/frame_window.h"
+#include "collectors/held_frames.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
@@ -37,6 +38,59 @@ constexpr auto kFrameInterval = std::chrono::milliseconds(5);
 // Under TRAINSCOPE_ON_NONFINITE=abort the coordinator stops every rank; this rank waits that long for its verdict
 // before it stops on its own.
 constexpr auto kStopVerdictWait = std::chrono::seconds(4);
+// TRAINSCOPE_ABORT_AFTER_BATCH: how long the stopping thread waits for device statistics of the calls before the stop.
+constexpr auto kStopFramesWait = std::chrono::seconds(2);
+
+// What a stop needs, whether or not the frame thread runs (set by start_frames; leaked).
+struct StopSetup {
+  Config config;
+  recorder::FileHeader* recorder = nullptr;
+  std::string run_dir;
+};
+StopSetup* g_stop_setup = nullptr;
+std::mutex g_stop_run_dir_mutex;  // guards g_stop_setup->run_dir, which moves with the job key (job_key.h)
+
+std::string stop_run_dir(const StopSetup& setup) {
+  std::lock_guard<std::mutex> lock(g_stop_run_dir_mutex);
+  return setup.run_dir;
+}
+
+// Held by the thread that stops the process, never released: a second stop (another thread) waits for the exit.
+std::mutex g_stop_mutex;
+
+int32_t rank_of(const recorder::FileHeader* header) {
+  return header != nullptr ? __atomic_load_n(&header->global_rank, __ATOMIC_RELAXED) : -1;
+}
+
+// One report as text and JSON in the run directory.
+void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
+                  const nlohmann::json& json) {
+  const std::string stem = run_dir + "/" + base;
+  const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // The JSON first: whoever sees the text (a person, a test) sees both.
+  if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
+    log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+}
+
+// The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder as
+// exited, and leave with kStopExitCode. Only one thread stops the process; any other waits here for its exit.
+[[noreturn]] void stop_rank(recorder::FileHeader* header) {
+  g_stop_mutex.lock();
+  try {
+    stop_exchange(/*stopping_job=*/true);
+  } catch (...) {
+  }
+  if (header != nullptr) {
+    __atomic_store_n(&header->exit_ns,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count()),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&header->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
+  }
+  flush_logs();
+  _exit(kStopExitCode);
+}
 
 // "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
 std::string frame_name(const Record& r) {
@@ -55,7 +109,8 @@ class FrameThread {
         header_(setup.recorder),
         run_dir_(setup.run_dir),
         tracker_(marker_of(config_)),
-        window_(window_options(config_)) {}
+        window_(window_options(config_)),
+        hold_unsettled_(tracker_.marker().kind == batch::MarkerKind::kAuto && config_.trace_batch_range_count > 0) {}
 
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -74,7 +129,8 @@ class FrameThread {
     }
     wake_.notify_all();
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-    pass();  // what completed since
+    pass();              // what completed since
+    release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
     const WatchCounters& c = watch_board().counters();
     const uint64_t skipped = c.skipped_capturing.load() + c.skipped_other.load() + c.dropped_backlog.load();
     if (skipped > 0 || cursor_.dropped() > 0) {
@@ -91,6 +147,15 @@ class FrameThread {
   }
 
   void abandon() { thread_.detach(); }
+
+  // TRAINSCOPE_ABORT_AFTER_BATCH, on the stopping thread: everything recorded before the stop goes through the
+  // window (traces, reports), waiting up to kStopFramesWait for statistics still computed on a device.
+  void settle_for_stop() {
+    const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
+    while (pass() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    release_all_held();
+  }
 
  private:
   static batch::StepMarker marker_of(const Config& config) {
@@ -109,7 +174,7 @@ class FrameThread {
     options.max_frames = config.max_frames;
     options.streak_batches = config.overflow_streak;
     options.near_overflow_fraction = config.near_overflow;
-    if (config.abort_after_batch_set) options.abort_after_batch = config.abort_after_batch;
+    // TRAINSCOPE_ABORT_AFTER_BATCH is not the window's: the job's thread stops at the boundary (engine_batches.h).
     if (config.trace_batch_range_count > 0) {
       options.trace_batch = [config](uint64_t batch) { return config_traces_batch(config, batch); };
     }
@@ -129,10 +194,13 @@ class FrameThread {
   struct Pending {
     bool batch_start = false;
     uint64_t batch = 0;
-    uint64_t index = 0;  // the watched record
+    uint64_t index = 0;     // the watched record
+    uint64_t position = 0;  // the call's position in the tracker
+    bool settled = true;    // `batch` is the call's number (else its provisional number: auto, period not known)
   };
 
-  void pass() {
+  // Returns whether the backlog's front waits for statistics computed on a device.
+  bool pass() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
     const uint64_t dropped = cursor_.dropped();
     cursor_.poll(header_, [this](uint64_t index, const Record& r) { on_record(index, r); });
@@ -148,10 +216,13 @@ class FrameThread {
       }
       watch_board().discard_complete_before(wanted);
     }
+    return taken_ != nullptr &&
+           (taken_->input.state == State::kGpuPending || taken_->output.state == State::kGpuPending);
   }
 
   void on_record(uint64_t index, const Record& r) {
     const Op op = static_cast<Op>(r.op);
+    const uint64_t position = tracker_.position();
     batch::BatchEvent event;
     if (op == Op::kStepMarker) {
       event = tracker_.on_marker();
@@ -160,20 +231,63 @@ class FrameThread {
     } else {
       return;
     }
-    if (event.new_batch) backlog_.push_back({true, event.batch, 0});
+    // Under auto, before the period is learnt, a call's number is a guess: with trace batches its frame waits for
+    // the number (HeldFrames); the batch start of call 0 (batch 0, where the window starts) is all that is dropped.
+    const bool settled = !hold_unsettled_ || op == Op::kStepMarker || position < tracker_.settled();
+    if (hold_unsettled_ && tracker_.settled() != settled_seen_) settle();
+    if (event.new_batch && settled) backlog_.push_back({true, event.batch, 0, position, true});
     if (event.renumbered)
       log(LogLevel::kDebug, ("frames: batch period of " + std::to_string(tracker_.period()) +
                              " calls learnt; this is batch " + std::to_string(event.batch))
                                 .c_str());
     if (event.period_lost) log(LogLevel::kDebug, "frames: the batch period stopped matching; relearning it");
-    if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, tracker_.current_batch(), index});
+    if ((r.flags & recorder::kFlagWatched) != 0)
+      backlog_.push_back({false, tracker_.current_batch(), index, position, settled});
+  }
+
+  // The tracker settled more calls: the waiting ones among them get their numbers as it knows them now (their
+  // pending entries, then the frames already held). Unsettled entries are the newest, so both walks go backwards.
+  void settle() {
+    settled_seen_ = tracker_.settled();
+    for (auto it = backlog_.rbegin(); it != backlog_.rend() && !it->settled; ++it) {
+      if (it->position >= settled_seen_) continue;
+      it->batch = tracker_.batch_of(it->position);
+      it->settled = true;
+    }
+    held_.settle(tracker_);
+  }
+
+  // Held frames whose numbers are settled (and, past the bound, the oldest others) go to the window, in order.
+  void release_held() {
+    if (held_.empty()) return;
+    for (frames::Frame& frame : held_.release()) apply(window_.add_frame(frame), &frame);
+    warn_provisional();
+  }
+
+  void release_all_held() {
+    std::lock_guard<std::mutex> lock(pass_mutex_);
+    for (frames::Frame& frame : held_.release_all()) apply(window_.add_frame(frame), &frame);
+    warn_provisional();
+  }
+
+  void warn_provisional() {
+    if (held_.provisional() == warned_provisional_) return;
+    if (warned_provisional_ == 0)
+      log(LogLevel::kWarn, ("frames: TRAINSCOPE_STEP_MARKER=auto had learnt no batch period within " +
+                            std::to_string(frames::HeldFrames::kDefaultMaxHeld) +
+                            " frames (or by the end): those frames are traced and checked as batch " +
+                            std::to_string(tracker_.current_batch()) + "; name the step with nvtx: or collective:")
+                               .c_str());
+    warned_provisional_ = held_.provisional();
   }
 
   // Frames enter the window in record order: the front waits until its statistics are there.
   void drain_backlog() {
+    release_held();  // numbered since the last pass
     while (!backlog_.empty()) {
       const Pending& front = backlog_.front();
       if (front.batch_start) {
+        release_held();  // settled by now: the batch start is
         apply(window_.on_batch_start(front.batch), nullptr);
         backlog_.pop_front();
         continue;
@@ -193,9 +307,16 @@ class FrameThread {
       }
       if (!ready(taken_->input) || !ready(taken_->output)) return;
       frames::Frame frame = make_frame(*taken_, front.batch);
+      const bool settled = front.settled;
+      const uint64_t position = front.position;
       taken_.reset();
       backlog_.pop_front();
       if (frame.rows.empty()) continue;  // nothing could be taken: no frame
+      if (held_.must_hold(settled)) {
+        held_.hold(std::move(frame), position, settled);
+        release_held();
+        continue;
+      }
       apply(window_.add_frame(frame), &frame);
     }
   }
@@ -261,7 +382,7 @@ class FrameThread {
     return frame;
   }
 
-  int32_t rank() const { return __atomic_load_n(&header_->global_rank, __ATOMIC_RELAXED); }
+  int32_t rank() const { return rank_of(header_); }
 
   std::string run_dir() {
     std::lock_guard<std::mutex> lock(run_dir_mutex_);
@@ -269,11 +390,7 @@ class FrameThread {
   }
 
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
-    const std::string stem = run_dir() + "/" + base;
-    const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    // The JSON first: whoever sees the text (a person, a test) sees both.
-    if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+    write_report(run_dir(), base, text, json);
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -281,7 +398,6 @@ class FrameThread {
     for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
     if (update.detection) detected(*update.detection);
     if (update.persistent) persistent(*update.persistent);
-    if (update.abort_now) stop_after_batch();
   }
 
   void trace(const frames::Frame& frame, bool batch_start) {
@@ -368,7 +484,7 @@ class FrameThread {
     // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
     // verdict ends the process while this thread waits. Without one, this rank stops on its own.
     if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
-    stop_rank();
+    stop_rank(header_);
   }
 
   void persistent(const frames::PersistentOverflow& overflow) {
@@ -383,38 +499,16 @@ class FrameThread {
     log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
   }
 
-  void stop_after_batch() {
-    const std::string message = reports::format_abort_after_batch(config_.abort_after_batch);
-    write(stop_base_name(rank()), message,
-          {{"kind", "stop"},
-           {"rank", rank()},
-           {"reason", "abort_after_batch"},
-           {"batch_number", config_.abort_after_batch},
-           {"message", message.substr(0, message.size() - 1)}});
-    log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
-    stop_rank();
-  }
-
-  // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder
-  // as exited, and leave with kStopExitCode.
-  [[noreturn]] void stop_rank() {
-    stop_exchange(/*stopping_job=*/true);
-    __atomic_store_n(&header_->exit_ns,
-                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&header_->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
-    flush_logs();
-    _exit(kStopExitCode);
-  }
-
   Config config_;
   recorder::FileHeader* header_;
   std::mutex run_dir_mutex_;
   std::string run_dir_;
   batch::BatchTracker tracker_;
   frames::FrameWindow window_;
+  bool hold_unsettled_;        // auto with trace batches: frames wait for their numbers (held_)
+  uint64_t settled_seen_ = 0;  // tracker_.settled() when settle() last ran
+  frames::HeldFrames held_;
+  uint64_t warned_provisional_ = 0;
   RingCursor cursor_;
   std::deque<Pending> backlog_;
   std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
@@ -463,10 +557,36 @@ bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr 
 
 void set_frames_run_dir(const std::string& run_dir) {
   if (g_frames != nullptr) g_frames->set_run_dir(run_dir);
+  if (g_stop_setup != nullptr) {
+    std::lock_guard<std::mutex> lock(g_stop_run_dir_mutex);
+    g_stop_setup->run_dir = run_dir;
+  }
+}
+
+void stop_after_batch(uint64_t batch) {
+  const StopSetup* setup = g_stop_setup;
+  try {
+    if (g_frames != nullptr) g_frames->settle_for_stop();
+    if (setup != nullptr) {
+      const int32_t rank = rank_of(setup->recorder);
+      const std::string message = reports::format_abort_after_batch(batch);
+      write_report(stop_run_dir(*setup), stop_base_name(rank), message,
+                   {{"kind", "stop"},
+                    {"rank", rank},
+                    {"reason", "abort_after_batch"},
+                    {"batch_number", batch},
+                    {"message", message.substr(0, message.size() - 1)}});
+      log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
+    }
+  } catch (...) {
+    // Out of memory for a report: the stop still happens.
+  }
+  stop_rank(setup != nullptr ? setup->recorder : nullptr);
 }
 
 void start_frames(const FramesSetup& setup) {
   if (setup.config == nullptr || g_frames != nullptr) return;
+  if (g_stop_setup == nullptr) g_stop_setup = new StopSetup{*setup.config, setup.recorder, setup.run_dir};
   if (setup.config->step_marker_form == StepMarkerForm::kNvtx && g_marker_matcher == nullptr) {
     batch::StepMarker marker;
     if (batch::parse_step_marker(setup.config->step_marker, &marker, nullptr))
@@ -481,8 +601,8 @@ void start_frames(const FramesSetup& setup) {
                                .c_str());
     }
   }
-  // Without watching, batches are still counted for TRAINSCOPE_ABORT_AFTER_BATCH.
-  if (setup.config->watch == WatchMode::kOff && !setup.config->abort_after_batch_set) return;
+  // Without watching there is no frame; TRAINSCOPE_ABORT_AFTER_BATCH counts batches on the job's thread.
+  if (setup.config->watch == WatchMode::kOff) return;
   if (setup.recorder == nullptr) {
     log(LogLevel::kWarn, "frames off: this process has no flight recorder to read its calls from");
     return;
@@ -508,6 +628,7 @@ void stop_frames() {
 void abandon_frames() {
   // The matcher's lock may have been held by another thread at the fork: the child starts with none.
   g_marker_matcher = nullptr;
+  g_stop_setup = nullptr;  // the child's engine start sets its own
   abandon_watch_board();
   if (g_frames == nullptr) return;
   g_frames->abandon();

@@ -30,6 +30,13 @@ void abandon_frames();
 // The run directory moved (job key): reports written from now on go to `run_dir`.
 void set_frames_run_dir(const std::string& run_dir);
 
+// TRAINSCOPE_ABORT_AFTER_BATCH (engine_batches.h): batch `batch` has ended, and the calling thread (the job's, in the
+// hook of a call after it) stops the rank. The frames of the calls recorded before are taken first, so their traces
+// and reports are on disk (statistics still computed on a device are waited for up to 2 s), then
+// stop-rank<R>.txt and .json are written, and the process exits with kStopExitCode. Never returns; another thread
+// that stops meanwhile waits for that exit.
+[[noreturn]] void stop_after_batch(uint64_t batch);
+
 // TRAINSCOPE_STEP_MARKER=nvtx:REGEX: whether an NVTX range name matches (cached per distinct name; thread-safe).
 // False before start_frames and under any other marker.
 bool step_marker_matches(const char* name);

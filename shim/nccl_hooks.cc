@@ -146,6 +146,12 @@ class Hook {
   }
 
   void begin() { pending_ = g_runtime.writer.append(record_); }
+  // TRAINSCOPE_ABORT_AFTER_BATCH: the engine counts batches here, on the job's thread, and stops the rank at the
+  // first call after the last batch, before the real call (the call stays in the recorder, never returned). Without
+  // the variable the pointer is null: one load.
+  void check_batch() {
+    if (auto gate = g_runtime.engine_batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record_);
+  }
   ncclResult_t finish(ncclResult_t result) {
     recorder::Writer::complete(pending_, static_cast<int32_t>(result), now_ns());
     return result;
@@ -154,6 +160,7 @@ class Hook {
   template <typename Fn, typename... Args>
   ncclResult_t call(Fn fn, Args... args) {
     begin();
+    check_batch();
     if (!(record_.flags & recorder::kFlagWatched) || pending_.slot == nullptr) return finish(fn(args...));
     void* const token = g_runtime.engine_watch_begin(&record_, pending_.commit - 1);
     const ncclResult_t result = fn(args...);

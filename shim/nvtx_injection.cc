@@ -53,6 +53,12 @@ void on_range(const char* name) {
   record.caller = reinterpret_cast<uint64_t>(__builtin_return_address(0));
   const recorder::Pending pending = rt.writer.append(record);
   recorder::Writer::complete(pending, 0, record.start_ns);
+  // TRAINSCOPE_ABORT_AFTER_BATCH: this range may start the batch after the last one.
+  if (auto gate = rt.engine_batch_marker; gate != nullptr) {
+    ++t_thread.depth;  // the stop's own work is ours, not the job's
+    gate();
+    --t_thread.depth;
+  }
 }
 
 const char* message_of(const nvtxEventAttributes_t* attributes, char* wide_buffer, size_t wide_len) {

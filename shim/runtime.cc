@@ -141,6 +141,10 @@ void start_engine(int run_dir_error) {
   }
   if (rt.config.step_marker_form == StepMarkerForm::kNvtx)
     load_symbol(handle, "trainscope_engine_step_marker_matches", &rt.engine_step_marker_matches);
+  if (rt.config.abort_after_batch_set) {
+    load_symbol(handle, "trainscope_engine_batch_call", &rt.engine_batch_call);
+    load_symbol(handle, "trainscope_engine_batch_marker", &rt.engine_batch_marker);
+  }
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
@@ -254,6 +258,8 @@ void forget_engine(Runtime& rt) {
   rt.engine_comm_next_call = nullptr;
   rt.engine_step_marker_matches = nullptr;
   rt.engine_job_key = nullptr;
+  rt.engine_batch_call = nullptr;
+  rt.engine_batch_marker = nullptr;
 }
 
 // ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).

@@ -56,6 +56,9 @@ struct Runtime {
   decltype(&trainscope_engine_comm_next_call) engine_comm_next_call;
   decltype(&trainscope_engine_step_marker_matches) engine_step_marker_matches;
   decltype(&trainscope_engine_job_key) engine_job_key;
+  // TRAINSCOPE_ABORT_AFTER_BATCH only; null otherwise (a hook's whole cost then is loading this pointer).
+  decltype(&trainscope_engine_batch_call) engine_batch_call;
+  decltype(&trainscope_engine_batch_marker) engine_batch_marker;
 };
 
 extern Runtime g_runtime;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "integration_helpers.h"
+#include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {
@@ -254,6 +255,128 @@ TEST(Frames, TraceBatchesPrintEveryFrameAndDetectionIsOffInThem) {
   EXPECT_EQ(trace, start1 + clean_step_frames(0, 1) + start3 + batch3);
   EXPECT_EQ(file(dir, "nonfinite-rank0.txt"), "") << "the inf in traced batch 3 is not a detection";
   EXPECT_FALSE(file(dir, "trace-rank0.jsonl").empty());
+}
+
+// The default marker (auto) learns the period of 3 calls with step 2's last call, after batch 1 has run: its frames
+// wait for their numbers, and batch 1 is traced then, before batch 3 (live), in the same blocks. The inf that rank 0
+// sends in batch 1 is no detection: the batch is traced.
+TEST(Frames, AutoTracesBatchesThatRanBeforeThePeriodWasLearnt) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1,3";
+  const ProcessResult job =
+      testing::run_process(train({"--steps", "6", "--inject", "inf", "--rank", "0", "--step", "1"}), options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string start1 = "\n                  *** Starting batch number=1 ***\nabs min  abs max  metadata\n";
+  const std::string start3 = "\n                  *** Starting batch number=3 ***\nabs min  abs max  metadata\n";
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string batch1 = clean_step_frames(rank, 1);
+    batch1.replace(batch1.find("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01 output\n"),
+                   std::string("1.00e-03 1.00e-01 input[0]\n4.00e-03 4.00e-01 output\n").size(),
+                   rank == 0 ? "1.00e-03      inf input[0]\n4.00e-03      inf output\n"
+                             : "1.00e-03 1.00e-01 input[0]\n4.00e-03      inf output\n");
+    const std::string name = "trace-rank" + std::to_string(rank);
+    EXPECT_EQ(without_comm_ids(file(dir, name + ".txt")), start1 + batch1 + start3 + clean_step_frames(rank, 3))
+        << rank;
+    std::vector<std::string> batches;
+    for (const std::string& line : testing::split_lines(file(dir, name + ".jsonl")))
+      batches.push_back(line.substr(0, line.find(',')));
+    EXPECT_EQ(batches, (std::vector<std::string>{"{\"batch_number\":1", "{\"batch_number\":1", "{\"batch_number\":1",
+                                                 "{\"batch_number\":3", "{\"batch_number\":3", "{\"batch_number\":3"}))
+        << rank;
+    EXPECT_EQ(file(dir, "nonfinite-rank" + std::to_string(rank) + ".txt"), "")
+        << "the inf in traced batch 1 is not a detection";
+  }
+}
+
+// TRAINSCOPE_ABORT_AFTER_BATCH=3 on 30 steps that take no time (nothing but the calls): each rank stops on its own
+// thread at the boundary, so no call of batch 4 returns. With auto the period is learnt in batch 2, so batch 4's
+// first call is known as such; every:3, collective: and nvtx: know it at once. The call, or (nvtx) the range push,
+// that starts batch 4 is where the rank stops: for a call, its record is in the recorder and never returned. The
+// traces of batches 1 and 3 are on disk before the exit.
+class AbortAfterBatchThree : public ::testing::TestWithParam<MarkerCase> {};
+
+TEST_P(AbortAfterBatchThree, NoCallOfBatchFourReturnsAndTheTracesAreWritten) {
+  const MarkerCase& c = GetParam();
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_STEP_MARKER"] = c.marker;
+  options.env["TRAINSCOPE_ABORT_AFTER_BATCH"] = "3";
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1,3";
+  std::vector<std::string> args = {"--steps", "30"};
+  if (c.nvtx) {
+    args.push_back("--nvtx");
+    options.env["NVTX_INJECTION64_PATH"] = TS_SHIM;
+  }
+  const ProcessResult job = testing::run_process(train(args), options);
+  EXPECT_EQ(job.exit_code, kStopExit) << job.err;
+  EXPECT_EQ(job.out.find("30 steps done"), std::string::npos) << job.out;
+  recorder::RunDirectory run;
+  std::string error;
+  ASSERT_TRUE(recorder::read_run_directory(run_dir(dir), &run, &error)) << error;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(file(dir, "stop-rank" + std::to_string(rank) + ".txt"),
+              "trainscope: stopping after batch_number=3 (TRAINSCOPE_ABORT_AFTER_BATCH)\n")
+        << rank;
+    const recorder::RecorderFile* rec = nullptr;
+    for (const auto& f : run.files)
+      if (f.header.launcher_rank == rank) rec = &f;
+    ASSERT_NE(rec, nullptr) << rank;
+    EXPECT_EQ(rec->header.state, static_cast<uint32_t>(recorder::ProcessState::kExited));
+    // Batch b is calls #3b+1..#3b+3: the calls that returned are exactly batches 0-3's.
+    std::vector<uint64_t> returned;
+    std::vector<uint64_t> pending;
+    for (const auto& call : rec->records) {
+      const auto op = static_cast<recorder::Op>(call.record.op);
+      if (!recorder::is_collective(op) && !recorder::is_point_to_point(op)) continue;
+      (call.pending() ? pending : returned).push_back(call.record.seq);
+    }
+    std::vector<uint64_t> batches_0_to_3;
+    for (uint64_t seq = 1; seq <= 12; ++seq) batches_0_to_3.push_back(seq);
+    EXPECT_EQ(returned, batches_0_to_3) << rank;
+    EXPECT_EQ(pending, c.nvtx ? std::vector<uint64_t>{} : std::vector<uint64_t>{13}) << rank;
+  }
+  const std::string trace = without_comm_ids(file(dir, "trace-rank0.txt"));
+  std::string expected;
+  for (int batch : {1, 3}) {
+    expected += "\n                  *** Starting batch number=" + std::to_string(batch) +
+                " ***\nabs min  abs max  metadata\n" + clean_step_frames(0, batch);
+  }
+  EXPECT_EQ(trace, expected);
+  EXPECT_EQ(report(dir, "vanished-"), "");
+  EXPECT_EQ(report(dir, "desync-"), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(StepMarkers, AbortAfterBatchThree,
+                         ::testing::Values(MarkerCase{"auto", "auto", false}, MarkerCase{"every", "every:3", false},
+                                           MarkerCase{"collective", "collective:^ncclAllReduce$", false},
+                                           MarkerCase{"nvtx", "nvtx:^train_step$", true}),
+                         [](const ::testing::TestParamInfo<MarkerCase>& param) { return param.param.name; });
+
+// TRAINSCOPE_ABORT_AFTER_BATCH=0 under auto: batch 0 ends (call #4) before the period is learnt (call #9, the
+// broadcast of step 2), so the rank stops as soon as it is learnt, at call #9: calls of batches 1 and 2 have run.
+TEST(Frames, AutoStopsAtTheCallThatLearnsThePeriodWhenTheLastBatchEndedBefore) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_ABORT_AFTER_BATCH"] = "0";
+  const ProcessResult job = testing::run_process(train({"--steps", "30"}), options);
+  EXPECT_EQ(job.exit_code, kStopExit) << job.err;
+  recorder::RunDirectory run;
+  std::string error;
+  ASSERT_TRUE(recorder::read_run_directory(run_dir(dir), &run, &error)) << error;
+  ASSERT_EQ(run.files.size(), 4u);
+  for (const recorder::RecorderFile& rec : run.files) {
+    std::vector<uint64_t> returned;
+    std::vector<uint64_t> pending;
+    for (const auto& call : rec.records) {
+      const auto op = static_cast<recorder::Op>(call.record.op);
+      if (recorder::is_collective(op)) (call.pending() ? pending : returned).push_back(call.record.seq);
+    }
+    EXPECT_EQ(returned, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8})) << rec.path;
+    EXPECT_EQ(pending, std::vector<uint64_t>{9}) << rec.path;
+    EXPECT_EQ(file(dir, "stop-rank" + std::to_string(rec.global_rank()) + ".txt"),
+              "trainscope: stopping after batch_number=0 (TRAINSCOPE_ABORT_AFTER_BATCH)\n");
+  }
 }
 
 TEST(Frames, AbortAfterBatchStopsEveryRankOnceTheBatchHasEnded) {

@@ -174,6 +174,80 @@ TEST(BatchTrackerAuto, OccasionalExtraOrMissingCallIsNoise) {
   EXPECT_EQ(starts, 17u);  // batches 3..19
 }
 
+// Feeds `counts` and returns settled() after each call.
+std::vector<std::uint64_t> settled_after_each(BatchTracker& tracker, const std::vector<std::uint64_t>& counts) {
+  std::vector<std::uint64_t> settled;
+  for (std::uint64_t c : counts) {
+    tracker.on_collective(call(c));
+    settled.push_back(tracker.settled());
+  }
+  return settled;
+}
+
+TEST(BatchTrackerAuto, CallsBeforeThePeriodIsLearntAreNumberedWhenItIs) {
+  BatchTracker t = auto_tracker();
+  const auto seq = repeat({1, 2, 3, 4}, 10);
+  for (std::size_t i = 0; i < seq.size(); ++i) {
+    EXPECT_EQ(t.position(), i);
+    t.on_collective(call(seq[i]));
+    // Learnt with the third cycle's last call (11): nothing is settled before, everything from then on.
+    EXPECT_EQ(t.settled(), i < 11 ? 0u : i + 1) << i;
+    if (i == 11) {
+      for (std::size_t j = 0; j <= 11; ++j) EXPECT_EQ(t.batch_of(j), j / 4) << j;  // batches 0, 1, 2
+    }
+  }
+  for (std::size_t j = 0; j < seq.size(); ++j) EXPECT_EQ(t.batch_of(j), j / 4) << j;
+}
+
+TEST(BatchTrackerAuto, CallsBeforeThePeriodIsLearntAfterAPrologue) {
+  {
+    BatchTracker t = auto_tracker();  // a different first step: batch 0, the cycles 1, 2, 3 ...
+    const auto seq = concat({9, 8, 7}, repeat({1, 2, 3, 4}, 5));
+    const auto settled = settled_after_each(t, seq);
+    EXPECT_EQ(settled[13], 0u);
+    EXPECT_EQ(settled[14], 15u);
+    for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(t.batch_of(j), 0u) << j;
+    for (std::size_t j = 3; j < seq.size(); ++j) EXPECT_EQ(t.batch_of(j), (j - 3) / 4 + 1) << j;
+  }
+  {
+    BatchTracker t = auto_tracker();  // an initial broadcast: merged into batch 0 with the first cycle
+    const auto seq = concat({9}, repeat({1, 2, 3, 4}, 5));
+    settled_after_each(t, seq);
+    EXPECT_EQ(t.settled(), seq.size());
+    for (std::size_t j = 0; j < 5; ++j) EXPECT_EQ(t.batch_of(j), 0u) << j;
+    for (std::size_t j = 5; j < seq.size(); ++j) EXPECT_EQ(t.batch_of(j), (j - 1) / 4) << j;
+  }
+}
+
+TEST(BatchTrackerAuto, CallsWhileAPeriodIsRelearntAreNumberedWhenItIs) {
+  BatchTracker t = auto_tracker();
+  // Batches 0-9 of 4 calls (0..39), then batches 10-19 of 3 calls (40..69).
+  const auto seq = concat(repeat({1, 2, 3, 4}, 10), repeat({5, 6, 7}, 10));
+  const auto settled = settled_after_each(t, seq);
+  // Calls 40-42 are taken as noise while the old period is locked (settled, in batch 9); call 43 loses it.
+  EXPECT_EQ(settled[42], 43u);
+  std::size_t relearnt = 43;
+  while (relearnt < seq.size() && settled[relearnt] == 43) ++relearnt;
+  ASSERT_LT(relearnt, seq.size()) << "the new period is learnt";
+  EXPECT_EQ(settled[relearnt], relearnt + 1);
+  EXPECT_EQ(t.settled(), seq.size());
+  for (std::size_t j = 43; j < seq.size(); ++j) EXPECT_EQ(t.batch_of(j), 10 + (j - 40) / 3) << j;
+}
+
+TEST(BatchTracker, OtherMarkersSettleEveryCallAsItIsFed) {
+  for (const char* text : {"every:2", "collective:AllGather", "nvtx:^step"}) {
+    StepMarker m;
+    std::string error;
+    ASSERT_TRUE(parse_step_marker(text, &m, &error)) << error;
+    BatchTracker t(m);
+    for (std::uint64_t i = 0; i < 10; ++i) {
+      t.on_collective(call(1, i % 3 == 0 ? Op::kAllGather : Op::kAllReduce));
+      EXPECT_EQ(t.settled(), i + 1) << text;
+      EXPECT_EQ(t.position(), i + 1) << text;
+    }
+  }
+}
+
 TEST(BatchTrackerNvtx, MatchingRangePushStartsABatch) {
   StepMarker m;
   std::string error;

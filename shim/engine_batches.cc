@@ -1,0 +1,83 @@
+// TRAINSCOPE_ABORT_AFTER_BATCH checked on the job's thread (see engine_batches.h).
+#include "shim/engine_batches.h"
+
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "collectors/batch_tracker.h"
+#include "shim/engine_frames.h"
+#include "shim/engine_logging.h"
+
+namespace trainscope::engine {
+namespace {
+
+using recorder::Op;
+
+class BatchGate {
+ public:
+  BatchGate(const batch::StepMarker& marker, uint64_t last_batch) : tracker_(marker), last_batch_(last_batch) {}
+
+  // Each returns true when the rank must stop now.
+  bool on_call(const recorder::Record& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracker_.on_collective({r.op, r.comm_id, r.count, r.dtype});
+    return past_last_batch();
+  }
+  bool on_marker() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracker_.on_marker();
+    return past_last_batch();
+  }
+  bool counts_calls() const { return tracker_.marker().kind != batch::MarkerKind::kNvtx; }
+  uint64_t last_batch() const { return last_batch_; }
+
+ private:
+  // The latest call's number is known (auto: a period is locked) and after the last batch.
+  bool past_last_batch() const {
+    return tracker_.settled() == tracker_.position() && tracker_.current_batch() > last_batch_;
+  }
+
+  std::mutex mutex_;
+  batch::BatchTracker tracker_;
+  const uint64_t last_batch_;
+};
+
+BatchGate* g_gate = nullptr;  // leaked: job threads may be in a hook while the process exits
+
+}  // namespace
+
+void start_batch_gate(const Config& config) {
+  if (!config.abort_after_batch_set || g_gate != nullptr) return;
+  batch::StepMarker marker;
+  std::string error;
+  if (!batch::parse_step_marker(config.step_marker, &marker, &error)) {
+    // The shim checked the value at load with the same rules; this cannot happen, but never guess quietly.
+    log(LogLevel::kError, ("TRAINSCOPE_ABORT_AFTER_BATCH is off: " + error).c_str());
+    return;
+  }
+  try {
+    g_gate = new BatchGate(marker, config.abort_after_batch);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, (std::string("TRAINSCOPE_ABORT_AFTER_BATCH is off: ") + e.what()).c_str());
+  }
+}
+
+void batch_gate_call(const recorder::Record& record) {
+  BatchGate* gate = g_gate;
+  const Op op = static_cast<Op>(record.op);
+  if (gate == nullptr || !gate->counts_calls() || record.comm_id == 0 ||
+      !(recorder::is_collective(op) || recorder::is_point_to_point(op)))
+    return;
+  if (gate->on_call(record)) stop_after_batch(gate->last_batch());
+}
+
+void batch_gate_marker() {
+  BatchGate* gate = g_gate;
+  if (gate != nullptr && gate->on_marker()) stop_after_batch(gate->last_batch());
+}
+
+void abandon_batch_gate() { g_gate = nullptr; }
+
+}  // namespace trainscope::engine

@@ -1,0 +1,34 @@
+// TRAINSCOPE_ABORT_AFTER_BATCH on the job's thread: the batch boundary is checked in the hook of each NCCL call (and
+// at each NVTX step marker), so a rank stops before any call of batch N+1 returns, however fast its steps are.
+//
+// The shim calls in only when the variable is set (engine_api.h: trainscope_engine_batch_call/_marker); without
+// it a hook pays one load of a null function pointer. With it, each collective and send/recv takes one uncontended
+// lock and feeds the gate's own BatchTracker: under auto an O(max_period) update (at most 4096 comparisons), one
+// comparison under the other markers. The frame thread's tracker counts the same calls, later, for the frames.
+//
+// Where the rank stops (N = TRAINSCOPE_ABORT_AFTER_BATCH):
+//   every:K, collective:REGEX  at the first call of batch N+1, once its record is appended, before the real call
+//   nvtx:REGEX                 at the range push that starts batch N+1, before any call of that batch
+//   auto                       once the period is learnt, at the first call of batch N+1 as above; when learning it
+//                              (the call that completes `confirmations` cycles, 3 by default) shows that batch N
+//                              has already ended, at that call: the calls of later batches made before it returned
+//                              (until then no call's batch was known); while a lost period is relearnt, no stop
+// Calls made at once on several threads are counted in the order they reach the check (the recorder's order may
+// differ by that race). The stop itself: engine_frames.h's stop_after_batch (reports first, then exit 87).
+#pragma once
+
+#include "reports/flight_record_format.h"
+#include "shim/config.h"
+
+namespace trainscope::engine {
+
+// Arms the gate when config.abort_after_batch_set (never throws; a failure is logged and leaves no gate).
+void start_batch_gate(const Config& config);
+// The job's thread: a call was recorded as `record` (any op: only collectives and send/recv on a communicator
+// count) / an NVTX step marker was recorded. Stops the rank, never returning, when it belongs to a batch after N.
+void batch_gate_call(const recorder::Record& record);
+void batch_gate_marker();
+// Forked child: forget the parent's gate (its lock may have been held at the fork).
+void abandon_batch_gate();
+
+}  // namespace trainscope::engine
