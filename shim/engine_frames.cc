@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "collectors/batch_tracker.h"
@@ -261,8 +262,15 @@ class FrameThread {
     const std::string stem = run_dir_ + "/" + base;
     const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     // The JSON first: whoever sees the text (a person, a test) sees both.
-    if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+    std::string error = reports::replace_file(stem + ".json", dumped);
+    if (error.empty()) error = reports::replace_file(stem + ".txt", text);
+    warn_write_failure(error);
+  }
+
+  // A report that cannot be written is said once per file: a trace written frame by frame must not flood the log.
+  void warn_write_failure(const std::string& error) {
+    if (error.empty() || !write_failures_.insert(error.substr(0, error.find(": "))).second) return;
+    log(LogLevel::kWarn, ("frames: " + error).c_str());
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -282,10 +290,11 @@ class FrameThread {
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
     line["rows"] = rows;
-    if (!reports::append_file(stem + ".txt", text) ||
-        !reports::append_file(stem + ".jsonl",
-                              line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.jsonl").c_str());
+    std::string error = reports::append_file(stem + ".txt", text);
+    if (error.empty())
+      error = reports::append_file(stem + ".jsonl",
+                                   line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    warn_write_failure(error);
     log(LogLevel::kInfo, text.substr(0, text.size() - 1).c_str());
   }
 
@@ -408,6 +417,7 @@ class FrameThread {
   std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
   std::string near_text_;
   nlohmann::json near_json_ = nlohmann::json::array();
+  std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
@@ -468,7 +478,8 @@ void start_frames(const FramesSetup& setup) {
   // Without watching, batches are still counted for TRAINSCOPE_ABORT_AFTER_BATCH.
   if (setup.config->watch == WatchMode::kOff && !setup.config->abort_after_batch_set) return;
   if (setup.recorder == nullptr) {
-    log(LogLevel::kWarn, "frames off: this process has no flight recorder to read its calls from");
+    // Why (no run directory, no recorder) is the shim's one warning; this only adds what it means here.
+    log(LogLevel::kDebug, "frames off: this process has no flight recorder to read its calls from");
     return;
   }
   try {

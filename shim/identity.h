@@ -29,9 +29,6 @@ LauncherIdentity launcher_identity(char* const* env);
 bool run_id_from_environment(char* const* env, const char* configured_run_id, const char* host, int32_t pgid, char* out,
                              size_t out_len);
 
-// Creates `path` and its missing parents with mode 0700 (like mkdir -p). Returns 0 or an errno value.
-int make_directories(const char* path);
-
 // Looks `name` up in an environ-style array (getenv without touching the process's own environment).
 const char* find_env(char* const* env, const char* name);
 
