@@ -22,6 +22,7 @@
 #include "collectors/coordinator_server.h"
 #include "reports/exchange_reports.h"
 #include "reports/flight_recorder_reader.h"
+#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "shim/config.h"
@@ -132,7 +133,8 @@ void print_summary(const std::string& run_dir, int status) {
   summary.job_started = true;
   recorder::RunDirectory run;
   if (recorder::read_run_directory(run_dir, &run, &error)) reports::note_recorders(&summary, run);
-  std::fputs(reports::format_summary_text(summary).c_str(), stderr);
+  // The summary holds strings from the recorders and from the ranks: printed with their control characters escaped.
+  std::fputs(reports::printable_text(reports::format_summary_text(summary)).c_str(), stderr);
   std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
 }
 
