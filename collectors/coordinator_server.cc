@@ -73,6 +73,7 @@ struct CoordinatorServer::State {
   uint64_t origin_failed_generation = 0;             // the last one that could not be written (logged once)
   size_t manifest_hellos = 0;
   uint64_t manifest_written_ns = 0;
+  bool manifest_failed = false;  // said once: a manifest that cannot be written must not flood the log
   uint64_t malformed_logged = 0;
 
   explicit State(const CoordinatorOptions& options) : core(options) {}
@@ -181,9 +182,12 @@ void CoordinatorServer::run() {
     s.manifest_hellos = hellos;
     s.manifest_written_ns = now_ns;
     const nlohmann::json manifest = s.core.manifest();
-    if (!reports::replace_file(options_.run_dir + "/manifest.json",
-                               manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
-      log(LogLevel::kWarning, "coordinator: cannot write " + options_.run_dir + "/manifest.json");
+    if (const std::string error =
+            reports::replace_file(options_.run_dir + "/manifest.json",
+                                  manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        !error.empty()) {
+      if (!s.manifest_failed) log(LogLevel::kWarning, "coordinator: " + error);
+      s.manifest_failed = true;
     }
     for (const auto& warning : manifest["warnings"]) {
       const std::string text = warning.get<std::string>();
@@ -203,12 +207,13 @@ void CoordinatorServer::run() {
     const std::string text = reports::format_origin_text(firsts);
     const nlohmann::json json = reports::origin_json(firsts);
     // The JSON first: whoever sees the new text sees the JSON that goes with it.
-    if (!reports::replace_file(origin_json_path,
-                               json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n") ||
-        !reports::replace_file(origin_text_path, text)) {
+    std::string error = reports::replace_file(
+        origin_json_path, json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (error.empty()) error = reports::replace_file(origin_text_path, text);
+    if (!error.empty()) {
       ++local.report_errors;
       if (s.origin_failed_generation == 0)  // once: a full disk must not flood the log
-        log(LogLevel::kError, "coordinator: cannot write " + origin_text_path + " or " + origin_json_path);
+        log(LogLevel::kError, "coordinator: " + error);
       s.origin_failed_generation = generation;
       return false;
     }

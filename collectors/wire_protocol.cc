@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "reports/printable.h"
+
 namespace trainscope::exchange {
 namespace {
 
@@ -90,7 +92,15 @@ class ByteReader {
     return static_cast<T>(bits);
   }
 
-  std::string get_string(const char* field, size_t limit) {
+  // A string from the peer, to be shown somewhere (a report, the manifest, a log): its control characters escaped
+  // here, once for every use (reports::printable; multi-line text keeps its lines).
+  std::string get_string(const char* field, size_t limit) { return reports::printable(get_raw_string(field, limit)); }
+  std::string get_text(const char* field, size_t limit) {
+    return reports::printable_text(get_raw_string(field, limit));
+  }
+
+  // A string that is compared, never shown (the job token), exactly as sent.
+  std::string get_raw_string(const char* field, size_t limit) {
     const auto length = get<uint32_t>(field);
     if (failed()) return {};
     if (length > limit) {
@@ -165,7 +175,7 @@ class ByteReader {
 
 Hello decode_hello(ByteReader& r) {
   Hello m;
-  m.token = r.get_string("token", kMaxTokenBytes);
+  m.token = r.get_raw_string("token", kMaxTokenBytes);
   m.global_rank = r.get_in_range<int32_t>("global_rank", 0, kMaxRanks - 1);
   m.world_size = r.get_in_range<int32_t>("world_size", -1, kMaxRanks);
   m.launcher_rank = r.get_in_range<int32_t>("launcher_rank", -1, kMaxRanks - 1);
@@ -243,7 +253,7 @@ Verdict decode_verdict(ByteReader& r) {
   m.seq = r.get<uint64_t>("seq");
   m.text_path = r.get_string("text_path", kMaxPathBytes);
   m.json_path = r.get_string("json_path", kMaxPathBytes);
-  m.text = r.get_string("text", kMaxReportTextBytes);
+  m.text = r.get_text("text", kMaxReportTextBytes);
   return m;
 }
 

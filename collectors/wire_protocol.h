@@ -196,6 +196,8 @@ std::vector<uint8_t> encode(const Message& message);
 void encode_fingerprint_batch(int32_t rank, uint64_t batch_number, uint64_t dropped_total,
                               std::span<const Fingerprint> fingerprints, std::vector<uint8_t>& out);
 
+// Decodes and checks one message. Every string in it but the token has its control characters escaped
+// (reports::printable; a verdict's text keeps its lines): nothing a peer sends can drive a terminal or a report reader.
 struct DecodeResult {
   bool ok = false;
   Message message;

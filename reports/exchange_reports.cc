@@ -2,8 +2,6 @@
 #include "reports/exchange_reports.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "reports/private_files.h"
 #include "reports/recorder_report.h"
 #include "reports/stack_text.h"
 
@@ -97,38 +96,6 @@ std::string since_text(uint64_t since_ns, uint64_t now_ns) {
   std::string text = "since " + recorder::utc_date_time(since_ns);
   if (now_ns > since_ns) text += " (" + recorder::duration_string(now_ns - since_ns) + ")";
   return text;
-}
-
-// Creates the directory and its missing parents, 0700.
-int make_directories(const std::string& path) {
-  std::string partial;
-  size_t position = 0;
-  while (position != std::string::npos) {
-    position = path.find('/', position + 1);
-    partial = path.substr(0, position);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) return errno;
-  }
-  return 0;
-}
-
-// Creates `path` exclusively (mode 0600) and writes all of `content`; errno on failure.
-int write_new_file(const std::string& path, const std::string& content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errno;
-  size_t written = 0;
-  int error = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : EIO;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0 && error == 0) error = errno;
-  return error;
 }
 
 }  // namespace
@@ -390,46 +357,38 @@ std::string vanished_base_name(const VanishedReport& report) {
   return "vanished-rank" + std::to_string(report.global_rank);
 }
 
-std::string make_report_directory(const std::string& dir) {
+std::string make_report_directory(const std::string& dir, std::string* notice) {
   if (dir.empty()) return "no run directory given";
-  if (const int error = make_directories(dir); error != 0) return "cannot create " + dir + ": " + std::strerror(error);
+  const files::PrivateDirectory made = files::make_private_directory(dir.c_str());
+  if (made.error == files::kOthersWrite)
+    return "cannot use the run directory " + dir + ": it belongs to another user (uid " +
+           std::to_string(made.owner_uid) + ") and others can write to it";
+  if (made.error == files::kNotDirectory || made.error == files::kIsSymlink)
+    return "cannot use the run directory " + dir + ": " + files::error_text(made.error);
+  if (made.error != 0) return "cannot create the run directory " + dir + ": " + files::error_text(made.error);
+  if (made.old_mode != 0 && notice != nullptr) {
+    char mode[16];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(made.old_mode));
+    *notice = "made the run directory " + dir + " private: it was mode " + mode + ", open to other users";
+  }
   return {};
 }
 
-namespace {
-bool write_all(int fd, const std::string& content) {
-  size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    written += static_cast<size_t>(n);
-  }
-  return true;
-}
-}  // namespace
-
-bool replace_file(const std::string& path, const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  const bool written = write_all(fd, content);
-  const bool ok = ::close(fd) == 0 && written;
-  return ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+std::string replace_file(const std::string& path, const std::string& content) {
+  const int error = files::replace_file(path.c_str(), content.data(), content.size());
+  return error == 0 ? std::string() : "cannot write " + path + ": " + files::error_text(error);
 }
 
-bool append_file(const std::string& path, const std::string& content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  const bool written = write_all(fd, content);
-  return ::close(fd) == 0 && written;
+std::string append_file(const std::string& path, const std::string& content) {
+  const int error = files::append_file(path.c_str(), content.data(), content.size());
+  return error == 0 ? std::string() : "cannot write " + path + ": " + files::error_text(error);
 }
 
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json) {
   WrittenReport written;
-  if (const int error = make_directories(dir); error != 0) {
-    written.error = "cannot create " + dir + ": " + std::strerror(error);
+  if (std::string error = make_report_directory(dir); !error.empty()) {
+    written.error = std::move(error);
     return written;
   }
   const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -441,22 +400,24 @@ WrittenReport write_report(const std::string& dir, const std::string& base_name,
                                 std::to_string(counter.fetch_add(1, std::memory_order_relaxed)) + ".part";
   const std::string text_temporary = temporary + "-text";
   const std::string json_temporary = temporary + "-json";
+  // The temporaries are removed on every way out, but only those we created: a name someone else took stays theirs.
   struct Cleanup {
-    const std::string& a;
-    const std::string& b;
+    const std::string& path;
+    bool made = false;
     ~Cleanup() {
-      ::unlink(a.c_str());
-      ::unlink(b.c_str());
+      if (made) ::unlink(path.c_str());
     }
-  } cleanup{text_temporary, json_temporary};
-  if (const int error = write_new_file(json_temporary, json_text); error != 0) {
-    written.error = "cannot write " + json_temporary + ": " + std::strerror(error);
+  } json_cleanup{json_temporary}, text_cleanup{text_temporary};
+  if (const int error = files::write_new_file(json_temporary.c_str(), json_text.data(), json_text.size()); error != 0) {
+    written.error = "cannot write " + json_temporary + ": " + files::error_text(error);
     return written;
   }
-  if (const int error = write_new_file(text_temporary, text); error != 0) {
-    written.error = "cannot write " + text_temporary + ": " + std::strerror(error);
+  json_cleanup.made = true;
+  if (const int error = files::write_new_file(text_temporary.c_str(), text.data(), text.size()); error != 0) {
+    written.error = "cannot write " + text_temporary + ": " + files::error_text(error);
     return written;
   }
+  text_cleanup.made = true;
   for (int attempt = 1; attempt <= 100; ++attempt) {
     const std::string stem = dir + "/" + base_name + (attempt == 1 ? "" : "-" + std::to_string(attempt));
     if (::link(json_temporary.c_str(), (stem + ".json").c_str()) != 0) {

@@ -1,5 +1,7 @@
 // Writes one process's flight recorder file: freestanding (libc only), lock-free append, crash-safe commits.
 #include "reports/flight_recorder_writer.h"
+
+#include "reports/private_files.h"
 #include "reports/thread_fence.h"
 
 #include <errno.h>
@@ -37,8 +39,8 @@ int Writer::open(const WriterOptions& options) {
   if (options.capacity > max_records) return EFBIG;
   const size_t bytes = file_bytes(options.max_comms, options.max_sites, options.capacity);
 
-  const int fd = ::open(options.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errno;  // O_EXCL: an existing file is someone else's; never unlink it
+  const int fd = files::create_file(options.path, O_RDWR);
+  if (fd < 0) return -fd;  // O_EXCL: an existing file is someone else's; never unlink it
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail_open(errno, fd, options.path, nullptr, 0);
   // Reserve the blocks now: a full disk must fail here, not as SIGBUS on a store into the mapping mid-job.
   // Filesystems without fallocate support keep the sparse file (glibc emulates where it can).

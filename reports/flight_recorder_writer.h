@@ -33,8 +33,9 @@ struct Pending {
 
 class Writer {
  public:
-  // Creates the file (mode 0600, O_EXCL, O_CLOEXEC), sizes it, maps it MAP_SHARED and writes the header.
-  // Returns 0 on success or an errno value; on failure the writer stays closed.
+  // Creates the file (files::create_file: mode 0600, O_EXCL, never through a link), sizes it, maps it MAP_SHARED and
+  // writes the header. Returns 0 on success or an errno value (EEXIST: the name is taken) or a files:: refusal
+  // (files::error_text says which); on failure the writer stays closed.
   int open(const WriterOptions& options);
 
   // Marks the process as exited in the header and unmaps the file.

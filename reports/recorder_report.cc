@@ -17,10 +17,13 @@
 #include <sstream>
 #include <vector>
 
+#include "reports/printable.h"
+
 namespace trainscope::recorder {
 namespace {
 
 using nlohmann::json;
+using reports::printable;
 
 // What the report says about one file's process; computed once so text and JSON agree.
 struct RankState {
@@ -48,7 +51,7 @@ RankState rank_state(const RecorderFile& file, const ReportOptions& options) {
 // "Python 3.12"; "Python 3.14: stacks not available: <note>"; "Python stacks not available: <note>" when the version
 // is not known; "" for a process that runs no Python.
 std::string python_text(const FileHeader& h) {
-  const std::string note(h.python_note, strnlen(h.python_note, sizeof(h.python_note)));
+  const std::string note = printable(std::string_view(h.python_note, strnlen(h.python_note, sizeof(h.python_note))));
   if (h.python_major > 0) {
     std::string text = "Python " + std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
     if (!note.empty()) text += ": stacks not available: " + note;
@@ -296,7 +299,7 @@ std::string python_location(const SiteEntry* site) {
   if (own == nullptr) return "";
   std::string text = frame_location(*own);
   if (own != &site->frames[0]) text += " (innermost: " + frame_location(site->frames[0]) + ")";
-  return text;
+  return printable(text);
 }
 
 json frame_json(const SiteFrame* frame) {
@@ -339,11 +342,11 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
   std::string run_id;
   for (const RecorderFile& file : run.files) {
     if (file.header.run_id[0] != '\0') {
-      run_id = file.header.run_id;
+      run_id = printable(file.header.run_id);
       break;
     }
   }
-  out += "trainscope report: " + run.path + (run_id.empty() ? "" : "  (run " + run_id + ")") + "\n";
+  out += "trainscope report: " + printable(run.path) + (run_id.empty() ? "" : "  (run " + run_id + ")") + "\n";
   out += std::to_string(run.files.size()) + " recorder file" + (run.files.size() == 1 ? "" : "s") + " read";
   if (!run.errors.empty()) out += ", " + std::to_string(run.errors.size()) + " unreadable";
   if (!run.files.empty()) out += "; first start " + utc_date_time(run.files.front().header.start_ns);
@@ -354,7 +357,7 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
   for (size_t i = 0; i < run.files.size(); ++i) {
     const RecorderFile& file = run.files[i];
     const FileHeader& h = file.header;
-    const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + h.host + ")";
+    const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + printable(h.host) + ")";
     if (states[i].key == "crashed_or_killed") attention.push_back(who + ": crashed or was killed");
     // The newest few calls that never returned; a hung rank has one per thread, more is noise.
     constexpr size_t kPendingShown = 3;
@@ -392,7 +395,7 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
                           (file.torn_sites == 1 ? "y" : "ies") + " skipped");
     }
   }
-  for (const FileError& e : run.errors) attention.push_back("unreadable " + e.message);
+  for (const FileError& e : run.errors) attention.push_back("unreadable " + printable(e.message));
   if (!attention.empty()) {
     out += "\nATTENTION\n";
     for (const std::string& line : attention) out += "  ! " + line + "\n";
@@ -401,11 +404,11 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
   for (size_t i = 0; i < run.files.size(); ++i) {
     const RecorderFile& file = run.files[i];
     const FileHeader& h = file.header;
-    out += "\n=== " + rank_label(h) + " | pid " + std::to_string(h.pid) + " | host " + h.host + " | NCCL " +
+    out += "\n=== " + rank_label(h) + " | pid " + std::to_string(h.pid) + " | host " + printable(h.host) + " | NCCL " +
            nccl_version_string(h.nccl_version) + " | " + states[i].text + " | records " +
            std::to_string(file.records_total()) + " total, " + std::to_string(file.records.size()) + " held (ring " +
            std::to_string(h.capacity) + ") | torn " + std::to_string(file.torn_records) + "\n";
-    out += "    file " + file.path + "  started " + utc_date_time(h.start_ns) + "\n";
+    out += "    file " + printable(file.path) + "  started " + utc_date_time(h.start_ns) + "\n";
     if (const std::string python = python_text(h); !python.empty()) out += "    " + python + "\n";
 
     if (file.comms.empty()) {

@@ -1,4 +1,6 @@
-// Summarises a run directory's flight recorders as a text table for people and as JSON for programs.
+// Summarises a run directory's flight recorders as a text table for people and as JSON for programs. Every string the
+// text takes from a recorder (host, run id, paths, Python locations) has its control characters escaped
+// (reports::printable); the JSON carries them as they are, JSON-escaped.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +38,8 @@ std::string duration_string(uint64_t ns);       // "850ns", "12.4us", "3.21ms", 
 std::string hex_id(uint64_t id);                // 16 hex digits
 std::string short_hex_id(uint64_t id);          // leading 6 hex digits, as in the mismatch report; 0 -> "-"
 // The innermost Python location of a call site, "train.py:88 in backward" ("train.py in backward" when the line is
-// not known, "train.py:88" without a function name); "" when the site has no Python frame or is nullptr.
+// not known, "train.py:88" without a function name); "" when the site has no Python frame or is nullptr. For text:
+// control characters from the file are escaped (reports::printable).
 std::string python_location(const SiteEntry* site);
 
 // What a run's processes came to, in the terms of the report's state column; the run summary's "processes" line.

@@ -4,6 +4,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "reports/printable.h"
+
 namespace trainscope::reports {
 
 std::string format_stack_block(const exchange::CallStack& stack, uint64_t caller, std::string_view indent) {
@@ -24,11 +26,12 @@ std::string format_stack_block(const exchange::CallStack& stack, uint64_t caller
     return out;
   }
   for (const exchange::PythonFrame& frame : stack.python) {
-    line("File \"" + frame.file + "\", line " + std::to_string(frame.line) + ", in " + frame.function);
+    line("File \"" + printable(frame.file) + "\", line " + std::to_string(frame.line) + ", in " +
+         printable(frame.function));
   }
   if (stack.python.empty() && !stack.python_note.empty())
-    line("(Python stack not captured: " + stack.python_note + ")");
-  for (size_t i = 0; i < stack.native.size(); ++i) line("#" + std::to_string(i) + " " + stack.native[i]);
+    line("(Python stack not captured: " + printable(stack.python_note) + ")");
+  for (size_t i = 0; i < stack.native.size(); ++i) line("#" + std::to_string(i) + " " + printable(stack.native[i]));
   return out;
 }
 

@@ -7,6 +7,7 @@
 //   #<i> <frame>                                one per native frame, innermost first
 //   (no stack captured; call site 0x401234)     the only line when the stack is empty ("(no stack captured)" when
 //                                               the call site is not known either)
+// Every name in the text has its control characters escaped (reports::printable): a stack may come from another rank.
 // JSON, next to each other wherever a stack is shown: "stack" (the native frames, as strings), "python_stack"
 // ([{"file", "line", "function"}], innermost first) and "python_stack_note" ("" when none).
 #pragma once

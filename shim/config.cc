@@ -321,18 +321,8 @@ bool parse_coordinator(const char* value, Config* out, const char** reason) {
 }
 
 bool parse_token(const char* value, Config* out, const char** reason) {
-  const size_t len = strlen(value);
-  if (len < kMinToken || len > kMaxToken) {
-    *reason = len < kMinToken ? "(too short)" : "(too long)";
-    return false;
-  }
-  for (const char* c = value; *c != '\0'; ++c) {
-    if (!is_host_char(*c)) {
-      *reason = "(character outside [A-Za-z0-9._-])";
-      return false;
-    }
-  }
-  memcpy(out->token, value, len + 1);
+  if (!config_token_valid(value, reason)) return false;
+  memcpy(out->token, value, strlen(value) + 1);
   return true;
 }
 
@@ -722,6 +712,21 @@ bool config_logs_to_stderr(const Config& config, int32_t rank) {
       return false;
   }
   return false;
+}
+
+bool config_token_valid(const char* value, const char** reason) {
+  const size_t len = strlen(value);
+  if (len < kMinToken || len > kMaxToken) {
+    *reason = len < kMinToken ? "(too short)" : "(too long)";
+    return false;
+  }
+  for (const char* c = value; *c != '\0'; ++c) {
+    if (!is_host_char(*c)) {
+      *reason = "(character outside [A-Za-z0-9._-])";
+      return false;
+    }
+  }
+  return true;
 }
 
 const char* log_level_name(LogLevel level) {

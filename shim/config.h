@@ -151,6 +151,11 @@ bool config_logs_to_stderr(const Config& config, int32_t rank);
 // Whether TRAINSCOPE_TRACE_BATCHES names `batch`.
 bool config_traces_batch(const Config& config, uint64_t batch);
 
+// Whether `value` is a valid job token, the one rule of TRAINSCOPE_TOKEN and `trainscope coordinator --token`: 8-128
+// characters of [A-Za-z0-9._-] (the accepted text of TRAINSCOPE_TOKEN in config_vars()). When not, sets `reason`
+// ("(too short)", "(too long)", "(character outside [A-Za-z0-9._-])").
+bool config_token_valid(const char* value, const char** reason);
+
 // Name of a level as accepted by TRAINSCOPE_LOG_LEVEL.
 const char* log_level_name(LogLevel level);
 

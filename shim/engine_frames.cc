@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "collectors/batch_tracker.h"
@@ -62,14 +63,22 @@ int32_t rank_of(const recorder::FileHeader* header) {
   return header != nullptr ? __atomic_load_n(&header->global_rank, __ATOMIC_RELAXED) : -1;
 }
 
-// One report as text and JSON in the run directory.
-void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
-                  const nlohmann::json& json) {
+// One report as text and JSON in the run directory. Returns "" or "cannot write <path>: why".
+std::string write_report_files(const std::string& run_dir, const std::string& base, const std::string& text,
+                               const nlohmann::json& json) {
   const std::string stem = run_dir + "/" + base;
   const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // The JSON first: whoever sees the text (a person, a test) sees both.
-  if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
-    log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+  std::string error = reports::replace_file(stem + ".json", dumped);
+  if (error.empty()) error = reports::replace_file(stem + ".txt", text);
+  return error;
+}
+
+// The same, saying on failure why (a stop's report is written once: nothing to repeat).
+void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
+                  const nlohmann::json& json) {
+  const std::string error = write_report_files(run_dir, base, text, json);
+  if (!error.empty()) log(LogLevel::kWarn, ("frames: " + error).c_str());
 }
 
 // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder as
@@ -390,7 +399,13 @@ class FrameThread {
   }
 
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
-    write_report(run_dir(), base, text, json);
+    warn_write_failure(write_report_files(run_dir(), base, text, json));
+  }
+
+  // A report that cannot be written is said once per file: a trace written frame by frame must not flood the log.
+  void warn_write_failure(const std::string& error) {
+    if (error.empty() || !write_failures_.insert(error.substr(0, error.find(": "))).second) return;
+    log(LogLevel::kWarn, ("frames: " + error).c_str());
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -409,10 +424,11 @@ class FrameThread {
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
     line["rows"] = rows;
-    if (!reports::append_file(stem + ".txt", text) ||
-        !reports::append_file(stem + ".jsonl",
-                              line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.jsonl").c_str());
+    std::string error = reports::append_file(stem + ".txt", text);
+    if (error.empty())
+      error = reports::append_file(stem + ".jsonl",
+                                   line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    warn_write_failure(error);
     log(LogLevel::kInfo, text.substr(0, text.size() - 1).c_str());
   }
 
@@ -514,6 +530,7 @@ class FrameThread {
   std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
   std::string near_text_;
   nlohmann::json near_json_ = nlohmann::json::array();
+  std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
@@ -604,7 +621,8 @@ void start_frames(const FramesSetup& setup) {
   // Without watching there is no frame; TRAINSCOPE_ABORT_AFTER_BATCH counts batches on the job's thread.
   if (setup.config->watch == WatchMode::kOff) return;
   if (setup.recorder == nullptr) {
-    log(LogLevel::kWarn, "frames off: this process has no flight recorder to read its calls from");
+    // Why (no run directory, no recorder) is the shim's one warning; this only adds what it means here.
+    log(LogLevel::kDebug, "frames off: this process has no flight recorder to read its calls from");
     return;
   }
   try {

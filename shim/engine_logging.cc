@@ -1,12 +1,14 @@
 // spdlog-based logging of the engine (see engine_logging.h).
 #include "shim/engine_logging.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <memory>
 #include <mutex>
+
+#include "reports/private_files.h"
+#include "shim/fd_file_sink.h"
 
 namespace trainscope::engine {
 
@@ -73,10 +75,12 @@ std::string start_logging(const Config& config, int32_t global_rank, const std::
   state.file_sink.reset();
   std::string error;
   if (!log_path.empty()) {
-    try {
-      state.file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_path, false);
-    } catch (const std::exception& e) {
-      error = e.what();
+    // Opened here, not by spdlog: never through a link, never a file of another user.
+    const int fd = files::open_append(log_path.c_str());
+    if (fd < 0) {
+      error = files::error_text(-fd);
+    } else {
+      state.file_sink = std::make_shared<FdFileSink>(fd);
     }
   }
   std::vector<spdlog::sink_ptr> sinks{state.stderr_sink};

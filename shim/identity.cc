@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 namespace trainscope::shim {
 
@@ -123,23 +122,6 @@ void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t ou
   hash *= 0x94d049bb133111ebull;
   hash ^= hash >> 31;
   snprintf(out, out_len, "run-%016llx", static_cast<unsigned long long>(hash));
-}
-
-int make_directories(const char* path) {
-  char buffer[4096];
-  const size_t len = strlen(path);
-  if (len == 0 || len >= sizeof(buffer)) return ENAMETOOLONG;
-  memcpy(buffer, path, len + 1);
-  for (size_t i = 1; i <= len; ++i) {
-    if (buffer[i] != '/' && buffer[i] != '\0') continue;
-    const char saved = buffer[i];
-    buffer[i] = '\0';
-    if (mkdir(buffer, 0700) != 0 && errno != EEXIST) return errno;
-    buffer[i] = saved;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0) return errno;
-  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 }  // namespace trainscope::shim

@@ -40,9 +40,6 @@ bool run_id_is_reused(RunIdSource source);
 // folder is private, and working the key back from the name means searching its 64 random bits).
 void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t out_len);
 
-// Creates `path` and its missing parents with mode 0700 (like mkdir -p). Returns 0 or an errno value.
-int make_directories(const char* path);
-
 // Looks `name` up in an environ-style array (getenv without touching the process's own environment).
 const char* find_env(char* const* env, const char* name);
 

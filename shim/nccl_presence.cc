@@ -2,11 +2,10 @@
 #include "shim/nccl_presence.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "reports/private_files.h"
 #include "shim/elf_symbols.h"
 
 namespace trainscope::shim {
@@ -93,22 +92,7 @@ int write_no_calls_note(const NoCallsNote& note) {
   snprintf(number, sizeof(number), ", \"calls\": %llu, \"communicators\": 0}\n",
            static_cast<unsigned long long>(note.calls));
   append_text(json, sizeof(json), &used, number);
-  const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return errno;
-  size_t written = 0;
-  int error = 0;
-  while (written < used) {
-    const ssize_t n = write(fd, json + written, used - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : EIO;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0 && error == 0) error = errno;
-  if (error != 0) unlink(path);
-  return error;
+  return files::write_new_file(path, json, used);
 }
 
 }  // namespace trainscope::shim

@@ -29,7 +29,8 @@ struct NoCallsNote {
 // The file name of the note ("<stem>.no-nccl-calls.json"); the summary finds notes by this suffix.
 inline constexpr const char* kNoCallsSuffix = ".no-nccl-calls.json";
 
-// Writes the note as one JSON object, mode 0600, never following a link nor replacing a file. Returns 0 or an errno.
+// Writes the note as one JSON object (files::write_new_file: mode 0600, never following a link nor replacing a file).
+// Returns 0, an errno value (EEXIST: the name is taken) or a files:: refusal.
 int write_no_calls_note(const NoCallsNote& note);
 
 }  // namespace trainscope::shim

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -15,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "reports/private_files.h"
 #include "shim/call_site_capture.h"
 #include "shim/call_sites.h"
 #include "shim/comm_registry.h"
@@ -163,20 +163,33 @@ bool learn_identity(Runtime& rt) {
                                  sizeof(rt.run_id), &rt.run_id_source);
 }
 
-// Creates the run directory (rt.run_dir). Returns 0 or the errno that stopped it.
-int make_run_dir(Runtime& rt) {
+// Creates the run directory (rt.run_dir) as a private folder (files::make_private_directory). Returns its state: error
+// 0 or the errno / refusal that stopped it; old_mode when it was ours but open to others and is now 0700.
+files::PrivateDirectory make_run_dir(Runtime& rt) {
+  files::PrivateDirectory made;
   char base[kMaxPath];
   const char* dir = rt.config.dir;
   if (dir[0] != '/') {
     char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) return errno;
-    if (snprintf(base, sizeof(base), "%s/%s", cwd, dir) >= static_cast<int>(sizeof(base))) return ENAMETOOLONG;
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      made.error = errno;
+      return made;
+    }
+    if (snprintf(base, sizeof(base), "%s/%s", cwd, dir) >= static_cast<int>(sizeof(base))) made.error = ENAMETOOLONG;
   } else if (snprintf(base, sizeof(base), "%s", dir) >= static_cast<int>(sizeof(base))) {
-    return ENAMETOOLONG;
+    made.error = ENAMETOOLONG;
   }
-  if (snprintf(rt.run_dir, sizeof(rt.run_dir), "%s/%s", base, rt.run_id) >= static_cast<int>(sizeof(rt.run_dir)))
-    return ENAMETOOLONG;
-  return make_directories(rt.run_dir);
+  if (made.error == 0 &&
+      snprintf(rt.run_dir, sizeof(rt.run_dir), "%s/%s", base, rt.run_id) >= static_cast<int>(sizeof(rt.run_dir)))
+    made.error = ENAMETOOLONG;
+  return made.error != 0 ? made : files::make_private_directory(rt.run_dir);
+}
+
+// A run directory that others could write to was ours, and is private now: said once, by the process that changed it.
+void warn_if_made_private(const Runtime& rt, const files::PrivateDirectory& made) {
+  if (made.error == 0 && made.old_mode != 0)
+    log_message(LogLevel::kWarn, "made the run directory '%s' private: it was mode %04o, open to other users",
+                rt.run_dir, static_cast<unsigned>(made.old_mode));
 }
 
 // "rank-R.pid-P", or "pid-P" when the launcher gave no rank: the name of this process's files.
@@ -188,10 +201,21 @@ void file_stem(const Runtime& rt, char* stem, size_t stem_len) {
   }
 }
 
-// Creates the run directory and this process's flight recorder. Returns 0 or the errno that stopped it.
-int open_recorder(uint64_t start_ns) {
+// Why this process records nothing, or what else went wrong on the way: said once, when the start is done.
+struct RecordingSetup {
+  files::PrivateDirectory run_dir;  // run_dir.error: the run directory is unusable
+  int recorder_error = 0;           // the flight recorder could not be created in it
+  int log_error = 0;                // the log file could not be opened (logging goes to stderr only)
+  char log_path[kMaxPath] = "";     // the log file refused
+  bool failed() const { return run_dir.error != 0 || recorder_error != 0; }
+  int error() const { return run_dir.error != 0 ? run_dir.error : recorder_error; }
+};
+
+// Creates the run directory and this process's flight recorder and log file.
+void open_recorder(uint64_t start_ns, RecordingSetup* setup) {
   Runtime& rt = g_runtime;
-  if (const int error = make_run_dir(rt); error != 0) return error;
+  setup->run_dir = make_run_dir(rt);
+  if (setup->run_dir.error != 0) return;
   char stem[96];
   file_stem(rt, stem, sizeof(stem));
   char exe[256] = "";
@@ -211,24 +235,36 @@ int open_recorder(uint64_t start_ns) {
   options.exe = exe;
   options.start_ns = start_ns;
   int error = EEXIST;
-  // A recycled pid can meet an older run's file of the same name: never overwrite it, take another name.
+  // A recycled pid can meet an older run's file of the same name (or anything else there, a link included): never
+  // overwrite it, take another name.
   for (int attempt = 0; attempt < 8 && error == EEXIST; ++attempt) {
     const int n = attempt == 0 ? snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.tsrec", rt.run_dir, stem)
                                : snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.%d.tsrec", rt.run_dir,
                                           stem, attempt);
-    if (n >= static_cast<int>(sizeof(rt.recorder_path))) return ENAMETOOLONG;
+    if (n >= static_cast<int>(sizeof(rt.recorder_path))) {
+      error = ENAMETOOLONG;
+      break;
+    }
     options.path = rt.recorder_path;
     error = rt.writer.open(options);
-    if (error == 0) {
-      const size_t path_len = strlen(rt.recorder_path);
-      snprintf(rt.log_path, sizeof(rt.log_path), "%.*s.log", static_cast<int>(path_len - 6), rt.recorder_path);
-      // Created here, private, so the engine's logger (which opens with the umask's mode) only appends to it.
-      const int log_fd = open(rt.log_path, O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
-      if (log_fd >= 0) close(log_fd);
-    }
   }
-  if (error != 0) rt.recorder_path[0] = '\0';
-  return error;
+  setup->recorder_error = error;
+  if (error != 0) {
+    rt.recorder_path[0] = '\0';
+    return;
+  }
+  const size_t path_len = strlen(rt.recorder_path);
+  snprintf(rt.log_path, sizeof(rt.log_path), "%.*s.log", static_cast<int>(path_len - 6), rt.recorder_path);
+  // Created here, private, so that the engine's logger only appends to it. A link or a stranger's file there is
+  // refused: the engine then logs to stderr only.
+  const int log_fd = files::open_append(rt.log_path);
+  if (log_fd >= 0) {
+    close(log_fd);
+  } else {
+    setup->log_error = -log_fd;
+    snprintf(setup->log_path, sizeof(setup->log_path), "%s", rt.log_path);
+    rt.log_path[0] = '\0';
+  }
 }
 
 void warn_unknown_variable(const char* name, size_t name_len, const char* suggestion, void*) {
@@ -276,6 +312,30 @@ int32_t nccl_version_of(int library) {
   return get_version != nullptr && get_version(&version) == ncclSuccess ? version : 0;
 }
 
+// The one warning of a process that records nothing: the cause first, then what it means.
+void warn_nothing_recorded(const Runtime& rt, const RecordingSetup& setup) {
+  const char* dir = rt.run_dir[0] != '\0' ? rt.run_dir : rt.config.dir;
+  const int error = setup.error();
+  const char* remedy = "set TRAINSCOPE_DIR to a writable folder of yours";
+  if (setup.run_dir.error == files::kOthersWrite) {
+    log_message(LogLevel::kWarn,
+                "nothing is recorded: the run directory '%s' belongs to another user (uid %u) and others can write to "
+                "it; the job runs on without trainscope's checks and reports; %s",
+                dir, static_cast<unsigned>(setup.run_dir.owner_uid), remedy);
+  } else if (setup.run_dir.error != 0) {
+    const bool exists = error == files::kNotDirectory || error == files::kIsSymlink;
+    log_message(LogLevel::kWarn,
+                "nothing is recorded: cannot %s the run directory '%s' (%s); the job runs on without trainscope's "
+                "checks and reports; %s",
+                exists ? "use" : "create", dir, files::error_text(error), remedy);
+  } else {
+    log_message(LogLevel::kWarn,
+                "nothing is recorded: cannot create the flight recorder '%s' (%s); the job runs on without "
+                "trainscope's checks and reports; %s",
+                rt.recorder_path[0] != '\0' ? rt.recorder_path : dir, files::error_text(error), remedy);
+  }
+}
+
 void start_locked(int library) {
   Runtime& rt = g_runtime;
   const uint64_t start_ns = now_ns();
@@ -283,9 +343,21 @@ void start_locked(int library) {
   rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
   const bool named = learn_identity(rt);
   rt.nccl_version = nccl_version_of(library);
-  const int run_dir_error = named ? open_recorder(start_ns) : ENAMETOOLONG;
+  RecordingSetup setup;
+  if (named) {
+    open_recorder(start_ns, &setup);
+  } else {
+    setup.run_dir.error = ENAMETOOLONG;
+  }
+  const int run_dir_error = setup.error();
   if (rt.writer.is_open() && rt.nccl_version != 0) rt.writer.set_nccl_version(rt.nccl_version);
   start_engine(run_dir_error);
+  // Once the engine is there, so that what can reach the log file does.
+  if (setup.failed()) warn_nothing_recorded(rt, setup);
+  warn_if_made_private(rt, setup.run_dir);
+  if (setup.log_error != 0)
+    log_message(LogLevel::kWarn, "cannot use the log file '%s' (%s): logging to stderr only", setup.log_path,
+                files::error_text(setup.log_error));
   detect_python();
   for (int slot = 1; slot <= handle_libraries(); ++slot)
     log_message(LogLevel::kInfo, "NCCL looked up on a library handle: %s (recorded like a linked NCCL)",
@@ -293,12 +365,6 @@ void start_locked(int library) {
   // Typos are warned about here, in processes that use NCCL, not in every shell or compiler that inherits
   // LD_PRELOAD.
   for_each_unknown_variable(environ, warn_unknown_variable, nullptr);
-  if (run_dir_error != 0) {
-    log_message(LogLevel::kWarn,
-                "cannot create the run directory or flight recorder under '%s' (%s): the job runs on, but nothing "
-                "is recorded to disk; set TRAINSCOPE_DIR to a writable folder",
-                rt.run_dir[0] != '\0' ? rt.run_dir : rt.config.dir, strerror(run_dir_error));
-  }
 }
 
 }  // namespace
@@ -442,7 +508,12 @@ void note_nccl_without_calls(bool started) {
     if (handle_libraries() == 0) return;
     snprintf(nccl, sizeof(nccl), "%s", library_path(1));
   }
-  if (!started && (!learn_identity(rt) || make_run_dir(rt) != 0)) return;
+  if (!started) {
+    if (!learn_identity(rt)) return;
+    const files::PrivateDirectory made = make_run_dir(rt);
+    if (made.error != 0) return;
+    warn_if_made_private(rt, made);
+  }
   if (rt.run_dir[0] == '\0') return;
   char stem[96];
   file_stem(rt, stem, sizeof(stem));
@@ -458,7 +529,11 @@ void note_nccl_without_calls(bool started) {
   note.exe = exe;
   note.nccl_path = nccl;
   note.calls = started && rt.writer.is_open() ? __atomic_load_n(&rt.writer.header()->next, __ATOMIC_ACQUIRE) : 0;
-  if (write_no_calls_note(note) != 0) return;
+  if (const int error = write_no_calls_note(note); error != 0) {
+    log_message(LogLevel::kWarn, "cannot write the note '%s/%s%s' (%s)", rt.run_dir, stem, kNoCallsSuffix,
+                files::error_text(error));
+    return;
+  }
   // A launcher (no rank) or a helper of a rank that did use NCCL is expected to look like this: only a rank's own
   // process is worth a warning.
   const bool worth_a_warning = rt.launcher_rank >= 0 && !rank_has_recorder(rt.run_dir, rt.launcher_rank);

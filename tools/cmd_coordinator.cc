@@ -8,6 +8,8 @@
 #include <string>
 
 #include "collectors/coordinator_server.h"
+#include "reports/exchange_reports.h"
+#include "shim/config.h"
 #include "tools/commands.h"
 
 namespace trainscope::tools {
@@ -17,8 +19,9 @@ constexpr const char* kCoordinatorUsage =
     "usage: trainscope coordinator --bind ADDR --token TOKEN --dir RUN_DIR [--desync-timeout S]\n"
     "                              [--on-mismatch abort|warn] [--on-desync abort|warn]\n"
     "  --bind ADDR           ZeroMQ address to listen on: tcp://0.0.0.0:29400, tcp://HOST:PORT, ipc:///path\n"
-    "  --token TOKEN         the job token every rank must present (TRAINSCOPE_TOKEN of the job)\n"
-    "  --dir RUN_DIR         where reports and manifest.json are written (created 0700 if missing)\n"
+    "  --token TOKEN         the job token every rank must present (TRAINSCOPE_TOKEN of the job):\n"
+    "                        8-128 characters of [A-Za-z0-9._-]\n"
+    "  --dir RUN_DIR         where reports and manifest.json are written (a folder, created 0700 if missing)\n"
     "  --desync-timeout S    seconds before a rank that is alive but silent is reported (default 300)\n"
     "  --on-mismatch ACTION  what ranks are told to do on a mismatch (default abort)\n"
     "  --on-desync ACTION    ... on a certain desync or a vanished rank (default abort)\n";
@@ -75,6 +78,16 @@ int cmd_coordinator(int argc, char** argv) {
   if (options.bind_address.empty()) return usage_error("--bind is required");
   if (options.token.empty()) return usage_error("--token is required");
   if (options.run_dir.empty()) return usage_error("--dir is required");
+  // The token is never printed, not even a wrong one: it may be the job's real token, mistyped or cut.
+  if (const char* reason = nullptr; !config_token_valid(options.token.c_str(), &reason)) {
+    return usage_error(std::string("--token is not valid ") + reason +
+                       "; accepted: " + config_vars()[kVarToken].accepted + ", as for TRAINSCOPE_TOKEN");
+  }
+  // The run directory before anything listens: a --dir that is a file, or cannot be made, is a wrong argument.
+  std::string made_private;
+  if (const std::string error = reports::make_report_directory(options.run_dir, &made_private); !error.empty())
+    return usage_error("--dir: " + error);
+  if (!made_private.empty()) std::fprintf(stderr, "[trainscope warning] %s\n", made_private.c_str());
 
   options.log = [](exchange::LogLevel level, const std::string& message) {
     static constexpr const char* kLevels[] = {"debug", "info", "warning", "error"};

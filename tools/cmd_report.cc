@@ -8,6 +8,7 @@
 #include <string>
 
 #include "reports/flight_recorder_reader.h"
+#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "tools/commands.h"
@@ -116,17 +117,20 @@ int cmd_report(int argc, char** argv) {
       out["manifest"] = summary.has_manifest ? summary.manifest : nlohmann::json(nullptr);
     }
     const std::string text = out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::printf("%s\n", text.c_str());
+    std::printf("%s\n", reports::printable_json(text).c_str());
   } else {
-    std::fputs(reports::format_summary_text(summary).c_str(), stdout);
+    // Everything printed comes from files anyone with access to the run directory could have crafted, and from the
+    // ranks: control characters are escaped (the reports' own text too).
+    std::fputs(reports::printable_text(reports::format_summary_text(summary)).c_str(), stdout);
     if (!summary_only) {
-      if (has_recorders) std::fputs(("\n" + recorder::format_text_report(run, options)).c_str(), stdout);
-      std::fputs(reports::format_report_texts(summary).c_str(), stdout);
+      if (has_recorders)
+        std::fputs(reports::printable_text("\n" + recorder::format_text_report(run, options)).c_str(), stdout);
+      std::fputs(reports::printable_text(reports::format_report_texts(summary)).c_str(), stdout);
     }
   }
   if (has_recorders && run.files.empty()) {
     std::fprintf(stderr, "trainscope report: none of the %zu *.tsrec files in '%s' could be read\n", run.errors.size(),
-                 dir);
+                 reports::printable(dir).c_str());
     // Still a report when the run left reports: the summary says what went wrong.
     if (summary.reports.empty()) return 1;
   }

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +20,9 @@
 #include <vector>
 
 #include "collectors/coordinator_server.h"
+#include "reports/exchange_reports.h"
 #include "reports/flight_recorder_reader.h"
+#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "shim/config.h"
@@ -132,7 +133,8 @@ void print_summary(const std::string& run_dir, int status) {
   summary.job_started = true;
   recorder::RunDirectory run;
   if (recorder::read_run_directory(run_dir, &run, &error)) reports::note_recorders(&summary, run);
-  std::fputs(reports::format_summary_text(summary).c_str(), stderr);
+  // The summary holds strings from the recorders and from the ranks: printed with their control characters escaped.
+  std::fputs(reports::printable_text(reports::format_summary_text(summary)).c_str(), stderr);
   std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
 }
 
@@ -211,12 +213,17 @@ int cmd_run(int argc, char** argv) {
   }
   std::error_code ec;
   const fs::path run_dir = fs::absolute(fs::path(dir) / run_id, ec);
-  fs::create_directories(run_dir, ec);
   if (ec) {
-    std::fprintf(stderr, "trainscope run: cannot create %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    std::fprintf(stderr, "trainscope run: cannot use the run directory %s: %s\n", (fs::path(dir) / run_id).c_str(),
+                 ec.message().c_str());
     return 1;
   }
-  chmod(run_dir.c_str(), 0700);
+  std::string made_private;
+  if (const std::string made = reports::make_report_directory(run_dir.string(), &made_private); !made.empty()) {
+    std::fprintf(stderr, "trainscope run: %s\n", made.c_str());
+    return 1;
+  }
+  if (!made_private.empty()) std::fprintf(stderr, "[trainscope][run] warning: %s\n", made_private.c_str());
 
   const std::string token = random_hex(16);
   server_options.bind_address = bind;

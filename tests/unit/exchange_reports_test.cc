@@ -1,6 +1,7 @@
 // The exchange's report files: both forms written mode 0600, never overwriting an earlier report; the desync
 // report of a send/recv to the character, and its file name apart from the collective's.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -410,6 +411,61 @@ TEST(ExchangeReportsTest, WritesTextAndJsonPrivatelyWithoutOverwriting) {
   EXPECT_EQ(names, (std::vector<std::string>{"vanished-rank3-2.json", "vanished-rank3-2.txt", "vanished-rank3-3.json",
                                              "vanished-rank3-4.txt", "vanished-rank3-5.json", "vanished-rank3-5.txt",
                                              "vanished-rank3.json", "vanished-rank3.txt"}));
+}
+
+TEST(ExchangeReportsTest, ALinkPlantedAtAReportsNameIsNeverWrittenThrough) {
+  testing::TempDir dir;
+  testing::TempDir elsewhere;
+  const std::string outside = elsewhere.path() + "/precious";
+  std::ofstream(outside) << "precious\n";
+  const std::string run = dir.path() + "/run";
+  ASSERT_TRUE(make_report_directory(run).empty());
+  ASSERT_EQ(symlink(outside.c_str(), (run + "/vanished-rank3.txt").c_str()), 0);
+  ASSERT_EQ(symlink(outside.c_str(), (run + "/vanished-rank3-2.json").c_str()), 0);
+  VanishedReport report;
+  report.global_rank = 3;
+  const WrittenReport written =
+      write_report(run, vanished_base_name(report), format_vanished_text(report), vanished_json(report));
+  ASSERT_TRUE(written.error.empty()) << written.error;
+  EXPECT_EQ(written.text_path, run + "/vanished-rank3-3.txt") << "both names with a link are passed over";
+  EXPECT_EQ(testing::read_file(outside), "precious\n");
+  EXPECT_TRUE(std::filesystem::is_symlink(run + "/vanished-rank3.txt"));
+
+  // A file replaced in place (the origin, the manifest) is refused at a link, saying where and why.
+  ASSERT_EQ(symlink(outside.c_str(), (run + "/manifest.json").c_str()), 0);
+  EXPECT_EQ(replace_file(run + "/manifest.json", "{}\n"),
+            "cannot write " + run + "/manifest.json: it is a symbolic link, and trainscope never writes through one");
+  ASSERT_EQ(symlink(outside.c_str(), (run + "/trace-rank0.txt").c_str()), 0);
+  EXPECT_EQ(append_file(run + "/trace-rank0.txt", "frame\n"),
+            "cannot write " + run + "/trace-rank0.txt: it is a symbolic link, and trainscope never writes through one");
+  EXPECT_EQ(testing::read_file(outside), "precious\n");
+}
+
+TEST(ExchangeReportsTest, TheRunDirectoryMustBePrivate) {
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run";
+  ASSERT_EQ(mkdir(run.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(run.c_str(), 0777), 0);
+  std::string notice;
+  EXPECT_EQ(make_report_directory(run, &notice), "");
+  EXPECT_EQ(notice, "made the run directory " + run + " private: it was mode 0777, open to other users");
+  struct stat info {};
+  ASSERT_EQ(stat(run.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  const std::string link = dir.path() + "/link";
+  ASSERT_EQ(symlink(run.c_str(), link.c_str()), 0);
+  EXPECT_EQ(make_report_directory(link), "cannot use the run directory " + link +
+                                             ": it is a symbolic link, and trainscope never writes through one");
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(run.c_str(), 65534, 65534), 0);
+    ASSERT_EQ(chmod(run.c_str(), 0777), 0);
+    EXPECT_EQ(make_report_directory(run), "cannot use the run directory " + run +
+                                              ": it belongs to another user (uid 65534) and others can write "
+                                              "to it");
+    const WrittenReport refused = write_report(run, "vanished-rank1", "x\n", nlohmann::json::object());
+    EXPECT_EQ(refused.error.rfind("cannot use the run directory " + run, 0), 0u) << refused.error;
+    EXPECT_TRUE(std::filesystem::is_empty(run)) << "nothing written into it";
+  }
 }
 
 }  // namespace

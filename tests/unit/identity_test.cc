@@ -1,6 +1,5 @@
 // Launcher identity and run-directory naming: every rank of a job must derive the same folder without talking.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <cstdio>
 
@@ -88,23 +87,6 @@ TEST(RunId, TooLongDoesNotFit) {
   Env env({"TORCHELASTIC_RUN_ID=" + std::string(200, 'a')});
   char out[64];
   EXPECT_FALSE(run_id_from_environment(env.get(), "", "h", 1, out, sizeof(out)));
-}
-
-TEST(MakeDirectories, CreatesParentsPrivatelyAndReportsErrors) {
-  testing::TempDir dir;
-  const std::string nested = dir.path() + "/a/b/c";
-  EXPECT_EQ(make_directories(nested.c_str()), 0);
-  EXPECT_EQ(make_directories(nested.c_str()), 0);  // existing is fine
-  struct stat st;
-  ASSERT_EQ(stat(nested.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0700u);
-  const std::string file = dir.path() + "/file";
-  FILE* f = std::fopen(file.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  std::fclose(f);
-  EXPECT_EQ(make_directories(file.c_str()), ENOTDIR);
-  EXPECT_EQ(make_directories((file + "/below").c_str()), ENOTDIR);
-  EXPECT_EQ(make_directories(""), ENAMETOOLONG);
 }
 
 }  // namespace

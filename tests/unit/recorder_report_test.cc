@@ -642,6 +642,56 @@ TEST(RecorderReport, ToolPrintsTextAndJson) {
   EXPECT_TRUE(contains(all.out, "  last 5 of 5 held calls\n"));
 }
 
+// A crafted recorder (and a crafted report and note beside it) cannot drive the reader's terminal: every string from
+// them is printed with its control characters escaped, in the text and in the JSON.
+TEST(RecorderReport, CraftedStringsArePrintedEscaped) {
+  TempDir dir;
+  {
+    Writer w;
+    WriterOptions o{};
+    const std::string path = dir.file("rank0.tsrec");
+    o.path = path.c_str();
+    o.capacity = 16;
+    o.max_comms = 4;
+    o.pid = kExitedPid;
+    o.launcher_rank = 0;
+    o.launcher_world = 1;
+    o.host = "evil\x1b]0;pwned\x07";
+    o.run_id = "run\x1b[2J";
+    o.exe = "/bin/\x1b[31mpython";
+    o.start_ns = kBase;
+    ASSERT_EQ(w.open(o), 0);
+    Writer::complete(w.append(call(Op::kAllReduce, kBase, 1, 16, 7, 0, kUnknown)), 0, kBase + kMs);
+    w.close(kBase + 2 * kMs);
+  }
+  write_text(dir.file("mismatch-abcdef-1.txt"), "Cannot apply\x1b[8m hidden\n");
+  write_text(dir.file("pid-7.no-nccl-calls.json"),
+             "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
+             "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
+
+  const std::string text = format_text_report(read_run(dir), test_options());
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_TRUE(contains(text, "| host evil\\x1b]0;pwned\\x07 |")) << text;
+  EXPECT_TRUE(contains(text, "(run run\\x1b[2J)")) << text;
+
+  const ToolRun tool = run_tool({"report", dir.path()});
+  EXPECT_EQ(tool.status, 0) << tool.err;
+  for (const std::string* out : {&tool.out, &tool.err}) {
+    EXPECT_EQ(out->find('\x1b'), std::string::npos) << *out;
+    EXPECT_EQ(out->find('\x07'), std::string::npos) << *out;
+  }
+  EXPECT_TRUE(contains(tool.out, "host evil\\x1b]0;pwned\\x07")) << tool.out;
+  EXPECT_TRUE(contains(tool.out, "Cannot apply\\x1b[8m hidden\n")) << "the report's own text, escaped: " << tool.out;
+
+  const ToolRun j = run_tool({"report", "--json", dir.path()});
+  EXPECT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(j.out.find('\x1b'), std::string::npos) << j.out;
+  EXPECT_EQ(j.out.find("\xc2\x9b"), std::string::npos) << j.out;
+  const json parsed = json::parse(j.out, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << j.out;
+  EXPECT_EQ(parsed["ranks"][0]["host"], "evil\x1b]0;pwned\x07") << "the JSON keeps the value, JSON-escaped";
+}
+
 TEST(RecorderReport, ProcessOverviewSaysWhoCrashedAndWhichCallsNeverReturned) {
   TempDir dir;
   make_run(dir);

@@ -397,6 +397,41 @@ TEST(WireProtocolTest, APeerOfVersionTwoIsRefusedByName) {
   }
 }
 
+// A peer's strings end up in reports, the manifest and logs: their control characters arrive escaped, while the token
+// (compared, never shown) arrives exactly as sent and a verdict's text keeps its lines.
+TEST(WireProtocolTest, StringsFromAPeerArriveWithTheirControlCharactersEscaped) {
+  Hello hello = sample_hello();
+  hello.host = "node\x1b]0;owned\x07";
+  hello.gpu_name = "GPU\x1b[2J";
+  hello.token =
+      "tok\x01"
+      "en";
+  const DecodeResult decoded_hello = decode(encode(hello));
+  ASSERT_TRUE(decoded_hello.ok) << decoded_hello.error;
+  const Hello& got = std::get<Hello>(decoded_hello.message);
+  EXPECT_EQ(got.host, "node\\x1b]0;owned\\x07");
+  EXPECT_EQ(got.gpu_name, "GPU\\x1b[2J");
+  EXPECT_EQ(got.token,
+            "tok\x01"
+            "en");
+
+  StackDefinition stack = sample_stack();
+  stack.stack.native = {"main+0x10\x1b[31m"};
+  stack.stack.python = {{"train\n.py", 3, "step\x9b"}};
+  const DecodeResult decoded_stack = decode(encode(stack));
+  ASSERT_TRUE(decoded_stack.ok) << decoded_stack.error;
+  const CallStack& got_stack = std::get<StackDefinition>(decoded_stack.message).stack;
+  EXPECT_EQ(got_stack.native[0], "main+0x10\\x1b[31m");
+  EXPECT_EQ(got_stack.python[0].file, "train\\x0a.py");
+  EXPECT_EQ(got_stack.python[0].function, "step\\x9b");
+
+  Verdict verdict;
+  verdict.text = "Cannot apply\n  - Process 1: host \x1b[8m\n";
+  const DecodeResult decoded_verdict = decode(encode(verdict));
+  ASSERT_TRUE(decoded_verdict.ok) << decoded_verdict.error;
+  EXPECT_EQ(std::get<Verdict>(decoded_verdict.message).text, "Cannot apply\n  - Process 1: host \\x1b[8m\n");
+}
+
 TEST(WireProtocolTest, TokensCompareExactly) {
   EXPECT_TRUE(tokens_equal("abc123", "abc123"));
   EXPECT_FALSE(tokens_equal("abc123", "abc124"));
