@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -257,12 +258,25 @@ class FrameThread {
 
   int32_t rank() const { return __atomic_load_n(&header_->global_rank, __ATOMIC_RELAXED); }
 
+  // A report file that could not be written: logged, and noted in the recorder (a full disk leaves the log unwritten
+  // too; the recorder's header is already on disk), where the run summary names it and why.
+  void unwritten(const std::string& file, int error) {
+    const char* cause = error != 0 ? std::strerror(error) : "";
+    log(LogLevel::kWarn, ("frames: cannot write " + run_dir_ + "/" + file + (error != 0 ? ": " : "") + cause).c_str());
+    recorder::record_unwritten_report(header_, file.c_str(), cause);
+  }
+
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
     const std::string stem = run_dir_ + "/" + base;
     const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     // The JSON first: whoever sees the text (a person, a test) sees both.
-    if (!reports::replace_file(stem + ".json", dumped) || !reports::replace_file(stem + ".txt", text))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.json").c_str());
+    errno = 0;
+    if (!reports::replace_file(stem + ".json", dumped)) {
+      unwritten(base + ".json", errno);
+      return;
+    }
+    errno = 0;
+    if (!reports::replace_file(stem + ".txt", text)) unwritten(base + ".txt", errno);
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -277,15 +291,21 @@ class FrameThread {
     std::string text;
     if (batch_start) text += reports::format_trace_batch_start(frame.batch);
     text += reports::format_trace_frame(frame);
-    const std::string stem = run_dir_ + "/" + trace_base_name(rank());
+    const std::string base = trace_base_name(rank());
+    const std::string stem = run_dir_ + "/" + base;
     nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
     line["rows"] = rows;
-    if (!reports::append_file(stem + ".txt", text) ||
-        !reports::append_file(stem + ".jsonl",
-                              line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
-      log(LogLevel::kWarn, ("frames: cannot write " + stem + ".txt/.jsonl").c_str());
+    errno = 0;
+    if (!reports::append_file(stem + ".txt", text)) {
+      unwritten(base + ".txt", errno);
+    } else {
+      errno = 0;
+      if (!reports::append_file(stem + ".jsonl",
+                                line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
+        unwritten(base + ".jsonl", errno);
+    }
     log(LogLevel::kInfo, text.substr(0, text.size() - 1).c_str());
   }
 
@@ -357,7 +377,7 @@ class FrameThread {
     // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
     // verdict ends the process while this thread waits. Without one, this rank stops on its own.
     if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
-    stop_rank();
+    stop_rank(recorder::StopReason::kNonfinite, detection.batch);
   }
 
   void persistent(const frames::PersistentOverflow& overflow) {
@@ -381,19 +401,17 @@ class FrameThread {
            {"batch_number", config_.abort_after_batch},
            {"message", message.substr(0, message.size() - 1)}});
     log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
-    stop_rank();
+    stop_rank(recorder::StopReason::kAbortAfterBatch, config_.abort_after_batch);
   }
 
   // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder
-  // as exited, and leave with kStopExitCode.
-  [[noreturn]] void stop_rank() {
+  // as stopped by trainscope (why, in which batch, with which status), and leave with kStopExitCode.
+  [[noreturn]] void stop_rank(recorder::StopReason reason, uint64_t batch) {
     stop_exchange(/*stopping_job=*/true);
-    __atomic_store_n(&header_->exit_ns,
-                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&header_->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
+    recorder::record_stop(header_, reason, kStopExitCode, 0, 0, /*has_batch=*/true, batch, /*report_missing=*/false,
+                          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                    std::chrono::system_clock::now().time_since_epoch())
+                                                    .count()));
     flush_logs();
     _exit(kStopExitCode);
   }
