@@ -237,6 +237,52 @@ static_assert(sizeof(SiteEntry) == 512);
 
 enum class ProcessState : uint32_t { kRunning = 1, kExited = 2 };
 
+// FileHeader::end_flags.
+enum EndFlags : uint32_t {
+  kEndExitStatus = 1u << 0,     // exit_status holds the status the process exited with
+  kEndStopped = 1u << 1,        // trainscope stopped the process: stop_reason (and exit_status) say why
+  kEndStopBatch = 1u << 2,      // stop_batch holds a batch number
+  kEndReportMissing = 1u << 3,  // the verdict that stopped it came without a report: the coordinator could not write it
+  kEndUnwritten = 1u << 4,      // unwritten_report / unwritten_cause hold the first report it could not write
+};
+
+// FileHeader::unwritten_note: who may write the note of an unwritten report, and what it holds.
+enum UnwrittenNote : uint32_t {
+  kNoteEmpty = 0,
+  kNoteBeingWritten = 1,  // one thread writes it (a process that died now leaves it so: the reader drops it)
+  kNoteWithoutCause = 2,  // a report, why not known: a later one that knows why replaces it
+  kNoteWithCause = 3,     // a report and why: kept
+};
+
+// Why trainscope stopped a process (FileHeader::stop_reason). Values are stable: they are stored in files.
+enum class StopReason : uint32_t {
+  kNone = 0,
+  kMismatch = 1,         // a mismatch verdict, TRAINSCOPE_ON_MISMATCH=abort (status 86)
+  kDesync = 2,           // a desync verdict, TRAINSCOPE_ON_DESYNC=abort (status 86)
+  kVanishedRank = 3,     // a vanished-rank verdict, TRAINSCOPE_ON_DESYNC=abort (status 86)
+  kNonfinite = 4,        // inf/nan under TRAINSCOPE_ON_NONFINITE=abort (status 87)
+  kAbortAfterBatch = 5,  // TRAINSCOPE_ABORT_AFTER_BATCH (status 87)
+};
+
+// "mismatch", "desync", "vanished rank", "inf/nan abort", "abort after batch"; "unknown reason" for anything else.
+constexpr const char* stop_reason_name(uint32_t reason) {
+  switch (static_cast<StopReason>(reason)) {
+    case StopReason::kMismatch:
+      return "mismatch";
+    case StopReason::kDesync:
+      return "desync";
+    case StopReason::kVanishedRank:
+      return "vanished rank";
+    case StopReason::kNonfinite:
+      return "inf/nan abort";
+    case StopReason::kAbortAfterBatch:
+      return "abort after batch";
+    case StopReason::kNone:
+      break;
+  }
+  return "unknown reason";
+}
+
 // Whether a Python file belongs to the Python installation or an installed package (site-packages, dist-packages,
 // the standard library's lib/python3.X, frozen modules) rather than to the job's own code: the reports show the job's
 // own line first. Freestanding: the shim calls it on the job's thread.
@@ -284,6 +330,20 @@ struct FileHeader {
   int16_t python_major;   // the CPython this process runs (3), 0: it runs no Python (or not known yet)
   int16_t python_minor;   // (12)
   char python_note[192];  // why Python stacks are not available ("" when they are, or no Python runs)
+  // --- how the process ended, in its own words (appended later in version 2: older files hold zeros here, which
+  // says nothing). Stored before the process goes, into the mapping, so it is on disk even when no file can be
+  // written any more (a full disk) and whatever happens after (see record_exit_status and record_stop below).
+  uint32_t end_flags;          // EndFlags: which of the fields below hold something
+  int32_t exit_status;         // kEndExitStatus: the status the process exited with (0..255)
+  uint32_t stop_reason;        // kEndStopped: StopReason, why trainscope stopped the process
+  uint32_t reports_unwritten;  // reports this process could not write (its coordinator's too, in rank 0)
+  uint32_t unwritten_note;     // UnwrittenNote: the state of unwritten_report / unwritten_cause
+  uint32_t reserved_end;       // 0
+  uint64_t stop_comm_id;       // kEndStopped by a verdict about a call: that call's communicator (0: none) ...
+  uint64_t stop_seq;           // ... and number; kStopAbortAfterBatch / kStopNonfinite from this rank: 0
+  uint64_t stop_batch;         // kEndStopBatch: the batch a stop on inf/nan or after a batch names
+  char unwritten_report[96];   // kEndUnwritten: the first report it could not write and knew why, else the first
+  char unwritten_cause[64];    // one ("stop-rank0.json"); why, as strerror() says it ("No space left on device")
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);
 static_assert(offsetof(FileHeader, exe) + 256 == offsetof(FileHeader, max_sites), "version 1 offsets are kept");
@@ -304,6 +364,64 @@ inline constexpr uint32_t max_sites_of(const FileHeader& header) { return header
 // Where the ring of the file with this header starts (any version).
 inline constexpr size_t ring_offset(const FileHeader& header) {
   return ring_offset(header.max_comms, max_sites_of(header));
+}
+
+// ---- How a process ended, said by the process itself (freestanding: the shim and the engine call these) ----------
+// Each is a few stores into the live mapping: nothing to create or allocate, so they work on a full disk, and a
+// process killed right after has still said it. A reader trusts a field once its flag is set (release stores).
+
+// Copies a C string into a fixed header field, NUL-terminated, cut to fit.
+inline void copy_header_text(char* field, size_t size, const char* text) {
+  size_t n = 0;
+  if (text != nullptr)
+    while (n + 1 < size && text[n] != '\0') ++n;
+  if (n > 0) __builtin_memcpy(field, text, n);
+  field[n] = '\0';
+}
+
+// The status the process exits with (exit()'s argument; the shim's on_exit handler).
+inline void record_exit_status(FileHeader* h, int status) {
+  if (h == nullptr) return;
+  __atomic_store_n(&h->exit_status, static_cast<int32_t>(status & 0xff), __ATOMIC_RELAXED);
+  __atomic_fetch_or(&h->end_flags, static_cast<uint32_t>(kEndExitStatus), __ATOMIC_RELEASE);
+}
+
+// trainscope stops this process with `status` (it calls _exit() next): why, about which call or batch, and whether
+// the verdict's report is missing. Marks the process exited at `exit_ns`, as a clean exit would.
+inline void record_stop(FileHeader* h, StopReason reason, int status, uint64_t comm_id, uint64_t seq, bool has_batch,
+                        uint64_t batch, bool report_missing, uint64_t exit_ns) {
+  if (h == nullptr) return;
+  __atomic_store_n(&h->stop_reason, static_cast<uint32_t>(reason), __ATOMIC_RELAXED);
+  __atomic_store_n(&h->exit_status, static_cast<int32_t>(status & 0xff), __ATOMIC_RELAXED);
+  __atomic_store_n(&h->stop_comm_id, comm_id, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->stop_seq, seq, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->stop_batch, has_batch ? batch : 0, __ATOMIC_RELAXED);
+  uint32_t flags = kEndStopped | kEndExitStatus;
+  if (has_batch) flags |= kEndStopBatch;
+  if (report_missing) flags |= kEndReportMissing;
+  __atomic_fetch_or(&h->end_flags, flags, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->exit_ns, exit_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->state, static_cast<uint32_t>(ProcessState::kExited), __ATOMIC_RELEASE);
+}
+
+// A report this process could not write (`report`: its file name) and why (`cause`: strerror's text; nullptr or ""
+// when not known). Counted every time; the first one that says why is kept by name (else the first one): on a full
+// disk the manifest's failure, which says no why, must not hide the mismatch report's "No space left on device".
+// Lock-free: the note is claimed with a compare-and-swap, and a thread that finds it being written leaves it.
+inline void record_unwritten_report(FileHeader* h, const char* report, const char* cause) {
+  if (h == nullptr) return;
+  __atomic_fetch_add(&h->reports_unwritten, 1u, __ATOMIC_RELAXED);
+  const bool has_cause = cause != nullptr && cause[0] != '\0';
+  uint32_t state = __atomic_load_n(&h->unwritten_note, __ATOMIC_ACQUIRE);
+  do {
+    if (state == kNoteBeingWritten || state == kNoteWithCause || (state == kNoteWithoutCause && !has_cause)) return;
+  } while (!__atomic_compare_exchange_n(&h->unwritten_note, &state, static_cast<uint32_t>(kNoteBeingWritten), false,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE));
+  copy_header_text(h->unwritten_report, sizeof(h->unwritten_report), report);
+  copy_header_text(h->unwritten_cause, sizeof(h->unwritten_cause), cause);
+  __atomic_store_n(&h->unwritten_note, static_cast<uint32_t>(has_cause ? kNoteWithCause : kNoteWithoutCause),
+                   __ATOMIC_RELEASE);
+  __atomic_fetch_or(&h->end_flags, static_cast<uint32_t>(kEndUnwritten), __ATOMIC_RELEASE);
 }
 
 // A cheap 32-bit checksum of a record's immutable fields (a 64-bit multiply-xorshift mix per word).

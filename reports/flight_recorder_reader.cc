@@ -124,6 +124,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     h.python_major = 0;
     h.python_minor = 0;
     std::memset(h.python_note, 0, sizeof(h.python_note));
+    h.end_flags = 0;
   }
   if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
     return fail(error, path,
@@ -154,6 +155,24 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   terminate_field(h.run_id);
   terminate_field(h.exe);
   terminate_field(h.python_note);
+  terminate_field(h.unwritten_report);
+  terminate_field(h.unwritten_cause);
+  // How the process ended: only what its flags vouch for (a version 1 file, or one written before these fields,
+  // holds zeros: nothing said).
+  if ((h.end_flags & kEndExitStatus) == 0) h.exit_status = 0;
+  h.exit_status &= 0xff;
+  if ((h.end_flags & kEndStopped) == 0) {
+    h.stop_reason = 0;
+    h.stop_comm_id = 0;
+    h.stop_seq = 0;
+    h.end_flags &= ~static_cast<uint32_t>(kEndReportMissing | kEndStopBatch);
+  }
+  if ((h.end_flags & kEndStopBatch) == 0) h.stop_batch = 0;
+  if ((h.end_flags & kEndUnwritten) == 0 ||
+      (h.unwritten_note != kNoteWithoutCause && h.unwritten_note != kNoteWithCause)) {
+    std::memset(h.unwritten_report, 0, sizeof(h.unwritten_report));
+    std::memset(h.unwritten_cause, 0, sizeof(h.unwritten_cause));
+  }
   if (h.python_major <= 0 || h.python_minor < 0) {  // no Python, or nothing a writer writes: no Python known
     h.python_major = 0;
     h.python_minor = 0;

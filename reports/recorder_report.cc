@@ -34,8 +34,14 @@ struct RankState {
 
 RankState rank_state(const RecorderFile& file, const ReportOptions& options) {
   const FileHeader& h = file.header;
+  // trainscope stopped it: said in the header before _exit(), whatever came after.
+  if ((h.end_flags & kEndStopped) != 0) {
+    return {"stopped", stop_text(h) + (h.exit_ns != 0 ? " " + utc_time_of_day(h.exit_ns) : std::string()), true};
+  }
   if (h.state == static_cast<uint32_t>(ProcessState::kExited)) {
-    return {"exited", "exited " + utc_time_of_day(h.exit_ns), true};
+    std::string text = "exited " + utc_time_of_day(h.exit_ns);
+    if ((h.end_flags & kEndExitStatus) != 0) text += " (status " + std::to_string(h.exit_status) + ")";
+    return {"exited", text, true};
   }
   if (h.state == static_cast<uint32_t>(ProcessState::kRunning)) {
     const Liveness live = options.liveness ? options.liveness(h) : Liveness::kCannotTell;
@@ -309,14 +315,51 @@ json frame_json(const SiteFrame* frame) {
           {"function", std::string(frame->function, strnlen(frame->function, sizeof(frame->function)))}};
 }
 
+std::string stop_text(const FileHeader& h) {
+  std::string why = stop_reason_name(h.stop_reason);
+  if (h.stop_reason == static_cast<uint32_t>(StopReason::kAbortAfterBatch) && (h.end_flags & kEndStopBatch) != 0)
+    why += " " + std::to_string(h.stop_batch);
+  if ((h.end_flags & kEndExitStatus) != 0) why += ", status " + std::to_string(h.exit_status);
+  return "stopped by trainscope (" + why + ")";
+}
+
 ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options) {
   ProcessOverview overview;
   overview.recorded = run.files.size();
   overview.unreadable = run.errors.size();
+  overview.errors = run.errors;
   for (const RecorderFile& file : run.files) {
     const RankState state = rank_state(file, options);
-    const ProcessRef who{file.header.global_rank, file.header.pid};
-    if (state.key == "exited") {
+    const FileHeader& h = file.header;
+    const ProcessRef who{h.global_rank, h.pid};
+    ProcessDetail detail;
+    detail.who = who;
+    detail.file = file.path.substr(file.path.rfind('/') + 1);
+    detail.state = state.key;
+    detail.gone = state.gone;
+    detail.exit_status_known = (h.end_flags & kEndExitStatus) != 0;
+    detail.exit_status = h.exit_status;
+    detail.stop_reason = h.stop_reason;
+    detail.stop_comm_id = h.stop_comm_id;
+    detail.stop_seq = h.stop_seq;
+    detail.stop_batch_known = (h.end_flags & kEndStopBatch) != 0;
+    detail.stop_batch = h.stop_batch;
+    detail.stop_report_missing = (h.end_flags & kEndReportMissing) != 0;
+    for (const RecordedCall& call : file.records) {
+      if (!call.pending()) continue;
+      ++detail.pending_calls;
+      detail.newest_pending = call;  // records are in index order: the last one is the newest
+    }
+    detail.records_total = file.records_total();
+    detail.records_held = file.records.size();
+    detail.torn_records = file.torn_records;
+    detail.reports_unwritten = h.reports_unwritten;
+    detail.unwritten_report = h.unwritten_report;
+    detail.unwritten_cause = h.unwritten_cause;
+    overview.details.push_back(std::move(detail));
+    if (state.key == "stopped") {
+      overview.stopped.push_back(who);
+    } else if (state.key == "exited") {
       ++overview.exited;
     } else if (state.key == "running") {
       ++overview.running;
@@ -359,6 +402,17 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
     const FileHeader& h = file.header;
     const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + printable(h.host) + ")";
     if (states[i].key == "crashed_or_killed") attention.push_back(who + ": crashed or was killed");
+    if (states[i].key == "stopped") attention.push_back(who + ": " + stop_text(h));
+    if ((h.end_flags & kEndExitStatus) != 0 && states[i].key == "exited" && h.exit_status != 0)
+      attention.push_back(who + ": exited with status " + std::to_string(h.exit_status));
+    if (file.records.empty() && file.torn_records > 0)
+      attention.push_back(who + ": records unreadable (all " + std::to_string(file.torn_records) + " torn)");
+    if (h.reports_unwritten > 0) {
+      attention.push_back(
+          who + ": could not write " + std::string(h.unwritten_report) +
+          (h.unwritten_cause[0] != '\0' ? ": " + std::string(h.unwritten_cause) : std::string()) +
+          (h.reports_unwritten > 1 ? " (and " + std::to_string(h.reports_unwritten - 1) + " more)" : std::string()));
+    }
     // The newest few calls that never returned; a hung rank has one per thread, more is noise.
     constexpr size_t kPendingShown = 3;
     std::vector<const RecordedCall*> pending;
@@ -529,6 +583,11 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
     // "3.12", or null for a process that runs no Python.
     json python_version = nullptr;
     if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
+    // How the process ended, as its header says (null where it said nothing).
+    const json exit_status = (h.end_flags & kEndExitStatus) != 0 ? json(h.exit_status) : json(nullptr);
+    const json stopped_by = (h.end_flags & kEndStopped) != 0 ? json(stop_reason_name(h.stop_reason)) : json(nullptr);
+    const json unwritten_report = h.reports_unwritten > 0 ? json(h.unwritten_report) : json(nullptr);
+    const json unwritten_cause = h.unwritten_cause[0] != '\0' ? json(h.unwritten_cause) : json(nullptr);
     ranks.push_back({{"file", file.path},
                      {"global_rank", h.global_rank},
                      {"launcher_rank", h.launcher_rank},
@@ -542,6 +601,12 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
                      {"nccl_version_code", h.nccl_version},
                      {"state", state.key},
                      {"state_text", state.text},
+                     {"exit_status", exit_status},
+                     {"stopped_by", stopped_by},
+                     {"stop_report_missing", (h.end_flags & kEndReportMissing) != 0},
+                     {"reports_unwritten", h.reports_unwritten},
+                     {"unwritten_report", unwritten_report},
+                     {"unwritten_cause", unwritten_cause},
                      {"start_ns", h.start_ns},
                      {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
                      {"records_total", file.records_total()},

@@ -47,18 +47,51 @@ struct ProcessRef {
   int32_t rank = -1;  // global rank; -1 when the file does not know it
   int32_t pid = 0;
 };
+// One process as its recorder tells it: how it ended (or that it runs), the call it waits in, whether its records
+// could be read, what it could not write.
+struct ProcessDetail {
+  ProcessRef who;
+  std::string file;  // the recorder's file name (no directory)
+  std::string
+      state;  // the report's state key: exited, stopped, crashed_or_killed, running, running_unverified, unknown
+  bool gone = false;               // the process no longer runs
+  bool exit_status_known = false;  // the process said its exit status (exit(), or trainscope's stop)
+  int32_t exit_status = 0;
+  uint32_t stop_reason = 0;  // StopReason, when state is "stopped"
+  uint64_t stop_comm_id = 0;
+  uint64_t stop_seq = 0;
+  bool stop_batch_known = false;
+  uint64_t stop_batch = 0;
+  bool stop_report_missing = false;  // the verdict that stopped it came without a report
+  size_t pending_calls = 0;          // calls that had not returned when the file was read
+  RecordedCall newest_pending{};     // the newest of them (the one it waits in), when pending_calls > 0
+  uint64_t records_total = 0;        // claimed by the process
+  size_t records_held = 0;           // read back
+  uint64_t torn_records = 0;         // claimed, held by the ring, but unreadable
+  uint32_t reports_unwritten = 0;    // reports it could not write
+  std::string unwritten_report;      // the first of them
+  std::string unwritten_cause;       // and why ("" when not known)
+};
+
 struct ProcessOverview {
   size_t recorded = 0;    // readable recorder files
   size_t unreadable = 0;  // *.tsrec files that could not be read
-  size_t exited = 0;
+  size_t exited = 0;      // exited by themselves (any status; see details for which)
   size_t running = 0;
   size_t running_unverified = 0;  // on another host: cannot tell
   size_t unknown_state = 0;
+  std::vector<ProcessRef> stopped;         // stopped by trainscope (a verdict, inf/nan abort, abort after batch)
   std::vector<ProcessRef> crashed;         // crashed or killed: the pid is gone, no clean exit
-  std::vector<ProcessRef> did_not_return;  // gone (exited or crashed) inside a call that never returned
+  std::vector<ProcessRef> did_not_return;  // gone (exited, stopped or crashed) inside a call that never returned
   std::vector<ProcessRef> pending;         // in a call that has not returned (yet), process may still run
+  std::vector<ProcessDetail> details;      // every readable file, in the run directory's order
+  std::vector<FileError> errors;           // the files that could not be read
 };
 ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& options = {});
+
+// "stopped by trainscope (mismatch, status 86)", "stopped by trainscope (abort after batch 5, status 87)": how a
+// process that trainscope stopped ended, from its recorder's header.
+std::string stop_text(const FileHeader& header);
 
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});
 // Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.

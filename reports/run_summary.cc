@@ -393,6 +393,60 @@ std::vector<const ReportFiles*> reports_of(const RunSummary& summary, ReportKind
   return out;
 }
 
+json refs_json(const std::vector<ProcessRef>& refs) {
+  json out = json::array();
+  for (const ProcessRef& p : refs) out.push_back({{"rank", rank_json(p.rank)}, {"pid", p.pid}});
+  return out;
+}
+
+// ---- Verdicts the recorders know of: the ranks that trainscope stopped say which verdict and about which call -------
+
+struct StoppedVerdict {
+  std::string communicator;  // 6 hex digits; "" when the verdict names none (a vanished rank)
+  uint64_t seq = 0;
+  std::vector<ProcessRef> who;
+  bool report_missing = false;  // the coordinator could not write its report
+};
+
+std::vector<StoppedVerdict> stopped_by(const RunSummary& summary, recorder::StopReason reason) {
+  std::vector<StoppedVerdict> out;
+  if (!summary.processes) return out;
+  for (const recorder::ProcessDetail& d : summary.processes->details) {
+    if (d.state != "stopped" || d.stop_reason != static_cast<uint32_t>(reason)) continue;
+    const std::string comm = d.stop_comm_id != 0 ? recorder::short_hex_id(d.stop_comm_id) : std::string();
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const StoppedVerdict& v) { return v.communicator == comm && v.seq == d.stop_seq; });
+    if (it == out.end()) it = out.insert(out.end(), StoppedVerdict{comm, d.stop_seq, {}, false});
+    it->who.push_back(d.who);
+    it->report_missing |= d.stop_report_missing;
+  }
+  return out;
+}
+
+// With no report of its kind on disk, the verdicts that stopped ranks still make the line: "mismatches: 1
+// (communicator 3f2a9c call #5; its report could not be written; it stopped ranks 0–3)". Returns whether it said so.
+bool verdict_without_report(const RunSummary& summary, recorder::StopReason reason, const char* label, json* items,
+                            Analysis* a) {
+  const std::vector<StoppedVerdict> verdicts = stopped_by(summary, reason);
+  if (verdicts.empty()) return false;
+  std::string first;
+  for (const StoppedVerdict& v : verdicts) {
+    items->push_back({{"file", nullptr},
+                      {"communicator", string_or_null(v.communicator)},
+                      {"seq", v.seq != 0 ? json(v.seq) : json(nullptr)},
+                      {"report_missing", v.report_missing},
+                      {"stopped", refs_json(v.who)}});
+    if (!first.empty()) continue;
+    if (!v.communicator.empty()) first = "communicator " + v.communicator + " call #" + std::to_string(v.seq) + "; ";
+    first += v.report_missing ? "its report could not be written" : "its report is not in this directory";
+    first += "; it stopped " + processes_phrase(v.who);
+  }
+  a->nothing_wrong = false;
+  a->lines.push_back(std::string(label) + std::to_string(verdicts.size()) + " (" +
+                     (verdicts.size() > 1 ? "first: " : "") + first + ")");
+  return true;
+}
+
 // inf/nan origin; returns whether an origin call is known.
 bool origin_line(const RunSummary& summary, bool any_nonfinite, Analysis* a) {
   const std::vector<const ReportFiles*> origins = reports_of(summary, ReportKind::kOrigin);
@@ -571,11 +625,13 @@ void mismatch_line(const RunSummary& summary, Analysis* a) {
       first += ": " + join_words(differences) + (differences.size() == 1 ? " differs" : " differ");
   }
   const size_t n = items.size();
-  a->fields["mismatches"] = std::move(items);
   if (n == 0) {
-    a->lines.push_back("mismatches: none");
+    if (!verdict_without_report(summary, recorder::StopReason::kMismatch, "mismatches: ", &items, a))
+      a->lines.push_back("mismatches: none");
+    a->fields["mismatches"] = std::move(items);
     return;
   }
+  a->fields["mismatches"] = std::move(items);
   a->nothing_wrong = false;
   a->lines.push_back("mismatches: " + std::to_string(n) + " (" + (n > 1 ? "first: " : "") + first + ")");
 }
@@ -674,11 +730,13 @@ void desync_line(const RunSummary& summary, Analysis* a) {
       first += ": " + missing_text + " not arrived";
     }
   }
-  a->fields["desyncs"] = std::move(items);
   if (calls.empty()) {
-    a->lines.push_back("desyncs: none");
+    if (!verdict_without_report(summary, recorder::StopReason::kDesync, "desyncs: ", &items, a))
+      a->lines.push_back("desyncs: none");
+    a->fields["desyncs"] = std::move(items);
     return;
   }
+  a->fields["desyncs"] = std::move(items);
   a->nothing_wrong = false;
   a->lines.push_back("desyncs: " + std::to_string(calls.size()) + " (" + (calls.size() > 1 ? "first: " : "") + first +
                      ")");
@@ -724,11 +782,13 @@ void vanished_line(const RunSummary& summary, Analysis* a) {
     items.push_back(std::move(item));
     parts.push_back(who + " (" + detail + ")");
   }
-  a->fields["vanished"] = std::move(items);
   if (parts.empty()) {
-    a->lines.push_back("vanished ranks: none");
+    if (!verdict_without_report(summary, recorder::StopReason::kVanishedRank, "vanished ranks: ", &items, a))
+      a->lines.push_back("vanished ranks: none");
+    a->fields["vanished"] = std::move(items);
     return;
   }
+  a->fields["vanished"] = std::move(items);
   a->nothing_wrong = false;
   a->lines.push_back("vanished ranks: " + join_capped(parts, "; "));
 }
@@ -858,6 +918,9 @@ void near_overflow_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back(line);
 }
 
+std::string stop_phrase(const recorder::ProcessDetail& d);
+bool requested_stop(const recorder::ProcessDetail& d);
+
 void stop_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
   // (reason, batch) -> ranks, in order of appearance.
@@ -886,8 +949,31 @@ void stop_line(const RunSummary& summary, Analysis* a) {
     if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
     it->second.push_back(r->rank);
   }
+  // The ranks trainscope stopped that left no stop report (a verdict stops every rank; a full disk keeps the report
+  // from being written): their recorders say so.
+  std::vector<std::pair<std::string, std::vector<ProcessRef>>> recorded;  // "by trainscope (...)" -> processes
+  if (summary.processes) {
+    for (const recorder::ProcessDetail& d : summary.processes->details) {
+      if (d.state != "stopped") continue;
+      const bool reported =
+          d.who.rank >= 0 && std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+                               return std::find(g.second.begin(), g.second.end(), d.who.rank) != g.second.end();
+                             }) != groups.end();
+      if (reported) continue;
+      const std::string text = stop_phrase(d).substr(std::strlen("stopped "));
+      auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& g) { return g.first == text; });
+      if (it == recorded.end()) it = recorded.insert(recorded.end(), {text, {}});
+      it->second.push_back(d.who);
+      items.push_back({{"file", nullptr},
+                       {"rank", rank_json(d.who.rank)},
+                       {"reason", recorder::stop_reason_name(d.stop_reason)},
+                       {"batch_number", d.stop_batch_known ? json(d.stop_batch) : json(nullptr)},
+                       {"message", text}});
+      if (!requested_stop(d)) a->nothing_wrong = false;
+    }
+  }
   a->fields["stops"] = std::move(items);
-  if (groups.empty()) {
+  if (groups.empty() && recorded.empty()) {
     a->lines.push_back("stopped: none");
     return;
   }
@@ -907,14 +993,138 @@ void stop_line(const RunSummary& summary, Analysis* a) {
     }
     parts.push_back(text);
   }
+  for (const auto& [text, who] : recorded) parts.push_back(processes_phrase(who) + " " + text);
   a->lines.push_back("stopped: " + join_capped(parts, "; "));
 }
 
-json refs_json(const std::vector<ProcessRef>& refs) {
-  json out = json::array();
-  for (const ProcessRef& p : refs) out.push_back({{"rank", rank_json(p.rank)}, {"pid", p.pid}});
-  return out;
+// "ncclAllReduce (communicator 3f2a9c, call #5)", "ncclRecv (communicator 3f2a9c, call #10 with peer 0)",
+// "ncclCommInitRank".
+std::string call_phrase(const recorder::Record& r) {
+  const recorder::Op op = static_cast<recorder::Op>(r.op);
+  const char* name = recorder::op_name(op);
+  std::string text = std::strcmp(name, "unknown") == 0 ? "op#" + std::to_string(r.op) : std::string(name);
+  std::vector<std::string> details;
+  if (r.comm_id != 0) details.push_back("communicator " + recorder::short_hex_id(r.comm_id));
+  if (recorder::is_collective(op) || recorder::is_point_to_point(op)) {
+    std::string number = "call #" + std::to_string(r.seq);
+    if (recorder::is_point_to_point(op) && r.peer >= 0) number += " with peer " + std::to_string(r.peer);
+    details.push_back(number);
+  }
+  if (!details.empty()) text += " (" + join(details, ", ") + ")";
+  return text;
 }
+
+// What the summary says about one process, in parts: processes said the same way are one line.
+struct ProcessLine {
+  std::string end;       // "stopped by trainscope (mismatch, status 86)", "exited with status 3", ...
+  std::string call;      // "waiting in ncclAllReduce (...)" / "was waiting in ..." ("" when every call returned)
+  std::string more;      // "(and 2 more calls that had not returned)"
+  std::string records;   // "records unreadable (all 12 torn)", "3 torn records skipped"
+  bool notable = false;  // worth a line (a plain "exited" or "running" with nothing else is not)
+  bool clean = true;     // counts for "nothing went wrong"
+  uint64_t since_ns = 0;
+};
+
+// The end of a process that trainscope stopped, from its recorder: "stopped by trainscope (mismatch, status 86)".
+std::string stop_phrase(const recorder::ProcessDetail& d) {
+  std::string why = recorder::stop_reason_name(d.stop_reason);
+  if (d.stop_reason == static_cast<uint32_t>(recorder::StopReason::kAbortAfterBatch) && d.stop_batch_known)
+    why += " " + std::to_string(d.stop_batch);
+  if (d.exit_status_known) why += ", status " + std::to_string(d.exit_status);
+  return "stopped by trainscope (" + why + ")";
+}
+
+bool requested_stop(const recorder::ProcessDetail& d) {
+  return d.state == "stopped" && d.stop_reason == static_cast<uint32_t>(recorder::StopReason::kAbortAfterBatch);
+}
+
+ProcessLine describe(const recorder::ProcessDetail& d, const std::optional<JobEnd>& job) {
+  ProcessLine line;
+  if (d.state == "stopped") {
+    line.end = stop_phrase(d);
+    line.notable = true;
+    line.clean = requested_stop(d);  // stopping after batch N is what was asked for
+  } else if (d.state == "exited") {
+    line.end = "exited";
+    if (d.exit_status_known && d.exit_status != 0) {
+      line.end = "exited with status " + std::to_string(d.exit_status);
+      line.notable = true;
+      line.clean = false;
+    }
+  } else if (d.state == "crashed_or_killed") {
+    // The job's only process, whose wait status `trainscope run` has, is named with its signal.
+    if (job && job->signaled && job->pid == d.who.pid) {
+      line.end = "killed by " + signal_name(job->signal);
+    } else {
+      line.end = "crashed or killed (no clean exit; its process is gone)";
+    }
+    line.notable = true;
+    line.clean = false;
+  } else if (d.state == "running") {
+    line.end = "running";
+  } else if (d.state == "running_unverified") {
+    line.end = "on another host (cannot tell whether it runs)";
+  } else {
+    line.end = "in an unknown state";
+    line.notable = true;
+    line.clean = false;
+  }
+  if (d.pending_calls > 0) {
+    line.call = std::string(d.gone ? "was waiting in " : "waiting in ") + call_phrase(d.newest_pending.record);
+    line.since_ns = d.newest_pending.record.start_ns;
+    if (d.pending_calls > 1) {
+      line.more = "(and " + plural(d.pending_calls - 1, "more call", "more calls") + " that had not returned)";
+    }
+    line.notable = true;
+    line.clean &= requested_stop(d);  // a stop the user asked for cuts the call it meets short
+  }
+  if (d.torn_records > 0) {
+    line.records = d.records_held == 0
+                       ? "records unreadable (all " + std::to_string(d.torn_records) + " torn)"
+                       : plural(d.torn_records, "torn record", "torn records") + " skipped (unreadable)";
+    line.notable = true;
+    // A stop the user asked for can meet a thread half-way through its record, as it can meet it inside a call.
+    line.clean &= requested_stop(d) && d.records_held > 0;
+  }
+  return line;
+}
+
+json detail_json(const recorder::ProcessDetail& d, const ProcessLine& line) {
+  json waiting = nullptr;
+  if (d.pending_calls > 0) {
+    const recorder::Record& r = d.newest_pending.record;
+    const char* name = recorder::op_name(static_cast<recorder::Op>(r.op));
+    waiting = {{"op", name},
+               {"communicator", r.comm_id != 0 ? json(recorder::hex_id(r.comm_id)) : json(nullptr)},
+               {"seq", r.seq},
+               {"record", d.newest_pending.index},
+               {"since_ns", r.start_ns},
+               {"process_gone", d.gone},
+               {"calls", d.pending_calls}};
+  }
+  json stop = nullptr;
+  if (d.state == "stopped") {
+    stop = {{"reason", recorder::stop_reason_name(d.stop_reason)},
+            {"communicator", d.stop_comm_id != 0 ? json(recorder::hex_id(d.stop_comm_id)) : json(nullptr)},
+            {"seq", d.stop_seq != 0 ? json(d.stop_seq) : json(nullptr)},
+            {"batch_number", d.stop_batch_known ? json(d.stop_batch) : json(nullptr)},
+            {"report_missing", d.stop_report_missing}};
+  }
+  return {{"rank", rank_json(d.who.rank)},
+          {"pid", d.who.pid},
+          {"file", d.file},
+          {"state", d.state},
+          {"text", line.end},
+          {"exit_status", d.exit_status_known ? json(d.exit_status) : json(nullptr)},
+          {"stop", std::move(stop)},
+          {"waiting", std::move(waiting)},
+          {"records_total", d.records_total},
+          {"records_held", d.records_held},
+          {"torn_records", d.torn_records},
+          {"reports_unwritten", d.reports_unwritten}};
+}
+
+constexpr size_t kShownProcessLines = 8;  // process lines shown before "and N more"
 
 void processes_line(const RunSummary& summary, Analysis* a) {
   if (!summary.processes) {
@@ -923,20 +1133,73 @@ void processes_line(const RunSummary& summary, Analysis* a) {
     return;
   }
   const ProcessOverview& p = *summary.processes;
+  // The processes that exited by themselves, by status (0 or not said: plain "exited").
+  std::map<int32_t, std::vector<ProcessRef>> by_status;
+  size_t exited_plainly = p.exited;
+  for (const recorder::ProcessDetail& d : p.details) {
+    if (d.state == "exited" && d.exit_status_known && d.exit_status != 0) {
+      by_status[d.exit_status].push_back(d.who);
+      --exited_plainly;
+    }
+  }
+  // One line per way of ending that needs a look; processes that ended the same way share it.
+  struct Group {
+    ProcessLine line;
+    std::vector<ProcessRef> who;
+  };
+  std::vector<Group> groups;
+  json details = json::array();
+  bool clean = true;
+  for (const recorder::ProcessDetail& d : p.details) {
+    const ProcessLine line = describe(d, summary.job);
+    details.push_back(detail_json(d, line));
+    clean &= line.clean;
+    if (!line.notable) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return std::tie(g.line.end, g.line.call, g.line.more, g.line.records) ==
+             std::tie(line.end, line.call, line.more, line.records);
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{line, {}});
+    it->line.since_ns = std::min(it->line.since_ns, line.since_ns);
+    it->who.push_back(d.who);
+  }
+  json unreadable = json::array();
+  for (const recorder::FileError& e : p.errors) {
+    const std::string name = e.path.substr(e.path.rfind('/') + 1);
+    const std::string what = e.message.starts_with(e.path + ": ") ? e.message.substr(e.path.size() + 2) : e.message;
+    unreadable.push_back({{"file", name}, {"error", what}});
+  }
   a->fields["processes"] = {{"recorded", p.recorded},
                             {"unreadable", p.unreadable},
                             {"exited", p.exited},
+                            {"stopped", refs_json(p.stopped)},
                             {"running", p.running},
                             {"running_unverified", p.running_unverified},
                             {"unknown_state", p.unknown_state},
                             {"crashed_or_killed", refs_json(p.crashed)},
                             {"did_not_return", refs_json(p.did_not_return)},
-                            {"pending", refs_json(p.pending)}};
-  if (!p.crashed.empty() || !p.did_not_return.empty() || p.unreadable != 0) a->nothing_wrong = false;
+                            {"pending", refs_json(p.pending)},
+                            {"details", std::move(details)},
+                            {"unreadable_files", unreadable}};
+  // A call cut short by a stop the user asked for (TRAINSCOPE_ABORT_AFTER_BATCH) is what a stop does.
+  const bool unexplained_calls =
+      std::any_of(p.did_not_return.begin(), p.did_not_return.end(), [&](const ProcessRef& r) {
+        return std::none_of(p.details.begin(), p.details.end(), [&](const recorder::ProcessDetail& d) {
+          return d.who.pid == r.pid && d.who.rank == r.rank && requested_stop(d);
+        });
+      });
+  if (!clean || !p.crashed.empty() || unexplained_calls || !p.pending.empty() || p.unreadable != 0)
+    a->nothing_wrong = false;
   std::string line = "processes: " + std::to_string(p.recorded) + " recorded";
   if (p.unreadable != 0) line += ", " + plural(p.unreadable, "recorder file", "recorder files") + " unreadable";
   std::vector<std::string> states;
-  if (p.exited != 0) states.push_back(std::to_string(p.exited) + " exited");
+  if (exited_plainly != 0) states.push_back(std::to_string(exited_plainly) + " exited");
+  for (const auto& [status, who] : by_status) {
+    states.push_back(std::to_string(who.size()) + " exited with status " + std::to_string(status) + " (" +
+                     processes_phrase(who) + ")");
+  }
+  if (!p.stopped.empty())
+    states.push_back(std::to_string(p.stopped.size()) + " stopped by trainscope (" + processes_phrase(p.stopped) + ")");
   if (!p.crashed.empty())
     states.push_back(std::to_string(p.crashed.size()) + " crashed or killed (" + processes_phrase(p.crashed) + ")");
   if (p.running != 0) states.push_back(std::to_string(p.running) + " running");
@@ -953,6 +1216,99 @@ void processes_line(const RunSummary& summary, Analysis* a) {
   if (calls.empty() && p.recorded != 0) calls.push_back("every call returned");
   if (!calls.empty()) line += "; " + join(calls, "; ");
   a->lines.push_back(line);
+
+  // Then each way of ending that needs a look, and each recorder that could not be read: indented under it.
+  std::vector<std::string> sub;
+  for (const Group& g : groups) {
+    std::vector<std::string> parts = {g.line.end};
+    if (!g.line.call.empty()) {
+      std::string call = g.line.call + " since " + recorder::utc_time_of_day(g.line.since_ns) + " UTC";
+      if (!g.line.more.empty()) call += " " + g.line.more;
+      parts.push_back(call);
+    }
+    if (!g.line.records.empty()) parts.push_back(g.line.records);
+    sub.push_back("  " + processes_phrase(g.who) + ": " + join(parts, "; "));
+  }
+  for (const json& u : unreadable)
+    sub.push_back("  " + u["file"].get<std::string>() + ": unreadable (" + u["error"].get<std::string>() + ")");
+  if (sub.size() > kShownProcessLines + 1) {
+    const size_t more = sub.size() - kShownProcessLines;
+    sub.resize(kShownProcessLines);
+    sub.push_back("  and " + std::to_string(more) + " more (trainscope report lists every process)");
+  }
+  for (std::string& s : sub) a->lines.push_back(std::move(s));
+}
+
+// How the job `trainscope run` started ended.
+void job_line(const RunSummary& summary, bool only_requested_stops, Analysis* a) {
+  if (!summary.job) {
+    a->fields["job"] = nullptr;
+    return;
+  }
+  const JobEnd& job = *summary.job;
+  json field = job_end_json(job);
+  field.erase("kind");
+  a->fields["job"] = std::move(field);
+  if (job.signaled) {
+    a->nothing_wrong = false;
+    a->lines.push_back("job: killed by " + signal_name(job.signal));
+    return;
+  }
+  const int status = job.exit_status;
+  std::string line = "job: exited with status " + std::to_string(status);
+  constexpr int kVerdictStatus = 86;  // the engine's kVerdictExitCode and kStopExitCode
+  constexpr int kStopStatus = 87;
+  if (status == kVerdictStatus) {
+    line += " (trainscope stopped it: a mismatch, desync or vanished rank)";
+  } else if (status == kStopStatus) {
+    line += " (trainscope stopped it: inf/nan abort or TRAINSCOPE_ABORT_AFTER_BATCH)";
+  } else if (status > 128 && status <= 128 + 64) {
+    line += " (128 + " + std::to_string(status - 128) + ": a process was killed by " + signal_name(status - 128) +
+            ", as launchers and shells report it)";
+  }
+  if (status != 0 && !(status == kStopStatus && only_requested_stops)) a->nothing_wrong = false;
+  a->lines.push_back(line);
+}
+
+// Reports that could not be written: the coordinator's (`trainscope run` heard it say so, or rank 0's recorder
+// holds what the coordinator it hosted said), each rank's own, and the verdicts that came without their report.
+void unwritten_line(const RunSummary& summary, Analysis* a) {
+  std::vector<UnwrittenReport> items = summary.unwritten;
+  std::vector<ProcessRef> missing_verdict_report;
+  if (summary.processes) {
+    for (const recorder::ProcessDetail& d : summary.processes->details) {
+      if (d.stop_report_missing) missing_verdict_report.push_back(d.who);
+      if (d.reports_unwritten == 0) continue;
+      UnwrittenReport u;
+      u.report = d.unwritten_report.empty() ? std::string("a report") : d.unwritten_report;
+      u.cause = d.unwritten_cause;
+      u.by = d.who.rank >= 0 ? "rank " + std::to_string(d.who.rank) : "pid " + std::to_string(d.who.pid);
+      if (d.reports_unwritten > 1) u.by += ", and " + std::to_string(d.reports_unwritten - 1) + " more";
+      items.push_back(std::move(u));
+    }
+  }
+  // A verdict that came without its report, with nothing here to say why: the coordinator's log does.
+  if (items.empty() && !missing_verdict_report.empty()) {
+    items.push_back({"the report of the verdict that stopped " + processes_phrase(missing_verdict_report), "",
+                     "the coordinator; its log says why"});
+  }
+  // The same file failing for several processes (rank 0's coordinator and trainscope run's) is named once.
+  std::vector<UnwrittenReport> unique;
+  for (UnwrittenReport& u : items) {
+    auto it = std::find_if(unique.begin(), unique.end(),
+                           [&](const UnwrittenReport& v) { return v.report == u.report && v.cause == u.cause; });
+    if (it == unique.end()) unique.push_back(std::move(u));
+  }
+  json field = json::array();
+  std::vector<std::string> parts;
+  for (const UnwrittenReport& u : unique) {
+    field.push_back({{"report", u.report}, {"cause", string_or_null(u.cause)}, {"by", u.by}});
+    parts.push_back(u.report + ": " + (u.cause.empty() ? std::string("cause not known") : u.cause) + " (" + u.by + ")");
+  }
+  a->fields["unwritten"] = std::move(field);
+  if (parts.empty()) return;
+  a->nothing_wrong = false;
+  a->lines.push_back("could not write " + join_capped(parts, "; "));
 }
 
 // "pid 812 (python3.11 on node7)"
@@ -1073,6 +1429,24 @@ void unreadable_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back("could not read: " + join(parts, "; "));
 }
 
+// Every stop was one the user asked for (TRAINSCOPE_ABORT_AFTER_BATCH), and there was one: a job status of 87 is
+// then what was asked for.
+bool only_requested_stops(const RunSummary& summary) {
+  bool any = false;
+  for (const ReportFiles* r : reports_of(summary, ReportKind::kStop)) {
+    if (!r->has_json || string_member(r->json, "reason") != "abort_after_batch") return false;
+    any = true;
+  }
+  if (summary.processes) {
+    for (const recorder::ProcessDetail& d : summary.processes->details) {
+      if (d.state != "stopped") continue;
+      if (!requested_stop(d)) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
 Analysis analyse(const RunSummary& summary) {
   Analysis a;
   const bool any_nonfinite = !reports_of(summary, ReportKind::kNonfinite).empty();
@@ -1084,7 +1458,9 @@ Analysis analyse(const RunSummary& summary) {
   streak_line(summary, &a);
   near_overflow_line(summary, &a);
   stop_line(summary, &a);
+  job_line(summary, only_requested_stops(summary), &a);
   processes_line(summary, &a);
+  unwritten_line(summary, &a);
   nccl_calls_line(summary, &a);
   setup_line(summary, &a);
   traces_line(summary, &a);
@@ -1122,6 +1498,35 @@ void read_no_calls_note(const fs::path& dir, const std::string& name, RunSummary
   note.nccl = string_member(parsed, "nccl");
   note.calls = uint_member(parsed, "calls").value_or(0);
   out->nccl_without_calls.push_back(std::move(note));
+}
+
+// How the job `trainscope run` started ended (kJobEndFile); an unreadable one is named, like any report.
+void read_job_end(const fs::path& dir, RunSummary* out) {
+  std::string raw, error;
+  json parsed;
+  if (!read_file(dir / kJobEndFile, kMaxReportBytes, &raw, &error) || !parse_json(raw, &parsed, &error)) {
+    out->unreadable.push_back({kJobEndFile, error});
+    return;
+  }
+  if (!parsed.is_object() || string_member(parsed, "kind") != "job_exit") {
+    out->unreadable.push_back({kJobEndFile, "not the exit of a job trainscope run started"});
+    return;
+  }
+  JobEnd job;
+  job.pid = static_cast<int32_t>(int_member(parsed, "pid").value_or(0));
+  const std::optional<int64_t> status = int_member(parsed, "exit_status");
+  const std::optional<int64_t> signal = int_member(parsed, "signal");
+  if (signal && *signal > 0 && *signal < 256) {
+    job.signaled = true;
+    job.signal = static_cast<int32_t>(*signal);
+  } else if (status && *status >= 0 && *status < 256) {
+    job.exit_status = static_cast<int32_t>(*status);
+  } else {
+    out->unreadable.push_back({kJobEndFile, "holds neither an exit status nor a signal"});
+    return;
+  }
+  out->job = job;
+  out->job_started = true;
 }
 
 void load_report(const fs::path& dir, const KindInfo& info, ReportFiles* r, std::vector<UnreadableFile>* unreadable) {
@@ -1201,6 +1606,61 @@ void scan_trace(const fs::path& dir, TraceFile* trace, std::vector<UnreadableFil
 
 const char* report_kind_name(ReportKind kind) { return info_of(kind).name; }
 
+std::string signal_name(int signal) {
+  const char* abbreviation = signal > 0 ? sigabbrev_np(signal) : nullptr;
+  return abbreviation != nullptr ? std::string("SIG") + abbreviation : "signal " + std::to_string(signal);
+}
+
+json job_end_json(const JobEnd& job) {
+  return {{"kind", "job_exit"},
+          {"pid", job.pid},
+          {"exit_status", job.signaled ? json(nullptr) : json(job.exit_status)},
+          {"signal", job.signaled ? json(job.signal) : json(nullptr)},
+          {"signal_name", job.signaled ? json(signal_name(job.signal)) : json(nullptr)}};
+}
+
+bool parse_coordinator_write_error(std::string_view message, UnwrittenReport* out) {
+  static constexpr std::string_view kPrefix = "coordinator: ";
+  if (!message.starts_with(kPrefix)) return false;
+  message.remove_prefix(kPrefix.size());
+  message = message.substr(0, message.find('\n'));
+  std::string_view what;
+  for (std::string_view verb : {"cannot write ", "cannot create "}) {
+    if (message.starts_with(verb)) what = message.substr(verb.size());
+  }
+  if (what.empty()) return false;
+  // "<path>: <why>"; the origin's "<a> or <b>" and the manifest's "<path>" say no why.
+  std::string_view paths = what;
+  std::string_view cause;
+  if (const size_t colon = what.rfind(": "); colon != std::string_view::npos) {
+    paths = what.substr(0, colon);
+    cause = what.substr(colon + 2);
+  }
+  // Each path's file name; a temporary's mapped back to the report it was for.
+  const auto file_of = [](std::string_view path) {
+    std::string name(path.substr(path.rfind('/') == std::string_view::npos ? 0 : path.rfind('/') + 1));
+    if (name.starts_with(".") && name.find(".part-") != std::string::npos) {
+      // write_report's ".<base>.<pid>.<n>.part-json" / "-text"
+      const std::string base = name.substr(1, name.find('.', 1) - 1);
+      name = base + (name.ends_with("-text") ? ".txt" : ".json");
+    } else if (name.ends_with(".tmp")) {
+      name.resize(name.size() - 4);  // replace_file's "<file>.tmp"
+    }
+    return name;
+  };
+  std::vector<std::string> names;
+  for (size_t at = 0; at <= paths.size();) {
+    size_t end = paths.find(" or ", at);
+    if (end == std::string_view::npos) end = paths.size();
+    names.push_back(file_of(paths.substr(at, end - at)));
+    at = end + 4;
+  }
+  out->report = join_words(names);
+  out->cause = std::string(cause);
+  out->by = "the coordinator";
+  return true;
+}
+
 bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error) {
   *out = RunSummary{};
   out->path = dir;
@@ -1227,6 +1687,10 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
     const std::string base = path.stem().string();
     if (name == "manifest.json") {
       out->manifest_exists = true;
+      continue;
+    }
+    if (name == kJobEndFile) {
+      read_job_end(root_of(dir), out);
       continue;
     }
     if (name.ends_with(kNoCallsSuffix)) {

@@ -16,8 +16,14 @@
 //     vanished ranks: none
 //     overflow streaks: rank 2, batches 40–44 (5 in a row)
 //     near overflow: 2 warnings on rank 1 (first: batch 3, <frame> output 6.27e+04 = 96% of float16's max)
-//     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH)
+//     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH); ranks 1–3 by trainscope (mismatch, status 86)
+//     job: exited with status 137 (128 + 9: a process was killed by SIGKILL)   (only when `trainscope run` started it)
 //     processes: 4 recorded: 3 exited, 1 crashed or killed (rank 2); a call never returned on rank 2
+//       rank 2: crashed or killed (no clean exit; its process is gone); was waiting in ncclAllReduce (communicator
+//               3f2a9c, call #5) since 12:00:01.123456 UTC              (one line per kind of end that needs a look:
+//                                                   stopped, exit status not 0, killed, waiting, torn records)
+//     could not write mismatch-3f2a9c-5.json: No space left on device (the coordinator)   (only when some report
+//                                                   could not be written, by the coordinator or by a rank)
 //     setup: world size 4, no warnings
 //     NCCL calls: 2 processes loaded libnccl but no NCCL call was seen: NCCL may be linked statically into the job
 //                                                   (only when a process loaded NCCL without making a communicator,
@@ -29,6 +35,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +97,33 @@ struct UnreadableFile {
   std::string error;  // "empty file", "truncated JSON: ends after 120 bytes", ...
 };
 
+// A report that could not be written, and why.
+struct UnwrittenReport {
+  std::string report;  // its file name in the run directory ("mismatch-3f2a9c-5.json")
+  std::string cause;   // strerror's text ("No space left on device"); "" when not known
+  std::string by;      // who tried: "the coordinator", "rank 2", "trainscope run"
+};
+
+// How the job that `trainscope run` started ended: its wait status. Written to the run directory as kJobEndFile.
+struct JobEnd {
+  int32_t pid = 0;          // the process `trainscope run` started (the launcher, or the job's only process)
+  bool signaled = false;    // killed by a signal (else it exited)
+  int32_t exit_status = 0;  // when it exited
+  int32_t signal = 0;       // when it was killed
+};
+inline constexpr const char* kJobEndFile = "job-exit.json";
+// {"kind": "job_exit", "pid", "exit_status" (null when killed), "signal" and "signal_name" (null when it exited)}.
+nlohmann::json job_end_json(const JobEnd& job);
+
+// "SIGKILL", "SIGTERM", "SIGSEGV"; "signal 77" for a number without a name.
+std::string signal_name(int signal);
+
+// A failed write as the coordinator logs it: "coordinator: cannot write <path>: <why>", "coordinator: cannot write
+// <a> or <b>", "coordinator: cannot create <dir>: <why>". Sets `out->report` to the file's name (a temporary's name
+// mapped back to its report's: ".mismatch-3f2a9c-5.812.0.part-json" -> "mismatch-3f2a9c-5.json"), `out->cause` to
+// why ("" when the message does not say) and `out->by` to "the coordinator". False for any other message.
+bool parse_coordinator_write_error(std::string_view message, UnwrittenReport* out);
+
 struct RunSummary {
   std::string path;  // as given
   std::string name;  // its last component: the run id
@@ -107,9 +141,16 @@ struct RunSummary {
   size_t recorders_with_communicators = 0;
   // The run is a job `trainscope run` started: a run in which no process recorded an NCCL call says so.
   bool job_started = false;
+  // How that job ended: set by `trainscope run`, else read from kJobEndFile (which also sets job_started).
+  std::optional<JobEnd> job;
+  // Reports that could not be written, as the coordinator of `trainscope run` said (the ranks' own, and those of a
+  // coordinator hosted in rank 0, are in their recorders: see processes).
+  std::vector<UnwrittenReport> unwritten;
 
-  // Nothing of a run's reports in the directory (no report, trace, manifest or no-NCCL-calls note).
-  bool empty() const { return reports.empty() && traces.empty() && !manifest_exists && nccl_without_calls.empty(); }
+  // Nothing of a run's reports in the directory (no report, trace, manifest, job end or no-NCCL-calls note).
+  bool empty() const {
+    return reports.empty() && traces.empty() && !manifest_exists && nccl_without_calls.empty() && !job;
+  }
 };
 
 // Reads the report files of `dir`. Returns false (setting `error`) only when the directory cannot be listed; a
@@ -123,8 +164,8 @@ void note_recorders(RunSummary* summary, const recorder::RunDirectory& run,
 // The summary text above, every line '\n'-terminated.
 std::string format_summary_text(const RunSummary& summary);
 // The same as JSON: {"run", "run_dir", "nothing_wrong", "lines", "origin", "first_nonfinite", "mismatches",
-// "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "processes", "setup", "traces",
-// "unreadable"}.
+// "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "job", "processes", "unwritten", "setup",
+// "traces", "unreadable"}.
 nlohmann::json summary_json(const RunSummary& summary);
 
 // Each report's full text in display order, each after a line "=== <file> ===" (preceded by a blank line).

@@ -22,6 +22,7 @@
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
 #include "collectors/job_secret.h"
+#include "reports/run_summary.h"
 #include "shim/engine_frames.h"
 #include "shim/engine_logging.h"
 #include "shim/engine_ring.h"
@@ -97,8 +98,36 @@ Op ending_op(uint16_t state) {
   return Op::kNone;
 }
 
-exchange::LogSink log_sink() {
-  return [](exchange::LogLevel level, const std::string& message) {
+uint64_t wall_clock_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+recorder::StopReason stop_reason_of(exchange::VerdictKind kind) {
+  switch (kind) {
+    case exchange::VerdictKind::kMismatch:
+      return recorder::StopReason::kMismatch;
+    case exchange::VerdictKind::kDesync:
+      return recorder::StopReason::kDesync;
+    case exchange::VerdictKind::kVanished:
+      return recorder::StopReason::kVanishedRank;
+    case exchange::VerdictKind::kNonfinite:
+      return recorder::StopReason::kNonfinite;
+  }
+  return recorder::StopReason::kNone;
+}
+
+// `recorder`: where the coordinator hosted here notes the reports it could not write (nullptr for the client's sink).
+exchange::LogSink log_sink(recorder::FileHeader* recorder = nullptr) {
+  return [recorder](exchange::LogLevel level, const std::string& message) {
+    // A report the coordinator could not write (a full disk): this process's recorder says so, and why, where the
+    // run summary finds it even when no file can be written any more. The recorder keeps one such note: not the
+    // manifest's, whose absence the summary shows anyway, so that a verdict's report is the one named.
+    reports::UnwrittenReport unwritten;
+    if (recorder != nullptr && level >= exchange::LogLevel::kWarning &&
+        reports::parse_coordinator_write_error(message, &unwritten) && unwritten.report != "manifest.json")
+      recorder::record_unwritten_report(recorder, unwritten.report.c_str(), unwritten.cause.c_str());
     LogLevel ours = LogLevel::kInfo;
     switch (level) {
       case exchange::LogLevel::kDebug:
@@ -214,7 +243,7 @@ class Exchange {
       options.core.on_desync =
           config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort : exchange::VerdictAction::kWarn;
       options.core.desync_timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
-      options.log = log_sink();
+      options.log = log_sink(setup_.recorder);
       server_ = std::make_unique<exchange::CoordinatorServer>(options);
       std::string error;
       bool started = server_->start(&error);
@@ -422,6 +451,10 @@ class Exchange {
                              "=warn to report and continue instead")
                                 .c_str());
     }
+    // Said in the recorder before anything else can go wrong: the summary tells this stop from a crash, names the
+    // verdict, and knows when the coordinator could not write its report.
+    recorder::record_stop(setup_.recorder, stop_reason_of(verdict.kind), status, verdict.comm_id, verdict.seq,
+                          /*has_batch=*/false, 0, /*report_missing=*/verdict.text_path.empty(), wall_clock_ns());
     flush_logs();
     // The rank hosting the coordinator stays until the others, told of the verdict, have gone (bounded): if it
     // left first, a rank that had not received the verdict yet would wait alone forever.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -63,6 +64,19 @@ int32_t rank_of(const recorder::FileHeader* header) {
   return header != nullptr ? __atomic_load_n(&header->global_rank, __ATOMIC_RELAXED) : -1;
 }
 
+// A report file that could not be written ("cannot write <path>: why"), noted in the recorder by file name and cause.
+void note_unwritten(recorder::FileHeader* header, const std::string& error) {
+  const std::string prefix = "cannot write ";
+  if (error.rfind(prefix, 0) != 0) return recorder::record_unwritten_report(header, error.c_str(), "");
+  const size_t colon = error.find(": ", prefix.size());
+  const std::string path =
+      error.substr(prefix.size(), colon == std::string::npos ? std::string::npos : colon - prefix.size());
+  const std::string cause = colon == std::string::npos ? "" : error.substr(colon + 2);
+  const size_t slash = path.rfind('/');
+  recorder::record_unwritten_report(header, (slash == std::string::npos ? path : path.substr(slash + 1)).c_str(),
+                                    cause.c_str());
+}
+
 // One report as text and JSON in the run directory. Returns "" or "cannot write <path>: why".
 std::string write_report_files(const std::string& run_dir, const std::string& base, const std::string& text,
                                const nlohmann::json& json) {
@@ -78,25 +92,25 @@ std::string write_report_files(const std::string& run_dir, const std::string& ba
 void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
                   const nlohmann::json& json) {
   const std::string error = write_report_files(run_dir, base, text, json);
-  if (!error.empty()) log(LogLevel::kWarn, ("frames: " + error).c_str());
+  if (error.empty()) return;
+  if (g_stop_setup != nullptr) note_unwritten(g_stop_setup->recorder, error);
+  log(LogLevel::kWarn, ("frames: " + error).c_str());
 }
 
 // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder as
 // exited, and leave with kStopExitCode. Only one thread stops the process; any other waits here for its exit.
-[[noreturn]] void stop_rank(recorder::FileHeader* header) {
+// The recorder is marked stopped by trainscope (why, in which batch, with which status): the run summary tells this
+// stop from a crash.
+[[noreturn]] void stop_rank(recorder::FileHeader* header, recorder::StopReason reason, uint64_t batch) {
   g_stop_mutex.lock();
   try {
     stop_exchange(/*stopping_job=*/true);
   } catch (...) {
   }
-  if (header != nullptr) {
-    __atomic_store_n(&header->exit_ns,
-                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&header->state, static_cast<uint32_t>(recorder::ProcessState::kExited), __ATOMIC_RELEASE);
-  }
+  recorder::record_stop(header, reason, kStopExitCode, 0, 0, /*has_batch=*/true, batch, /*report_missing=*/false,
+                        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::system_clock::now().time_since_epoch())
+                                                  .count()));
   flush_logs();
   _exit(kStopExitCode);
 }
@@ -398,13 +412,25 @@ class FrameThread {
     return run_dir_;
   }
 
+  // A report file that could not be written: logged, and noted in the recorder (a full disk leaves the log unwritten
+  // too; the recorder's header is already on disk), where the run summary names it and why.
+  void unwritten(const std::string& file, int error) {
+    const char* cause = error != 0 ? std::strerror(error) : "";
+    log(LogLevel::kWarn, ("frames: cannot write " + run_dir_ + "/" + file + (error != 0 ? ": " : "") + cause).c_str());
+    recorder::record_unwritten_report(header_, file.c_str(), cause);
+  }
+
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
     warn_write_failure(write_report_files(run_dir(), base, text, json));
   }
 
   // A report that cannot be written is said once per file: a trace written frame by frame must not flood the log.
+  // The recorder notes it too (a full disk leaves the log unwritten; the recorder's header is already on disk), where
+  // the run summary names the file and why.
   void warn_write_failure(const std::string& error) {
-    if (error.empty() || !write_failures_.insert(error.substr(0, error.find(": "))).second) return;
+    if (error.empty()) return;
+    note_unwritten(header_, error);
+    if (!write_failures_.insert(error.substr(0, error.find(": "))).second) return;
     log(LogLevel::kWarn, ("frames: " + error).c_str());
   }
 
@@ -500,7 +526,7 @@ class FrameThread {
     // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
     // verdict ends the process while this thread waits. Without one, this rank stops on its own.
     if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
-    stop_rank(header_);
+    stop_rank(header_, recorder::StopReason::kNonfinite, detection.batch);
   }
 
   void persistent(const frames::PersistentOverflow& overflow) {
@@ -598,7 +624,7 @@ void stop_after_batch(uint64_t batch) {
   } catch (...) {
     // Out of memory for a report: the stop still happens.
   }
-  stop_rank(setup != nullptr ? setup->recorder : nullptr);
+  stop_rank(setup != nullptr ? setup->recorder : nullptr, recorder::StopReason::kAbortAfterBatch, batch);
 }
 
 void start_frames(const FramesSetup& setup) {

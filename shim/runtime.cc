@@ -336,6 +336,17 @@ void warn_nothing_recorded(const Runtime& rt, const RecordingSetup& setup) {
   }
 }
 
+// Registered with on_exit() at the first start, never again (a forked child inherits it): exit()'s status goes into
+// the recorder before the destructors run, so the summary can say "exited with status 3" rather than only "exited".
+// Not reached by _exit(), a signal or a crash: those leave no status, which the summary says too.
+bool g_exit_status_hook = false;
+
+void note_exit_status(int status, void*) {
+  Runtime& rt = g_runtime;
+  if (rt.owner_pid != static_cast<int32_t>(getpid()) || !rt.writer.is_open()) return;
+  recorder::record_exit_status(rt.writer.header(), status);
+}
+
 void start_locked(int library) {
   Runtime& rt = g_runtime;
   const uint64_t start_ns = now_ns();
@@ -351,6 +362,7 @@ void start_locked(int library) {
   }
   const int run_dir_error = setup.error();
   if (rt.writer.is_open() && rt.nccl_version != 0) rt.writer.set_nccl_version(rt.nccl_version);
+  if (rt.writer.is_open() && !g_exit_status_hook) g_exit_status_hook = on_exit(note_exit_status, nullptr) == 0;
   start_engine(run_dir_error);
   // Once the engine is there, so that what can reach the log file does.
   if (setup.failed()) warn_nothing_recorded(rt, setup);

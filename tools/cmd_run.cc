@@ -15,8 +15,10 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectors/coordinator_server.h"
@@ -119,9 +121,30 @@ int exit_status(int status) {
   return 1;
 }
 
+// What the coordinator could not write, as it says so in its log (a full disk): the summary names each report and why.
+class UnwrittenReports {
+ public:
+  void note(const std::string& message) {
+    reports::UnwrittenReport unwritten;
+    if (!reports::parse_coordinator_write_error(message, &unwritten)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    reports_.push_back(std::move(unwritten));
+  }
+  std::vector<reports::UnwrittenReport> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(reports_, {});
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<reports::UnwrittenReport> reports_;
+};
+
 // The job's end: its status, then the run's summary (what went wrong, where and when), as `trainscope report
-// --summary` prints it.
-void print_summary(const std::string& run_dir, int status) {
+// --summary` prints it, with what only this process knows: how the job it started ended, and what its coordinator
+// could not write.
+void print_summary(const std::string& run_dir, int status, const reports::JobEnd& job,
+                   std::vector<reports::UnwrittenReport> unwritten) {
   std::fprintf(stderr, "\ntrainscope: the job exited with status %d\n", status);
   std::fprintf(stderr, "trainscope: run directory %s\n", run_dir.c_str());
   reports::RunSummary summary;
@@ -131,6 +154,8 @@ void print_summary(const std::string& run_dir, int status) {
     return;
   }
   summary.job_started = true;
+  summary.job = job;
+  summary.unwritten = std::move(unwritten);
   recorder::RunDirectory run;
   if (recorder::read_run_directory(run_dir, &run, &error)) reports::note_recorders(&summary, run);
   // The summary holds strings from the recorders and from the ranks: printed with their control characters escaped.
@@ -229,8 +254,10 @@ int cmd_run(int argc, char** argv) {
   server_options.bind_address = bind;
   server_options.token = token;
   server_options.run_dir = run_dir.string();
-  server_options.log = [](exchange::LogLevel level, const std::string& message) {
+  UnwrittenReports unwritten;
+  server_options.log = [&unwritten](exchange::LogLevel level, const std::string& message) {
     if (level == exchange::LogLevel::kDebug) return;
+    if (level >= exchange::LogLevel::kWarning) unwritten.note(message);
     // The ranks print each verdict's report; the coordinator's own line is enough here.
     const size_t newline = message.find('\n');
     std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());
@@ -302,7 +329,21 @@ int cmd_run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server.stop();
   const int code = exit_status(status);
-  print_summary(run_dir.string(), code);
+  // How the job ended, for `trainscope report` later: its wait status names the signal that killed it.
+  reports::JobEnd job;
+  job.pid = child;
+  job.signaled = WIFSIGNALED(status);
+  job.exit_status = job.signaled ? 0 : code;
+  job.signal = job.signaled ? WTERMSIG(status) : 0;
+  std::vector<reports::UnwrittenReport> not_written = unwritten.take();
+  if (const std::string write_error =
+          reports::replace_file((run_dir / reports::kJobEndFile).string(), reports::job_end_json(job).dump(2) + "\n");
+      !write_error.empty()) {
+    const size_t colon = write_error.rfind(": ");  // "cannot write <path>: why"
+    not_written.push_back(
+        {reports::kJobEndFile, colon != std::string::npos ? write_error.substr(colon + 2) : "", "trainscope run"});
+  }
+  print_summary(run_dir.string(), code, job, std::move(not_written));
   return code;
 }
 

@@ -38,7 +38,7 @@ struct ScenarioOptions {
 
 inline constexpr const char* kScenarioUsage =
     "[--steps N] [--count N] [--digest] [--fault KIND --rank R --step S]\n"
-    "  KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang, skip-send\n";
+    "  KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang, skip-send, exit-3\n";
 
 // Consumes the scenario option at argv[*i] (and its value); false if it is not one.
 inline bool parse_scenario_option(int argc, char** argv, int* i, ScenarioOptions* options) {
@@ -130,7 +130,8 @@ inline bool parse_scenario_option(int argc, char** argv, int* i, ScenarioOptions
   }
   tsprog::check(nccl.comm_destroy(comm), "destroy");
   std::printf("rank %d finished %d steps\n", job.rank, options.steps);
-  return 0;
+  // exit-3: the faulty rank ends like the others, then exits with status 3 (a job's own failure after its last step).
+  return fault == "exit-3" && job.rank == options.fault_rank ? 3 : 0;
 }
 
 }  // namespace tsprog

@@ -5,7 +5,8 @@
 // that receive forever, as a pipeline stage whose peer counted one micro-batch less).
 //
 //   scenario_program [--steps N] [--count N] [--digest] [--fault KIND --rank R --step S]
-// KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang, skip-send
+// KIND: half-count, dtype, redop, root, op, p2p-count, early-destroy, early-exit, hang, skip-send, exit-3 (the rank
+// exits with status 3 after its last step)
 // N for --count: at least 128 (each step also sends and receives 128 elements of the same buffers).
 // --digest: after the loop, each rank prints "rank R digest D" (its buffers' FNV-1a), for comparing its twins
 // (dlopen_program, tests/programs/python/scenario_job.py) by their results. The loop is in scenario.h.
