@@ -967,6 +967,11 @@ size_t CoordinatorCore::hellos() const {
   return count;
 }
 
+const Hello* CoordinatorCore::hello_of(int32_t rank) const {
+  auto it = ranks_.find(rank);
+  return it != ranks_.end() && it->second->has_hello ? &it->second->hello : nullptr;
+}
+
 int32_t CoordinatorCore::world_size() const {
   int32_t world = -1;
   for (const auto& [rank, info] : ranks_) {

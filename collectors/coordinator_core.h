@@ -127,6 +127,10 @@ class CoordinatorCore {
 
   size_t hellos() const;
   int32_t world_size() const;  // largest world size a hello announced, -1 if none
+  // The hello of global rank `rank` (its token cleared), or nullptr when it never said one.
+  const Hello* hello_of(int32_t rank) const;
+  // The stack a rank defined under `stack_id`; empty when it is 0 or not (yet) defined.
+  CallStack stack_of(int32_t global_rank, uint32_t stack_id) const;
 
   CoreStats stats() const;
 
@@ -157,8 +161,6 @@ class CoordinatorCore {
   reports::DesyncReport pair_desync_report(const Comm& comm, const PairQueue& queue, bool certain,
                                            uint64_t now_ns) const;
   reports::MissingRank missing_rank(const Comm& comm, size_t comm_rank) const;
-  // The stack a rank defined under `stack_id`; empty when it is 0 or not (yet) defined.
-  CallStack stack_of(int32_t global_rank, uint32_t stack_id) const;
   bool has_live_comm(int32_t rank) const;
   void check_nonfinite_stop(uint64_t now_ns);
   void resolve_peer_ranks();

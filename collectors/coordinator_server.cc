@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <zmq.hpp>
 
 #include "collectors/job_secret.h"
+#include "collectors/recorder_tail.h"
 
 namespace trainscope::exchange {
 namespace {
@@ -225,7 +228,52 @@ void CoordinatorServer::run() {
     return true;
   };
 
+  // A desync's missing ranks as their own flight recorders have them, where those are readable from here: a rank
+  // frozen (SIGSTOP, a hang of its own) keeps its last fingerprints, and the coordinator alone would name a call it
+  // had long passed, and the wrong call for the divergence.
+  char own_host[256] = "";
+  if (gethostname(own_host, sizeof(own_host) - 1) != 0) own_host[0] = '\0';
+  auto read_missing_from_recorders = [&](CoreVerdict& verdict) {
+    auto* desync = std::get_if<reports::DesyncReport>(&verdict.report);
+    if (desync == nullptr || desync->point_to_point || desync->missing.empty() || own_host[0] == '\0') return;
+    bool corrected = false;
+    uint64_t first_not_reached = UINT64_MAX;  // by some missing rank
+    for (reports::MissingRank& m : desync->missing) {
+      const Hello* hello = s.core.hello_of(m.global_rank);
+      RecordedCall call;
+      if (hello != nullptr && hello->host == own_host &&
+          latest_recorded_collective(hello->flight_recorder_path, desync->comm_id, &call) &&
+          (!m.has_last_call || call.seq > m.last_seq)) {
+        m.has_last_call = true;
+        m.last_seq = call.seq;
+        m.last_op = call.op;
+        m.last_peer = -1;
+        m.last_call_ns = call.start_ns;
+        m.last_stack = s.core.stack_of(m.global_rank, call.site);
+        m.last_call_from_recorder = true;
+        m.last_call_returned = call.returned;
+        corrected = true;
+      }
+      first_not_reached = std::min(first_not_reached, m.has_last_call ? m.last_seq + 1 : uint64_t{1});
+    }
+    if (!corrected) return;
+    // Where the ranks diverged: the first call a missing rank has not reached, at most the one the others wait in.
+    uint64_t furthest_waiting = 0;
+    for (const reports::WaitingRank& w : desync->waiting) furthest_waiting = std::max(furthest_waiting, w.seq);
+    const uint64_t seq = std::min(first_not_reached, furthest_waiting);
+    if (seq <= desync->seq) return;
+    desync->seq = seq;
+    verdict.seq = seq;
+    desync->stuck_since_ns = 0;
+    for (const reports::WaitingRank& w : desync->waiting) {
+      if (w.seq != seq) continue;
+      desync->op = w.op;
+      if (desync->stuck_since_ns == 0 || w.since_ns < desync->stuck_since_ns) desync->stuck_since_ns = w.since_ns;
+    }
+  };
+
   auto deliver = [&](std::vector<CoreVerdict> verdicts) {
+    for (CoreVerdict& verdict : verdicts) read_missing_from_recorders(verdict);
     for (const CoreVerdict& verdict : verdicts) {
       const RenderedReport rendered = render_report(verdict);
       // The report is on disk before any rank hears of the verdict (and may abort).

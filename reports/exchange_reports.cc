@@ -233,6 +233,10 @@ std::string format_desync_text(const DesyncReport& report) {
              (m.last_peer >= 0 ? p2p_call_text(report, m.last_op, m.last_seq, m.last_peer)
                                : "#" + std::to_string(m.last_seq)) +
              " `" + op_text(m.last_op) + "` at " + recorder::utc_date_time(m.last_call_ns);
+      if (m.last_call_from_recorder)
+        out += m.last_call_returned ? " (from its flight recorder: it returned; the coordinator had not heard of it)"
+                                    : " (from its flight recorder: it is still inside it; the coordinator had not "
+                                      "heard of it)";
     } else {
       out += "no call on this communicator seen";
     }
@@ -284,6 +288,10 @@ nlohmann::json desync_json(const DesyncReport& report) {
                             {"process_gone", m.process_gone}};
     if (m.has_last_call) {
       entry["last_call"] = {{"seq", m.last_seq}, {"op", op_text(m.last_op)}, {"start_ns", m.last_call_ns}};
+      if (m.last_call_from_recorder) {
+        entry["last_call"]["from_flight_recorder"] = true;
+        entry["last_call"]["returned"] = m.last_call_returned;
+      }
       if (m.last_peer >= 0) entry["last_call"]["peer"] = m.last_peer;
       add_stack_json(entry["last_call"], m.last_stack);
     } else {

@@ -70,6 +70,10 @@ struct MissingRank {
   int32_t last_peer = -1;  // the last call was a send/recv: to / from this communicator rank
   uint64_t last_call_ns = 0;
   exchange::CallStack last_stack{};  // the stack of that last call, when its site's stack is known
+  // The last call was read from its flight recorder (its last fingerprints never reached the coordinator: a rank
+  // frozen by SIGSTOP or a hang of its own); `last_call_returned` says whether it came back from it.
+  bool last_call_from_recorder = false;
+  bool last_call_returned = true;
   LaggardState state = LaggardState::kUnknown;
   bool process_gone = false;
 };

@@ -23,6 +23,7 @@
 #include "collectors/coordinator_server.h"
 #include "collectors/exchange_client.h"
 #include "collectors/job_secret.h"
+#include "reports/flight_recorder_writer.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::exchange {
@@ -394,6 +395,68 @@ TEST_F(TransportTest, RankThatDisappearsWithoutGoodbyeIsReportedAsVanished) {
   EXPECT_NE(verdict.text.find("Host: testhost, pid 1001"), std::string::npos) << verdict.text;
   EXPECT_NE(verdict.text.find("/tmp/rank1.tsfr"), std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/run/vanished-rank1.txt"));
+}
+
+// The race of issue 11 ("at call #133 ... Process 1: last call #132" while rank 1's recorder showed #133-#136): a rank
+// frozen (SIGSTOP) keeps its last fingerprints; the coordinator reads its flight recorder, on this host, instead.
+TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
+  char host[256] = "";
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  // Rank 1 made calls #1 to #4; only #1 to #3 reached the coordinator before it froze.
+  const std::string recorder_path = dir_.path() + "/rank-1.tsrec";
+  recorder::Writer writer;
+  recorder::WriterOptions o{};
+  o.path = recorder_path.c_str();
+  o.capacity = 64;
+  o.max_comms = 4;
+  o.max_sites = 4;
+  o.pid = 1001;
+  o.launcher_rank = 1;
+  o.launcher_world = 2;
+  o.host = host;
+  o.run_id = "job";
+  o.exe = "/bin/job";
+  ASSERT_EQ(writer.open(o), 0);
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    recorder::Record r{};
+    r.comm_id = kComm;
+    r.seq = seq;
+    r.count = 1024;
+    r.op = static_cast<uint16_t>(Op::kAllReduce);
+    r.start_ns = 1700000000000000000ull + seq;
+    recorder::Writer::complete(writer.append(r), 0, r.start_ns + 1);
+  }
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.core.desync_timeout_ns = 100000000ull;  // alive but silent: a warning after 0.1 s
+  VerdictCapture verdicts;
+  options.on_verdict = verdicts.sink();
+  CoordinatorServer server(options);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  ExchangeClientOptions waiting = client_options(server.endpoint(), 0, nullptr, nullptr);
+  waiting.hello.host = host;
+  waiting.inside_calls = [] {
+    return std::vector<HeartbeatCall>{{kComm, 5, 1700000000000000005ull, static_cast<uint16_t>(Op::kAllReduce)}};
+  };
+  ExchangeClientOptions frozen = client_options(server.endpoint(), 1, nullptr, nullptr);
+  frozen.hello.host = host;
+  frozen.hello.flight_recorder_path = recorder_path;
+  ExchangeClient rank0(waiting);
+  ExchangeClient rank1(frozen);
+  rank0.start();
+  rank1.start();
+  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE(rank0.push(all_reduce(0, 2, seq, 1024)));
+  for (uint64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(rank1.push(all_reduce(1, 2, seq, 1024)));
+  ASSERT_TRUE(wait_until([&] { return !verdicts.get().empty(); }));
+  const Verdict verdict = verdicts.get().front();
+  EXPECT_EQ(verdict.kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdict.seq, 5u);
+  EXPECT_NE(verdict.text.find("at call #5 (`ncclAllReduce`)"), std::string::npos) << verdict.text;
+  EXPECT_NE(verdict.text.find("last call #4 `ncclAllReduce`"), std::string::npos) << verdict.text;
+  EXPECT_NE(verdict.text.find("(from its flight recorder: it returned"), std::string::npos) << verdict.text;
+  rank0.abandon();
+  rank1.abandon();
+  writer.close(0);
 }
 
 TEST_F(TransportTest, ClientWithoutCoordinatorKeepsGoingAndConnectsWhenOneAppears) {
