@@ -34,7 +34,7 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
      "Where the exchange's coordinator runs: auto hosts it in global rank 0 at MASTER_ADDR, port MASTER_PORT+3; off "
      "records locally only; HOST:PORT joins one started elsewhere (trainscope run, trainscope coordinator)."},
     {"TRAINSCOPE_TOKEN", "", "8-128 characters of [A-Za-z0-9._-]",
-     "Job token every rank presents to the coordinator; empty derives it from the run id."},
+     "The job's secret for the exchange; empty derives it from the world communicator's unique id."},
     {"TRAINSCOPE_ON_MISMATCH", "abort", "abort|warn",
      "abort stops every rank once a collective's shapes disagree (after the report is on disk); warn reports and "
      "goes on."},

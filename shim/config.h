@@ -97,7 +97,7 @@ struct Config {
   CoordinatorMode coordinator_mode;
   char coordinator_host[kMaxCoordinatorHost + 1];
   uint16_t coordinator_port;
-  char token[kMaxToken + 1];  // empty: derived from the run id (`trainscope run` always sets one)
+  char token[kMaxToken + 1];  // empty: derived from the job key (job_key.h; `trainscope run` always sets one)
   VerdictPolicy on_mismatch;
   VerdictPolicy on_desync;
   uint32_t desync_timeout_seconds;
