@@ -105,6 +105,11 @@ std::vector<const RecordedCall*> last_records(const RecorderFile& file, size_t l
   return out;
 }
 
+// The same records by position: records[first_shown()...].
+size_t first_shown(const RecorderFile& file, size_t last) {
+  return file.records.size() - std::min(last, file.records.size());
+}
+
 // Aligned columns: numbers right, text left, two spaces between.
 class Table {
  public:
@@ -530,99 +535,139 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
   return out;
 }
 
+namespace {
+
+// One record as the JSON report shows it.
+json record_json(const RecorderFile& file, const RecordedCall& call, const RankState& state) {
+  const Record& r = call.record;
+  const bool pending = call.pending();
+  const SiteEntry* site = file.site(r.site);
+  const bool has_python = site != nullptr && site->python_frames > 0;
+  json python = has_python ? frame_json(&site->frames[0]) : json(nullptr);
+  json python_own = has_python ? frame_json(own_frame(site)) : json(nullptr);
+  return {{"index", call.index},
+          {"time", utc_time_of_day(r.start_ns)},
+          {"start_ns", r.start_ns},
+          {"end_ns", pending ? json(nullptr) : json(r.end_ns)},
+          {"duration_ns", pending || r.end_ns < r.start_ns ? json(nullptr) : json(r.end_ns - r.start_ns)},
+          {"op", op_label(r.op)},
+          {"comm", r.comm_id == 0 ? json(nullptr) : json(hex_id(r.comm_id))},
+          {"seq", r.seq},
+          {"count", r.count},
+          {"dtype", dtype_name(r.dtype)},
+          {"redop", redop_name(r.redop)},
+          {"peer", r.peer},
+          {"rank", r.rank},
+          {"nranks", r.nranks},
+          {"group", r.group},
+          {"flags", flag_names(r.flags)},
+          {"result", call_result(r, state)},
+          {"result_code", r.result},
+          {"pending", pending},
+          {"tid", r.tid},
+          {"site", r.site},
+          {"python", std::move(python)},
+          {"python_own", std::move(python_own)}};
+}
+
+// One rank as the JSON report shows it, but for its "records".
+json rank_json(const RecorderFile& file, const RankState& state) {
+  const FileHeader& h = file.header;
+  json comms = json::array();
+  for (const CommEntry& c : file.comms) {
+    comms.push_back({{"id", hex_id(c.id)},
+                     {"parent", c.parent_id == 0 ? json(nullptr) : json(hex_id(c.parent_id))},
+                     {"rank", c.rank},
+                     {"nranks", c.nranks},
+                     {"color", c.color},
+                     {"created_by", op_label(c.origin)},
+                     {"created_ns", c.created_ns},
+                     {"ended_ns", c.ended_ns},
+                     {"state", comm_state_name(c.state)}});
+  }
+  // "3.12", or null for a process that runs no Python.
+  json python_version = nullptr;
+  if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
+  // How the process ended, as its header says (null where it said nothing).
+  const json exit_status = (h.end_flags & kEndExitStatus) != 0 ? json(h.exit_status) : json(nullptr);
+  const json stopped_by = (h.end_flags & kEndStopped) != 0 ? json(stop_reason_name(h.stop_reason)) : json(nullptr);
+  const json unwritten_report = h.reports_unwritten > 0 ? json(h.unwritten_report) : json(nullptr);
+  const json unwritten_cause = h.unwritten_cause[0] != '\0' ? json(h.unwritten_cause) : json(nullptr);
+  return {{"file", file.path},
+          {"global_rank", h.global_rank},
+          {"launcher_rank", h.launcher_rank},
+          {"launcher_world", h.launcher_world},
+          {"local_rank", h.local_rank},
+          {"pid", h.pid},
+          {"host", h.host},
+          {"run_id", h.run_id},
+          {"exe", h.exe},
+          {"nccl_version", nccl_version_string(h.nccl_version)},
+          {"nccl_version_code", h.nccl_version},
+          {"state", state.key},
+          {"state_text", state.text},
+          {"exit_status", exit_status},
+          {"stopped_by", stopped_by},
+          {"stop_report_missing", (h.end_flags & kEndReportMissing) != 0},
+          {"reports_unwritten", h.reports_unwritten},
+          {"unwritten_report", unwritten_report},
+          {"unwritten_cause", unwritten_cause},
+          {"start_ns", h.start_ns},
+          {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
+          {"records_total", file.records_total()},
+          {"records_held", file.records.size()},
+          {"capacity", h.capacity},
+          {"torn_records", file.torn_records},
+          {"torn_comms", file.torn_comms},
+          {"torn_sites", file.torn_sites},
+          {"python", std::move(python_version)},
+          {"python_note", h.python_note},
+          {"communicators", std::move(comms)}};
+}
+
+json errors_json(const RunDirectory& run) {
+  json errors = json::array();
+  for (const FileError& e : run.errors) errors.push_back({{"file", e.path}, {"error", e.message}});
+  return errors;
+}
+
+}  // namespace
+
 json make_json_report(const RunDirectory& run, const ReportOptions& options) {
   json ranks = json::array();
   for (const RecorderFile& file : run.files) {
-    const FileHeader& h = file.header;
     const RankState state = rank_state(file, options);
-    json comms = json::array();
-    for (const CommEntry& c : file.comms) {
-      comms.push_back({{"id", hex_id(c.id)},
-                       {"parent", c.parent_id == 0 ? json(nullptr) : json(hex_id(c.parent_id))},
-                       {"rank", c.rank},
-                       {"nranks", c.nranks},
-                       {"color", c.color},
-                       {"created_by", op_label(c.origin)},
-                       {"created_ns", c.created_ns},
-                       {"ended_ns", c.ended_ns},
-                       {"state", comm_state_name(c.state)}});
-    }
+    json rank = rank_json(file, state);
     json records = json::array();
-    for (const RecordedCall* call : last_records(file, options.last)) {
-      const Record& r = call->record;
-      const bool pending = call->pending();
-      const SiteEntry* site = file.site(r.site);
-      const bool has_python = site != nullptr && site->python_frames > 0;
-      json python = has_python ? frame_json(&site->frames[0]) : json(nullptr);
-      json python_own = has_python ? frame_json(own_frame(site)) : json(nullptr);
-      records.push_back(
-          {{"index", call->index},
-           {"time", utc_time_of_day(r.start_ns)},
-           {"start_ns", r.start_ns},
-           {"end_ns", pending ? json(nullptr) : json(r.end_ns)},
-           {"duration_ns", pending || r.end_ns < r.start_ns ? json(nullptr) : json(r.end_ns - r.start_ns)},
-           {"op", op_label(r.op)},
-           {"comm", r.comm_id == 0 ? json(nullptr) : json(hex_id(r.comm_id))},
-           {"seq", r.seq},
-           {"count", r.count},
-           {"dtype", dtype_name(r.dtype)},
-           {"redop", redop_name(r.redop)},
-           {"peer", r.peer},
-           {"rank", r.rank},
-           {"nranks", r.nranks},
-           {"group", r.group},
-           {"flags", flag_names(r.flags)},
-           {"result", call_result(r, state)},
-           {"result_code", r.result},
-           {"pending", pending},
-           {"tid", r.tid},
-           {"site", r.site},
-           {"python", std::move(python)},
-           {"python_own", std::move(python_own)}});
-    }
-    // "3.12", or null for a process that runs no Python.
-    json python_version = nullptr;
-    if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
-    // How the process ended, as its header says (null where it said nothing).
-    const json exit_status = (h.end_flags & kEndExitStatus) != 0 ? json(h.exit_status) : json(nullptr);
-    const json stopped_by = (h.end_flags & kEndStopped) != 0 ? json(stop_reason_name(h.stop_reason)) : json(nullptr);
-    const json unwritten_report = h.reports_unwritten > 0 ? json(h.unwritten_report) : json(nullptr);
-    const json unwritten_cause = h.unwritten_cause[0] != '\0' ? json(h.unwritten_cause) : json(nullptr);
-    ranks.push_back({{"file", file.path},
-                     {"global_rank", h.global_rank},
-                     {"launcher_rank", h.launcher_rank},
-                     {"launcher_world", h.launcher_world},
-                     {"local_rank", h.local_rank},
-                     {"pid", h.pid},
-                     {"host", h.host},
-                     {"run_id", h.run_id},
-                     {"exe", h.exe},
-                     {"nccl_version", nccl_version_string(h.nccl_version)},
-                     {"nccl_version_code", h.nccl_version},
-                     {"state", state.key},
-                     {"state_text", state.text},
-                     {"exit_status", exit_status},
-                     {"stopped_by", stopped_by},
-                     {"stop_report_missing", (h.end_flags & kEndReportMissing) != 0},
-                     {"reports_unwritten", h.reports_unwritten},
-                     {"unwritten_report", unwritten_report},
-                     {"unwritten_cause", unwritten_cause},
-                     {"start_ns", h.start_ns},
-                     {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
-                     {"records_total", file.records_total()},
-                     {"records_held", file.records.size()},
-                     {"capacity", h.capacity},
-                     {"torn_records", file.torn_records},
-                     {"torn_comms", file.torn_comms},
-                     {"torn_sites", file.torn_sites},
-                     {"python", std::move(python_version)},
-                     {"python_note", h.python_note},
-                     {"communicators", std::move(comms)},
-                     {"records", std::move(records)}});
+    for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
+      records.push_back(record_json(file, file.records[k], state));
+    rank["records"] = std::move(records);
+    ranks.push_back(std::move(rank));
   }
-  json errors = json::array();
-  for (const FileError& e : run.errors) errors.push_back({{"file", e.path}, {"error", e.message}});
-  return {{"run_dir", run.path}, {"ranks", std::move(ranks)}, {"errors", std::move(errors)}};
+  return {{"run_dir", run.path}, {"ranks", std::move(ranks)}, {"errors", errors_json(run)}};
+}
+
+void write_json_report(const RunDirectory& run, const ReportOptions& options, json more, reports::JsonStream& out) {
+  json head = std::move(more);
+  head["run_dir"] = run.path;
+  head["errors"] = errors_json(run);
+  out.begin_object();
+  out.members(head, "ranks", [&] {
+    out.begin_array();
+    for (const RecorderFile& file : run.files) {
+      const RankState state = rank_state(file, options);
+      out.begin_object();
+      out.members(rank_json(file, state), "records", [&] {
+        out.begin_array();
+        for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
+          out.value(record_json(file, file.records[k], state));
+        out.end_array();
+      });
+      out.end_object();
+    }
+    out.end_array();
+  });
+  out.end_object();
 }
 
 }  // namespace trainscope::recorder

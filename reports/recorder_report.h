@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reports/flight_recorder_reader.h"
+#include "reports/json_stream.h"
 
 namespace trainscope::recorder {
 
@@ -96,5 +97,10 @@ std::string stop_text(const FileHeader& header);
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});
 // Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.
 nlohmann::json make_json_report(const RunDirectory& run, const ReportOptions& options = {});
+// The same report written into `out` a record at a time (no more than one record is held as JSON), with the members
+// of `more` (an object; none named run_dir, ranks or errors) beside its own: the text is, byte for byte, the dump
+// (indent 2, error_handler_t::replace) of make_json_report() with those members added.
+void write_json_report(const RunDirectory& run, const ReportOptions& options, nlohmann::json more,
+                       reports::JsonStream& out);
 
 }  // namespace trainscope::recorder

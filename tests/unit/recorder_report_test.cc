@@ -16,12 +16,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
+#include "reports/json_stream.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 
@@ -376,6 +378,25 @@ TEST(RecorderReport, JsonCarriesTheSameFacts) {
 
   ASSERT_EQ(j["errors"].size(), 1u);
   EXPECT_EQ(j["errors"][0]["file"], dir.file("broken.tsrec"));
+}
+
+// The streamed report is the dump of the whole one, with the caller's members beside its own.
+TEST(RecorderReport, StreamedReportsPrintWhatTheWholeOnesPrint) {
+  TempDir dir;
+  make_run(dir);
+  const RunDirectory run = read_run(dir);
+  for (const size_t last : {size_t{0}, size_t{2}, size_t{1000}}) {
+    ReportOptions options = test_options();
+    options.last = last;
+    const json more = {{"summary", {{"run", "x"}}}, {"reports", json::array()}, {"manifest", nullptr}};
+    std::string text;
+    reports::JsonStream out([&](std::string_view piece) { text += piece; });
+    write_json_report(run, options, more, out);
+    out.finish();
+    json whole = make_json_report(run, options);
+    whole.update(more);
+    EXPECT_EQ(text, whole.dump(2, ' ', false, json::error_handler_t::replace)) << "last " << last;
+  }
 }
 
 SiteEntry python_site(uint64_t caller, int32_t line, const char* function, const char* file) {
