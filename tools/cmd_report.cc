@@ -127,12 +127,16 @@ int cmd_report(int argc, char** argv) {
     print("\n");
   } else {
     // Everything printed comes from files anyone with access to the run directory could have crafted, and from the
-    // ranks: control characters are escaped (the reports' own text too).
-    std::fputs(reports::printable_text(reports::format_summary_text(summary)).c_str(), stdout);
+    // ranks: control characters are escaped (the reports' own text too). The recorders' table is written a batch of
+    // lines at a time, as the JSON is.
+    print(reports::printable_text(reports::format_summary_text(summary)));
     if (!summary_only) {
-      if (has_recorders)
-        std::fputs(reports::printable_text("\n" + recorder::format_text_report(run, options)).c_str(), stdout);
-      std::fputs(reports::printable_text(reports::format_report_texts(summary)).c_str(), stdout);
+      if (has_recorders) {
+        print("\n");
+        recorder::write_text_report(run, options,
+                                    [](std::string_view lines) { print(reports::printable_text(lines)); });
+      }
+      print(reports::printable_text(reports::format_report_texts(summary)));
     }
   }
   if (has_recorders && run.files.empty()) {

@@ -380,7 +380,8 @@ TEST(RecorderReport, JsonCarriesTheSameFacts) {
   EXPECT_EQ(j["errors"][0]["file"], dir.file("broken.tsrec"));
 }
 
-// The streamed report is the dump of the whole one, with the caller's members beside its own.
+// The streamed report is the dump of the whole one, with the caller's members beside its own; the text report
+// reaches its sink in whole lines.
 TEST(RecorderReport, StreamedReportsPrintWhatTheWholeOnesPrint) {
   TempDir dir;
   make_run(dir);
@@ -396,6 +397,13 @@ TEST(RecorderReport, StreamedReportsPrintWhatTheWholeOnesPrint) {
     json whole = make_json_report(run, options);
     whole.update(more);
     EXPECT_EQ(text, whole.dump(2, ' ', false, json::error_handler_t::replace)) << "last " << last;
+
+    std::string lines;
+    write_text_report(run, options, [&](std::string_view batch) {
+      EXPECT_EQ(batch.back(), '\n');
+      lines += batch;
+    });
+    EXPECT_EQ(lines, format_text_report(run, options));
   }
 }
 
