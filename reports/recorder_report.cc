@@ -97,47 +97,73 @@ std::vector<std::string> flag_names(uint8_t flags) {
   return names;
 }
 
-// The records the report shows for one file: the newest `last` ones, oldest first.
-std::vector<const RecordedCall*> last_records(const RecorderFile& file, size_t last) {
-  std::vector<const RecordedCall*> out;
-  const size_t n = std::min(last, file.records.size());
-  for (size_t i = file.records.size() - n; i < file.records.size(); ++i) out.push_back(&file.records[i]);
-  return out;
+// The records the report shows for one file are the newest `last` ones, oldest first: records[first_shown()...].
+size_t first_shown(const RecorderFile& file, size_t last) {
+  return file.records.size() - std::min(last, file.records.size());
 }
 
-// Aligned columns: numbers right, text left, two spaces between.
+// Aligned columns: numbers right, text left, two spaces between. Every row is measured first (the header is), then
+// rendered one at a time, so that a table of many rows is never held whole.
 class Table {
  public:
-  Table(std::vector<std::string> header, std::vector<bool> right) : right_(std::move(right)) {
-    rows_.push_back(std::move(header));
+  Table(std::vector<std::string> header, std::vector<bool> right)
+      : header_(std::move(header)), right_(std::move(right)), width_(header_.size(), 0) {
+    measure(header_);
   }
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string render(const std::string& indent) const {
-    std::vector<size_t> width(rows_[0].size(), 0);
-    for (const auto& row : rows_) {
-      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  // Widens the columns to fit `row` (as many cells as columns, or more: those past the last column are ignored).
+  void measure(const std::vector<std::string>& row) {
+    for (size_t c = 0; c < width_.size(); ++c) width_[c] = std::max(width_[c], row[c].size());
+  }
+  // Drops the columns past the first `n`.
+  void keep_columns(size_t n) {
+    header_.resize(n);
+    right_.resize(n);
+    width_.resize(n);
+  }
+  void render_header(const std::string& indent, std::string& out) const { render(header_, indent, out); }
+  // Appends one line: `row` at the measured widths.
+  void render(const std::vector<std::string>& row, const std::string& indent, std::string& out) const {
+    const size_t line_start = out.size();
+    out += indent;
+    for (size_t c = 0; c < width_.size(); ++c) {
+      const size_t pad = width_[c] - row[c].size();
+      const bool last = c + 1 == width_.size();
+      if (right_[c]) out.append(pad, ' ');
+      out += row[c];
+      if (!right_[c] && !last) out.append(pad, ' ');
+      if (!last) out += "  ";
     }
-    std::string out;
-    for (const auto& row : rows_) {
-      std::string line = indent;
-      for (size_t c = 0; c < row.size(); ++c) {
-        const size_t pad = width[c] - row[c].size();
-        const bool last = c + 1 == row.size();
-        if (right_[c]) line.append(pad, ' ');
-        line += row[c];
-        if (!right_[c] && !last) line.append(pad, ' ');
-        if (!last) line += "  ";
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out += line + "\n";
-    }
-    return out;
+    while (out.size() > line_start && out.back() == ' ') out.pop_back();
+    out += "\n";
   }
 
  private:
-  std::vector<std::vector<std::string>> rows_;
+  std::vector<std::string> header_;
   std::vector<bool> right_;
+  std::vector<size_t> width_;
 };
+
+constexpr size_t kCallColumns = 13;                  // the call table's, the Python location's last
+constexpr size_t kTextBatchBytes = size_t{1} << 16;  // the text report goes out in batches of lines of this size
+
+// The call table's row for one call, its Python location last ("-" when its site has none). Returns whether it has
+// one.
+bool call_row(const RecorderFile& file, const RecordedCall& call, const RankState& state,
+              std::vector<std::string>* row) {
+  const Record& r = call.record;
+  const Op op = static_cast<Op>(r.op);
+  const bool counted = has_count(op);
+  const bool rooted = has_root(op) || is_point_to_point(op);
+  std::string location = python_location(file.site(r.site));
+  const bool has_location = !location.empty();
+  row->assign({std::to_string(call.index), utc_time_of_day(r.start_ns), op_label(r.op), short_hex_id(r.comm_id),
+               counted ? std::to_string(r.seq) : "-", counted ? std::to_string(r.count) : "-",
+               counted ? dtype_name(r.dtype) : "-", is_collective(op) ? redop_name(r.redop) : "-",
+               rooted ? int_or_dash(r.peer) : "-", r.group == 0 ? "-" : std::to_string(r.group), call_result(r, state),
+               call.pending() || r.end_ns < r.start_ns ? "-" : duration_string(r.end_ns - r.start_ns),
+               has_location ? std::move(location) : "-"});
+  return has_location;
+}
 
 // Start time of a live process in seconds since the epoch, from /proc; nullopt when it cannot be told.
 std::optional<uint64_t> process_start_seconds(int32_t pid) {
@@ -377,8 +403,15 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
   return overview;
 }
 
-std::string format_text_report(const RunDirectory& run, const ReportOptions& options) {
+void write_text_report(const RunDirectory& run, const ReportOptions& options,
+                       const std::function<void(std::string_view)>& sink) {
   std::string out;
+  // Whole lines go to the sink, a batch at a time.
+  const auto flush_lines = [&] {
+    if (out.size() < kTextBatchBytes) return;
+    sink(out);
+    out.clear();
+  };
   std::vector<RankState> states;
   for (const RecorderFile& file : run.files) states.push_back(rank_state(file, options));
 
@@ -471,158 +504,189 @@ std::string format_text_report(const RunDirectory& run, const ReportOptions& opt
       out += "  communicators (" + std::to_string(file.comms.size()) + ")\n";
       Table table({"id", "parent", "rank/n", "created by", "created", "state"},
                   {false, false, true, false, false, false});
+      std::vector<std::vector<std::string>> rows;
       for (const CommEntry& c : file.comms) {
         std::string state = comm_state_name(c.state);
         if (c.ended_ns != 0) state += " " + utc_time_of_day(c.ended_ns);
-        table.add({hex_id(c.id), c.parent_id == 0 ? "-" : hex_id(c.parent_id),
-                   int_or_dash(c.rank) + "/" + int_or_dash(c.nranks), op_label(c.origin), utc_time_of_day(c.created_ns),
-                   state});
+        rows.push_back({hex_id(c.id), c.parent_id == 0 ? "-" : hex_id(c.parent_id),
+                        int_or_dash(c.rank) + "/" + int_or_dash(c.nranks), op_label(c.origin),
+                        utc_time_of_day(c.created_ns), state});
+        table.measure(rows.back());
       }
-      out += table.render("    ");
+      table.render_header("    ", out);
+      for (const std::vector<std::string>& row : rows) table.render(row, "    ", out);
     }
+    flush_lines();
 
-    const std::vector<const RecordedCall*> shown = last_records(file, options.last);
-    if (shown.empty()) {
+    const size_t first = first_shown(file, options.last);
+    const size_t shown = file.records.size() - first;
+    if (shown == 0) {
       out += "  calls: none held\n";
       continue;
     }
-    out += "  last " + std::to_string(shown.size()) + " of " + std::to_string(file.records.size()) + " held calls\n";
+    out += "  last " + std::to_string(shown) + " of " + std::to_string(file.records.size()) + " held calls\n";
     // The innermost Python location of each call's site, in a last column that is there only when some call shown
-    // has one (a job that runs no Python keeps the table it always had).
-    std::vector<std::string> locations;
+    // has one (a job that runs no Python keeps the table it always had). Measured in a first pass over the calls,
+    // rendered in a second.
+    Table table({"index", "time (UTC)", "op", "comm", "seq", "count", "dtype", "redop", "root/peer", "group", "result",
+                 "duration", "python (the job's own line)"},
+                {true, false, false, false, true, true, false, false, true, true, false, true, false});
+    std::vector<std::string> row;
     bool any_location = false;
-    for (const RecordedCall* call : shown) {
-      locations.push_back(python_location(file.site(call->record.site)));
-      any_location |= !locations.back().empty();
+    for (size_t k = first; k < file.records.size(); ++k) {
+      any_location |= call_row(file, file.records[k], states[i], &row);
+      table.measure(row);
     }
-    std::vector<std::string> columns = {"index", "time (UTC)", "op",        "comm",  "seq",    "count",
-                                        "dtype", "redop",      "root/peer", "group", "result", "duration"};
-    std::vector<bool> right = {true, false, false, false, true, true, false, false, true, true, false, true};
-    if (any_location) {
-      columns.emplace_back("python (the job's own line)");
-      right.push_back(false);
+    if (!any_location) table.keep_columns(kCallColumns - 1);
+    table.render_header("    ", out);
+    for (size_t k = first; k < file.records.size(); ++k) {
+      call_row(file, file.records[k], states[i], &row);
+      table.render(row, "    ", out);
+      flush_lines();
     }
-    Table table(std::move(columns), std::move(right));
-    for (size_t c = 0; c < shown.size(); ++c) {
-      const RecordedCall* call = shown[c];
-      const Record& r = call->record;
-      const Op op = static_cast<Op>(r.op);
-      const bool counted = has_count(op);
-      const bool rooted = has_root(op) || is_point_to_point(op);
-      std::vector<std::string> row = {
-          std::to_string(call->index),
-          utc_time_of_day(r.start_ns),
-          op_label(r.op),
-          short_hex_id(r.comm_id),
-          counted ? std::to_string(r.seq) : "-",
-          counted ? std::to_string(r.count) : "-",
-          counted ? dtype_name(r.dtype) : "-",
-          is_collective(op) ? redop_name(r.redop) : "-",
-          rooted ? int_or_dash(r.peer) : "-",
-          r.group == 0 ? "-" : std::to_string(r.group),
-          call_result(r, states[i]),
-          call->pending() || r.end_ns < r.start_ns ? "-" : duration_string(r.end_ns - r.start_ns)};
-      if (any_location) row.push_back(locations[c].empty() ? "-" : locations[c]);
-      table.add(std::move(row));
-    }
-    out += table.render("    ");
   }
+  if (!out.empty()) sink(out);
+}
+
+std::string format_text_report(const RunDirectory& run, const ReportOptions& options) {
+  std::string out;
+  write_text_report(run, options, [&out](std::string_view lines) { out += lines; });
   return out;
 }
+
+namespace {
+
+// One record as the JSON report shows it.
+json record_json(const RecorderFile& file, const RecordedCall& call, const RankState& state) {
+  const Record& r = call.record;
+  const bool pending = call.pending();
+  const SiteEntry* site = file.site(r.site);
+  const bool has_python = site != nullptr && site->python_frames > 0;
+  json python = has_python ? frame_json(&site->frames[0]) : json(nullptr);
+  json python_own = has_python ? frame_json(own_frame(site)) : json(nullptr);
+  return {{"index", call.index},
+          {"time", utc_time_of_day(r.start_ns)},
+          {"start_ns", r.start_ns},
+          {"end_ns", pending ? json(nullptr) : json(r.end_ns)},
+          {"duration_ns", pending || r.end_ns < r.start_ns ? json(nullptr) : json(r.end_ns - r.start_ns)},
+          {"op", op_label(r.op)},
+          {"comm", r.comm_id == 0 ? json(nullptr) : json(hex_id(r.comm_id))},
+          {"seq", r.seq},
+          {"count", r.count},
+          {"dtype", dtype_name(r.dtype)},
+          {"redop", redop_name(r.redop)},
+          {"peer", r.peer},
+          {"rank", r.rank},
+          {"nranks", r.nranks},
+          {"group", r.group},
+          {"flags", flag_names(r.flags)},
+          {"result", call_result(r, state)},
+          {"result_code", r.result},
+          {"pending", pending},
+          {"tid", r.tid},
+          {"site", r.site},
+          {"python", std::move(python)},
+          {"python_own", std::move(python_own)}};
+}
+
+// One rank as the JSON report shows it, but for its "records".
+json rank_json(const RecorderFile& file, const RankState& state) {
+  const FileHeader& h = file.header;
+  json comms = json::array();
+  for (const CommEntry& c : file.comms) {
+    comms.push_back({{"id", hex_id(c.id)},
+                     {"parent", c.parent_id == 0 ? json(nullptr) : json(hex_id(c.parent_id))},
+                     {"rank", c.rank},
+                     {"nranks", c.nranks},
+                     {"color", c.color},
+                     {"created_by", op_label(c.origin)},
+                     {"created_ns", c.created_ns},
+                     {"ended_ns", c.ended_ns},
+                     {"state", comm_state_name(c.state)}});
+  }
+  // "3.12", or null for a process that runs no Python.
+  json python_version = nullptr;
+  if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
+  // How the process ended, as its header says (null where it said nothing).
+  const json exit_status = (h.end_flags & kEndExitStatus) != 0 ? json(h.exit_status) : json(nullptr);
+  const json stopped_by = (h.end_flags & kEndStopped) != 0 ? json(stop_reason_name(h.stop_reason)) : json(nullptr);
+  const json unwritten_report = h.reports_unwritten > 0 ? json(h.unwritten_report) : json(nullptr);
+  const json unwritten_cause = h.unwritten_cause[0] != '\0' ? json(h.unwritten_cause) : json(nullptr);
+  return {{"file", file.path},
+          {"global_rank", h.global_rank},
+          {"launcher_rank", h.launcher_rank},
+          {"launcher_world", h.launcher_world},
+          {"local_rank", h.local_rank},
+          {"pid", h.pid},
+          {"host", h.host},
+          {"run_id", h.run_id},
+          {"exe", h.exe},
+          {"nccl_version", nccl_version_string(h.nccl_version)},
+          {"nccl_version_code", h.nccl_version},
+          {"state", state.key},
+          {"state_text", state.text},
+          {"exit_status", exit_status},
+          {"stopped_by", stopped_by},
+          {"stop_report_missing", (h.end_flags & kEndReportMissing) != 0},
+          {"reports_unwritten", h.reports_unwritten},
+          {"unwritten_report", unwritten_report},
+          {"unwritten_cause", unwritten_cause},
+          {"start_ns", h.start_ns},
+          {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
+          {"records_total", file.records_total()},
+          {"records_held", file.records.size()},
+          {"capacity", h.capacity},
+          {"torn_records", file.torn_records},
+          {"torn_comms", file.torn_comms},
+          {"torn_sites", file.torn_sites},
+          {"python", std::move(python_version)},
+          {"python_note", h.python_note},
+          {"communicators", std::move(comms)}};
+}
+
+json errors_json(const RunDirectory& run) {
+  json errors = json::array();
+  for (const FileError& e : run.errors) errors.push_back({{"file", e.path}, {"error", e.message}});
+  return errors;
+}
+
+}  // namespace
 
 json make_json_report(const RunDirectory& run, const ReportOptions& options) {
   json ranks = json::array();
   for (const RecorderFile& file : run.files) {
-    const FileHeader& h = file.header;
     const RankState state = rank_state(file, options);
-    json comms = json::array();
-    for (const CommEntry& c : file.comms) {
-      comms.push_back({{"id", hex_id(c.id)},
-                       {"parent", c.parent_id == 0 ? json(nullptr) : json(hex_id(c.parent_id))},
-                       {"rank", c.rank},
-                       {"nranks", c.nranks},
-                       {"color", c.color},
-                       {"created_by", op_label(c.origin)},
-                       {"created_ns", c.created_ns},
-                       {"ended_ns", c.ended_ns},
-                       {"state", comm_state_name(c.state)}});
-    }
+    json rank = rank_json(file, state);
     json records = json::array();
-    for (const RecordedCall* call : last_records(file, options.last)) {
-      const Record& r = call->record;
-      const bool pending = call->pending();
-      const SiteEntry* site = file.site(r.site);
-      const bool has_python = site != nullptr && site->python_frames > 0;
-      json python = has_python ? frame_json(&site->frames[0]) : json(nullptr);
-      json python_own = has_python ? frame_json(own_frame(site)) : json(nullptr);
-      records.push_back(
-          {{"index", call->index},
-           {"time", utc_time_of_day(r.start_ns)},
-           {"start_ns", r.start_ns},
-           {"end_ns", pending ? json(nullptr) : json(r.end_ns)},
-           {"duration_ns", pending || r.end_ns < r.start_ns ? json(nullptr) : json(r.end_ns - r.start_ns)},
-           {"op", op_label(r.op)},
-           {"comm", r.comm_id == 0 ? json(nullptr) : json(hex_id(r.comm_id))},
-           {"seq", r.seq},
-           {"count", r.count},
-           {"dtype", dtype_name(r.dtype)},
-           {"redop", redop_name(r.redop)},
-           {"peer", r.peer},
-           {"rank", r.rank},
-           {"nranks", r.nranks},
-           {"group", r.group},
-           {"flags", flag_names(r.flags)},
-           {"result", call_result(r, state)},
-           {"result_code", r.result},
-           {"pending", pending},
-           {"tid", r.tid},
-           {"site", r.site},
-           {"python", std::move(python)},
-           {"python_own", std::move(python_own)}});
-    }
-    // "3.12", or null for a process that runs no Python.
-    json python_version = nullptr;
-    if (h.python_major > 0) python_version = std::to_string(h.python_major) + "." + std::to_string(h.python_minor);
-    // How the process ended, as its header says (null where it said nothing).
-    const json exit_status = (h.end_flags & kEndExitStatus) != 0 ? json(h.exit_status) : json(nullptr);
-    const json stopped_by = (h.end_flags & kEndStopped) != 0 ? json(stop_reason_name(h.stop_reason)) : json(nullptr);
-    const json unwritten_report = h.reports_unwritten > 0 ? json(h.unwritten_report) : json(nullptr);
-    const json unwritten_cause = h.unwritten_cause[0] != '\0' ? json(h.unwritten_cause) : json(nullptr);
-    ranks.push_back({{"file", file.path},
-                     {"global_rank", h.global_rank},
-                     {"launcher_rank", h.launcher_rank},
-                     {"launcher_world", h.launcher_world},
-                     {"local_rank", h.local_rank},
-                     {"pid", h.pid},
-                     {"host", h.host},
-                     {"run_id", h.run_id},
-                     {"exe", h.exe},
-                     {"nccl_version", nccl_version_string(h.nccl_version)},
-                     {"nccl_version_code", h.nccl_version},
-                     {"state", state.key},
-                     {"state_text", state.text},
-                     {"exit_status", exit_status},
-                     {"stopped_by", stopped_by},
-                     {"stop_report_missing", (h.end_flags & kEndReportMissing) != 0},
-                     {"reports_unwritten", h.reports_unwritten},
-                     {"unwritten_report", unwritten_report},
-                     {"unwritten_cause", unwritten_cause},
-                     {"start_ns", h.start_ns},
-                     {"exit_ns", h.exit_ns == 0 ? json(nullptr) : json(h.exit_ns)},
-                     {"records_total", file.records_total()},
-                     {"records_held", file.records.size()},
-                     {"capacity", h.capacity},
-                     {"torn_records", file.torn_records},
-                     {"torn_comms", file.torn_comms},
-                     {"torn_sites", file.torn_sites},
-                     {"python", std::move(python_version)},
-                     {"python_note", h.python_note},
-                     {"communicators", std::move(comms)},
-                     {"records", std::move(records)}});
+    for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
+      records.push_back(record_json(file, file.records[k], state));
+    rank["records"] = std::move(records);
+    ranks.push_back(std::move(rank));
   }
-  json errors = json::array();
-  for (const FileError& e : run.errors) errors.push_back({{"file", e.path}, {"error", e.message}});
-  return {{"run_dir", run.path}, {"ranks", std::move(ranks)}, {"errors", std::move(errors)}};
+  return {{"run_dir", run.path}, {"ranks", std::move(ranks)}, {"errors", errors_json(run)}};
+}
+
+void write_json_report(const RunDirectory& run, const ReportOptions& options, json more, reports::JsonStream& out) {
+  json head = std::move(more);
+  head["run_dir"] = run.path;
+  head["errors"] = errors_json(run);
+  out.begin_object();
+  out.members(head, "ranks", [&] {
+    out.begin_array();
+    for (const RecorderFile& file : run.files) {
+      const RankState state = rank_state(file, options);
+      out.begin_object();
+      out.members(rank_json(file, state), "records", [&] {
+        out.begin_array();
+        for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
+          out.value(record_json(file, file.records[k], state));
+        out.end_array();
+      });
+      out.end_object();
+    }
+    out.end_array();
+  });
+  out.end_object();
 }
 
 }  // namespace trainscope::recorder

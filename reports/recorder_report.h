@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "reports/flight_recorder_reader.h"
+#include "reports/json_stream.h"
 
 namespace trainscope::recorder {
 
@@ -93,8 +95,17 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
 // process that trainscope stopped ended, from its recorder's header.
 std::string stop_text(const FileHeader& header);
 
-std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});
+// The text report, handed to `sink` in batches of whole lines as it is written: the tables are measured in a first
+// pass over the calls and printed in a second, so that `--last all` on a big run never holds the whole text.
+void write_text_report(const RunDirectory& run, const ReportOptions& options,
+                       const std::function<void(std::string_view)>& sink);
+std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});  // the same, whole
 // Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.
 nlohmann::json make_json_report(const RunDirectory& run, const ReportOptions& options = {});
+// The same report written into `out` a record at a time (no more than one record is held as JSON), with the members
+// of `more` (an object; none named run_dir, ranks or errors) beside its own: the text is, byte for byte, the dump
+// (indent 2, error_handler_t::replace) of make_json_report() with those members added.
+void write_json_report(const RunDirectory& run, const ReportOptions& options, nlohmann::json more,
+                       reports::JsonStream& out);
 
 }  // namespace trainscope::recorder

@@ -27,6 +27,8 @@ bench_dir="$(mktemp -d)"
   echo "benchmarks failed (figures only; not a test)"
 rm -rf "$bench_dir"
 bash tests/bench/frames_end_to_end.sh build-ci 500 65536 3 || echo "end-to-end figure failed (not a test)"
+echo "-- trainscope report --last all on 4 recorders x 40k calls: peak RSS and time"
+build-ci/tests/bench/report_bench --benchmark_format=console || echo "report figures failed (not a test)"
 echo "-- the shim for a Python caller 30 frames deep (every CPython 3.9-3.13 found)"
 bash tests/bench/python_hook_bench.sh build-ci || echo "Python figures failed (not a test)"
 

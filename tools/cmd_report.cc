@@ -6,8 +6,10 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "reports/flight_recorder_reader.h"
+#include "reports/json_stream.h"
 #include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
@@ -24,6 +26,8 @@ constexpr const char* kUsage =
     "             vanished ranks, ...), where and when\n"
     "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n"
     "Prints the summary, then the recorders' table (ranks, communicators, last calls), then every report in full.\n";
+
+void print(std::string_view text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "trainscope report: %s\n", message.c_str());
@@ -107,25 +111,32 @@ int cmd_report(int argc, char** argv) {
   }
 
   if (as_json) {
-    nlohmann::json out;
+    // Written as it is made, a batch of records at a time: `--last all` on a big run never holds the whole document.
+    // Strings from the files keep their values, JSON-escaped; DEL and the C1 controls are escaped too.
+    reports::JsonStream out([](std::string_view json) { print(reports::printable_json(json)); });
     if (summary_only) {
-      out = {{"summary", reports::summary_json(summary)}};
+      out.value({{"summary", reports::summary_json(summary)}});
     } else {
-      out = recorder::make_json_report(run, options);
-      out["summary"] = reports::summary_json(summary);
-      out["reports"] = reports::reports_json(summary);
-      out["manifest"] = summary.has_manifest ? summary.manifest : nlohmann::json(nullptr);
+      recorder::write_json_report(run, options,
+                                  {{"summary", reports::summary_json(summary)},
+                                   {"reports", reports::reports_json(summary)},
+                                   {"manifest", summary.has_manifest ? summary.manifest : nlohmann::json(nullptr)}},
+                                  out);
     }
-    const std::string text = out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::printf("%s\n", reports::printable_json(text).c_str());
+    out.finish();
+    print("\n");
   } else {
     // Everything printed comes from files anyone with access to the run directory could have crafted, and from the
-    // ranks: control characters are escaped (the reports' own text too).
-    std::fputs(reports::printable_text(reports::format_summary_text(summary)).c_str(), stdout);
+    // ranks: control characters are escaped (the reports' own text too). The recorders' table is written a batch of
+    // lines at a time, as the JSON is.
+    print(reports::printable_text(reports::format_summary_text(summary)));
     if (!summary_only) {
-      if (has_recorders)
-        std::fputs(reports::printable_text("\n" + recorder::format_text_report(run, options)).c_str(), stdout);
-      std::fputs(reports::printable_text(reports::format_report_texts(summary)).c_str(), stdout);
+      if (has_recorders) {
+        print("\n");
+        recorder::write_text_report(run, options,
+                                    [](std::string_view lines) { print(reports::printable_text(lines)); });
+      }
+      print(reports::printable_text(reports::format_report_texts(summary)));
     }
   }
   if (has_recorders && run.files.empty()) {

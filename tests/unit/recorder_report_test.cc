@@ -10,16 +10,20 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
+#include "reports/json_stream.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 
@@ -140,10 +144,11 @@ void open_rank_with_sites(const std::string& path, const RankSpec& spec, Writer&
 
 // Three ranks: 0 exited cleanly after five varied calls, 1 was killed inside an all-reduce, 2 is still in
 // one; plus one file that is not a recorder at all.
-void make_run(const TempDir& dir) {
+void make_run(const std::string& dir) {
+  const auto file = [&](const char* name) { return dir + "/" + name; };
   {
     Writer w;
-    open_rank(dir.file("rank0.tsrec"), {0, kExitedPid, "node-a", 22809}, w);
+    open_rank(file("rank0.tsrec"), {0, kExitedPid, "node-a", 22809}, w);
     Writer::complete(w.append(call(Op::kCommInitRank, kBase, 0, 0, kUnknown, kUnknown, kUnknown)), 0, kBase + 3 * kMs);
     Writer::complete(w.append(call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown)), 0,
                      kBase + 10 * kMs + 1500000);
@@ -157,19 +162,21 @@ void make_run(const TempDir& dir) {
   }
   {
     Writer w;
-    open_rank(dir.file("rank1.tsrec"), {1, kKilledPid, "node-b", 2708}, w);
+    open_rank(file("rank1.tsrec"), {1, kKilledPid, "node-b", 2708}, w);
     Writer::complete(w.append(call(Op::kAllReduce, kBase + 10 * kMs, 1, 1048576, 6, 0, kUnknown)), 0, kBase + 11 * kMs);
     w.append(call(Op::kAllReduce, kBase + 50 * kMs, 812, 524288, 6, 0, kUnknown));
     w.abandon();  // as after SIGKILL: still marked running
   }
   {
     Writer w;
-    open_rank(dir.file("rank2.tsrec"), {2, kAlivePid, "node-c", 0}, w);
+    open_rank(file("rank2.tsrec"), {2, kAlivePid, "node-c", 0}, w);
     w.append(call(Op::kAllReduce, kBase + 60 * kMs, 2, 1048576, 6, 0, kUnknown));
     w.abandon();
   }
-  write_text(dir.file("broken.tsrec"), "not a recorder");
+  write_text(file("broken.tsrec"), "not a recorder");
 }
+
+void make_run(const TempDir& dir) { make_run(dir.path()); }
 
 ReportOptions test_options() {
   ReportOptions o;
@@ -371,6 +378,33 @@ TEST(RecorderReport, JsonCarriesTheSameFacts) {
 
   ASSERT_EQ(j["errors"].size(), 1u);
   EXPECT_EQ(j["errors"][0]["file"], dir.file("broken.tsrec"));
+}
+
+// The streamed report is the dump of the whole one, with the caller's members beside its own; the text report
+// reaches its sink in whole lines.
+TEST(RecorderReport, StreamedReportsPrintWhatTheWholeOnesPrint) {
+  TempDir dir;
+  make_run(dir);
+  const RunDirectory run = read_run(dir);
+  for (const size_t last : {size_t{0}, size_t{2}, size_t{1000}}) {
+    ReportOptions options = test_options();
+    options.last = last;
+    const json more = {{"summary", {{"run", "x"}}}, {"reports", json::array()}, {"manifest", nullptr}};
+    std::string text;
+    reports::JsonStream out([&](std::string_view piece) { text += piece; });
+    write_json_report(run, options, more, out);
+    out.finish();
+    json whole = make_json_report(run, options);
+    whole.update(more);
+    EXPECT_EQ(text, whole.dump(2, ' ', false, json::error_handler_t::replace)) << "last " << last;
+
+    std::string lines;
+    write_text_report(run, options, [&](std::string_view batch) {
+      EXPECT_EQ(batch.back(), '\n');
+      lines += batch;
+    });
+    EXPECT_EQ(lines, format_text_report(run, options));
+  }
 }
 
 SiteEntry python_site(uint64_t caller, int32_t line, const char* function, const char* file) {
@@ -758,6 +792,163 @@ TEST(RecorderReport, ToolFailsWhenNoFileCouldBeRead) {
   EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("b.tsrec") + ": not a trainscope flight recorder"))
       << run.out;
   EXPECT_TRUE(contains(run.err, "none of the 2 *.tsrec files in '" + dir.path() + "' could be read")) << run.err;
+}
+
+// The golden run: make_run's ranks and unreadable file; rank 3, stopped by trainscope, whose strings were crafted
+// (control characters, a C1 control, DEL, bytes that are not UTF-8), with twelve calls from Python sites (one whose
+// innermost frame is a library's) and a second communicator split off the first; a process of unknown global rank
+// whose Python cannot be read; a report, a no-NCCL-calls note and a manifest.
+void make_golden_run(const std::string& dir) {
+  make_run(dir);
+  {
+    Writer w;
+    WriterOptions o{};
+    const std::string path = dir + "/rank3.tsrec";
+    o.path = path.c_str();
+    o.capacity = 16;
+    o.max_comms = 4;
+    o.max_sites = 8;
+    o.pid = kExitedPid + 3;
+    o.launcher_rank = 3;
+    o.launcher_world = 5;
+    o.local_rank = 1;
+    o.host = "evil\x1b]0;pwned\x07";
+    o.run_id =
+        "run\xc2\x9b"
+        "2J\x7f";
+    o.exe = "/bin/py\xff\xfethon";
+    o.start_ns = kBase;
+    ASSERT_EQ(w.open(o), 0);
+    w.set_global_rank(3);
+    w.set_nccl_version(22809);
+    w.set_python(3, 12, "");
+    CommEntry c{};
+    c.id = kCommId;
+    c.created_ns = kBase;
+    c.rank = 3;
+    c.nranks = 4;
+    c.color = kUnknown;
+    c.state = static_cast<uint16_t>(CommState::kLive);
+    c.origin = static_cast<uint16_t>(Op::kCommInitRank);
+    w.add_comm(c);
+    c.id = 0x77aa;
+    c.parent_id = kCommId;
+    c.rank = 1;
+    c.nranks = 2;
+    c.color = 1;
+    c.origin = static_cast<uint16_t>(Op::kCommSplit);
+    Writer::set_comm_state(w.add_comm(c), CommState::kDestroyed, kBase + 90 * kMs);
+    const uint32_t own = w.add_site(python_site(0x401000, 7, "f\x1b[31mn", "/home/me/tr\xe9in.py"));
+    SiteEntry library = python_site(0x402000, 2501, "all_reduce",
+                                    "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py");
+    library.python_frames = 2;
+    library.frames[1].line = 11;
+    std::strncpy(library.frames[1].function, "reduce\x7f\xc2\x85", sizeof(library.frames[1].function) - 1);
+    std::strncpy(library.frames[1].file, "/home/me/job.py", sizeof(library.frames[1].file) - 1);
+    const uint32_t from_torch = w.add_site(library);
+    for (uint64_t i = 0; i < 12; ++i) {
+      Record r = call(i % 3 == 0   ? Op::kAllReduce
+                      : i % 3 == 1 ? Op::kRecv
+                                   : Op::kReduce,
+                      kBase + (10 + i) * kMs, i + 1, 1000 + i, static_cast<int32_t>(i % 12),
+                      i % 3 == 0 ? static_cast<int32_t>(i % 6) : kUnknown, i % 3 == 0 ? kUnknown : 2);
+      r.site = static_cast<uint16_t>(i % 4 == 3 ? 0 : i % 2 == 0 ? own : from_torch);
+      r.flags = static_cast<uint8_t>(i % 16);
+      r.group = i % 5 == 4 ? i : 0;
+      r.tid = 4242;
+      const Pending pending = w.append(r);
+      if (i != 11) Writer::complete(pending, static_cast<int32_t>(i % 9), kBase + (10 + i) * kMs + i * 977);
+    }
+    record_unwritten_report(w.header(), "stop-rank3.json", "No space left on device\x1b[0m");
+    record_stop(w.header(), StopReason::kMismatch, 86, kCommId, 5, false, 0, true, kBase + 95 * kMs);
+    w.abandon();  // record_stop marked it exited, as trainscope's stop does before _exit()
+  }
+  {
+    Writer w;
+    WriterOptions o{};
+    const std::string path = dir + "/rank-unknown.tsrec";
+    o.path = path.c_str();
+    o.capacity = 4;
+    o.max_comms = 2;
+    o.max_sites = 2;
+    o.pid = kExitedPid + 4;
+    o.launcher_rank = kUnknown;
+    o.launcher_world = kUnknown;
+    o.local_rank = kUnknown;
+    o.host = "node-e";
+    o.run_id = "run-42";
+    o.exe = "/usr/bin/python3";
+    o.start_ns = kBase + kMs;
+    ASSERT_EQ(w.open(o), 0);
+    w.set_python(3, 14, "Python 3.14\x01 is not \xc2\x85supported \xff");
+    for (uint64_t i = 0; i < 6; ++i) {  // a ring of 4: the first two are gone
+      Record r = call(Op::kBroadcast, kBase + (20 + i) * kMs, i + 1, 64, 7, kUnknown, 0);
+      Writer::complete(w.append(r), 0, kBase + (20 + i) * kMs + 100);
+    }
+    record_exit_status(w.header(), 3);
+    w.close(kBase + 99 * kMs);
+  }
+  write_text(dir + "/mismatch-abcdef-1.txt", "Cannot apply\x1b[8m hidden\n");
+  write_text(dir + "/pid-7.no-nccl-calls.json",
+             "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
+             "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
+  write_text(dir + "/manifest.json", "{\"world_size\": 5, \"warnings\": [], \"note\": \"a\\u007fb\\u0085c\\u001b\"}\n");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+// `trainscope report` prints, byte for byte, what it printed before it streamed its output: the files in
+// tests/unit/golden were written by the version that built the whole JSON document (and the whole text) first
+// (commit ce65791), the scratch folder's path replaced by @TMP@. TRAINSCOPE_UPDATE_GOLDEN=1 rewrites them from the
+// tool under test instead of comparing.
+TEST(RecorderReport, ToolOutputMatchesTheGoldenFiles) {
+  TempDir dir;
+  const std::string run = dir.file("run-golden");
+  ASSERT_EQ(mkdir(run.c_str(), 0700), 0);
+  make_golden_run(run);
+  const char* update = std::getenv("TRAINSCOPE_UPDATE_GOLDEN");
+  struct Case {
+    std::vector<std::string> args;
+    const char* golden;
+    bool json;
+  };
+  const Case cases[] = {{{"--json", "--last", "all"}, "report-json-last-all.golden", true},
+                        {{"--json", "--last", "2"}, "report-json-last-2.golden", true},
+                        {{"--json", "--summary"}, "report-json-summary.golden", true},
+                        {{"--last", "all"}, "report-text-last-all.golden", false},
+                        {{}, "report-text.golden", false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.golden);
+    std::vector<std::string> args = {"report", run};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const ToolRun tool = run_tool(args);
+    ASSERT_EQ(tool.status, 0) << tool.err;
+    const std::string shown = replace_all(tool.out, dir.path(), "@TMP@");
+    const std::string golden_path = std::string(TRAINSCOPE_GOLDEN_DIR) + "/" + c.golden;
+    if (update != nullptr && std::strcmp(update, "1") == 0) {
+      write_text(golden_path, shown);
+      continue;
+    }
+    const std::string golden = read_text(golden_path);
+    ASSERT_FALSE(golden.empty()) << golden_path;
+    EXPECT_EQ(shown, golden);
+    if (c.json) {
+      const json parsed = json::parse(shown, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << shown;
+      EXPECT_EQ(parsed, json::parse(golden));
+    }
+  }
 }
 
 }  // namespace
