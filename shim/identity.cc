@@ -108,20 +108,4 @@ bool run_id_is_reused(RunIdSource source) {
   return source == RunIdSource::kMaster || source == RunIdSource::kTorchElastic;
 }
 
-void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t out_len) {
-  // FNV-1a over the bytes, then a splitmix64 finaliser: enough to tell runs apart; secrecy is not its job.
-  uint64_t hash = 0xcbf29ce484222325ull;
-  const auto* bytes = static_cast<const unsigned char*>(job_key);
-  for (size_t i = 0; i < len; ++i) {
-    hash ^= bytes[i];
-    hash *= 0x100000001b3ull;
-  }
-  hash ^= hash >> 30;
-  hash *= 0xbf58476d1ce4e5b9ull;
-  hash ^= hash >> 27;
-  hash *= 0x94d049bb133111ebull;
-  hash ^= hash >> 31;
-  snprintf(out, out_len, "run-%016llx", static_cast<unsigned long long>(hash));
-}
-
 }  // namespace trainscope::shim

@@ -35,11 +35,6 @@ bool run_id_from_environment(char* const* env, const char* configured_run_id, co
 // sub-directory below it, named from the job key (run_subdirectory_name).
 bool run_id_is_reused(RunIdSource source);
 
-// "run-" and 16 hex digits from the job key (the world communicator's ncclUniqueId, which NCCL fills with a random
-// number): every rank of one run computes the same name without talking, and two runs differ. Not a secret (the
-// folder is private, and working the key back from the name means searching its 64 random bits).
-void run_subdirectory_name(const void* job_key, size_t len, char* out, size_t out_len);
-
 // Looks `name` up in an environ-style array (getenv without touching the process's own environment).
 const char* find_env(char* const* env, const char* name);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "shim/comm_registry.h"
 #include "shim/runtime.h"
 
 namespace trainscope::shim {
@@ -39,8 +40,10 @@ int move_into(char* path, size_t path_len, const char* dir) {
 
 // Moves this process's recorder and log into the run's own sub-directory. Returns 0 or the errno that stopped it.
 int move_into_run_subdirectory(Runtime& rt, const void* key, size_t len) {
+  // "run-" and the world communicator's id: every rank of the run computes the same name without talking, two runs
+  // differ (NCCL's random number is in the key), and it matches the communicator named in the reports.
   char name[32];
-  run_subdirectory_name(key, len, name, sizeof(name));
+  snprintf(name, sizeof(name), "run-%016llx", static_cast<unsigned long long>(comm_id_from_unique_ids(key, len)));
   char dir[kMaxPath];
   if (snprintf(dir, sizeof(dir), "%s/%s", rt.run_dir, name) >= static_cast<int>(sizeof(dir))) return ENAMETOOLONG;
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) return errno;
