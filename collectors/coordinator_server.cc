@@ -23,9 +23,6 @@
 namespace trainscope::exchange {
 namespace {
 
-constexpr int kHandshakeFailures =
-    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-
 uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -121,7 +118,8 @@ bool CoordinatorServer::start(std::string* error) {
             0) {
       throw zmq::error_t();
     }
-    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED | kHandshakeFailures) != 0) {
+    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED | kHandshakeFailedEvents) !=
+        0) {
       throw zmq::error_t();
     }
     state->monitor.set(zmq::sockopt::linger, 0);
@@ -397,7 +395,7 @@ void CoordinatorServer::run() {
       int32_t fd = -1;
       std::memcpy(&kind, event.data(), 2);
       std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, 4);
-      if ((kind & kHandshakeFailures) != 0) {
+      if ((kind & kHandshakeFailedEvents) != 0) {
         // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
         ++local.rejected_handshakes;
         if (local.rejected_handshakes <= 3 || local.rejected_handshakes % 1000 == 0)

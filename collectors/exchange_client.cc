@@ -20,11 +20,8 @@ namespace trainscope::exchange {
 namespace {
 
 // What the client's socket monitor reports: the connection's state as far as the job's key is concerned.
-constexpr int kMonitoredEvents = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-constexpr int kHandshakeFailures =
-    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+constexpr int kMonitoredEvents =
+    ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | kHandshakeFailedEvents;
 
 uint64_t realtime_ns() {
   timespec ts{};
@@ -249,7 +246,7 @@ void ExchangeClient::run() {
       if (event.size() < 6) continue;
       uint16_t kind = 0;
       std::memcpy(&kind, event.data(), 2);
-      bool refused = (kind & kHandshakeFailures) != 0;
+      bool refused = (kind & kHandshakeFailedEvents) != 0;
       if (kind == ZMQ_EVENT_CONNECTED) {
         tcp_connected = true;
       } else if (kind == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include <zmq.h>
+
 namespace trainscope::exchange {
 
 struct CurveKeyPair {
@@ -29,6 +31,10 @@ struct CurveKeyPair {
 
 // The coordinator's key pair for the job whose secret is `token` (deterministic: every rank computes the same).
 CurveKeyPair coordinator_key_pair(std::string_view token);
+
+// The socket-monitor events of a CURVE handshake that failed: the other side does not hold the job's key.
+inline constexpr int kHandshakeFailedEvents =
+    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
 // A fresh random key pair for one rank's connection.
 CurveKeyPair fresh_key_pair();
