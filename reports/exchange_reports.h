@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/call_stack.h"
-#include "collectors/fingerprint.h"
+#include "collectors/exchange/call_stack.h"
+#include "collectors/exchange/fingerprint.h"
 
 namespace trainscope::reports {
 

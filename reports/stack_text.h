@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/call_stack.h"
+#include "collectors/exchange/call_stack.h"
 
 namespace trainscope::reports {
 

@@ -418,7 +418,7 @@ bool parse_step_marker(const char* value, Config* out, const char** reason) {
       *reason = "(the regular expression after the colon is empty)";
       return false;
     }
-    // The engine matches with the same POSIX extended syntax (collectors/batch_tracker.h), so a pattern accepted
+    // The engine matches with the same POSIX extended syntax (collectors/frames/batch_tracker.h), so a pattern accepted
     // here is one it can use.
     regex_t regex;
     const int code = regcomp(&regex, pattern, REG_EXTENDED | REG_NOSUB);

@@ -3,7 +3,8 @@
 // fills it with a random number; the job hands it to its ranks over its own rendezvous, so an outsider never sees it.
 //
 // What it gives, without any rank talking to another:
-//   - the job's secret for the exchange when TRAINSCOPE_TOKEN is not set (collectors/job_secret.h): the cross-rank
+//   - the job's secret for the exchange when TRAINSCOPE_TOKEN is not set (collectors/exchange/job_secret.h): the
+//   cross-rank
 //     checks start once it is known;
 //   - the run's own directory when the run id is one that reruns share (identity.h run_id_is_reused): the files this
 //     process made so far move into <run dir>/run-<hex>/.

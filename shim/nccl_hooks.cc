@@ -12,7 +12,7 @@
 // Bodies are always inlined into their entry points, so __builtin_return_address(0) is the job's call site.
 #include <string.h>
 
-#include "collectors/buffer_layout.h"
+#include "collectors/frames/buffer_layout.h"
 #include "shim/call_site_capture.h"
 #include "shim/comm_registry.h"
 #include "shim/interception.h"

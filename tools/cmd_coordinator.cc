@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "collectors/coordinator_server.h"
+#include "collectors/exchange/coordinator_server.h"
 #include "reports/exchange_reports.h"
 #include "shim/config.h"
 #include "tools/commands.h"

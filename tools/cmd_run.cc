@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "collectors/coordinator_server.h"
+#include "collectors/exchange/coordinator_server.h"
 #include "reports/exchange_reports.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/printable.h"

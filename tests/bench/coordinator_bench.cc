@@ -6,8 +6,8 @@
 #include <chrono>
 #include <vector>
 
-#include "collectors/coordinator_core.h"
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/coordinator_core.h"
+#include "collectors/exchange/wire_protocol.h"
 
 namespace {
 

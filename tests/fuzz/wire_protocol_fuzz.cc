@@ -6,7 +6,7 @@
 #include <cstring>
 #include <span>
 
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/wire_protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace trainscope::exchange;

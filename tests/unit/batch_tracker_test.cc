@@ -1,5 +1,5 @@
 // BatchTracker: the step-marker parser and each marker (auto, nvtx, collective, every) on synthetic sequences.
-#include "collectors/batch_tracker.h"
+#include "collectors/frames/batch_tracker.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collectors/coordinator_core.h"
+#include "collectors/exchange/coordinator_core.h"
 
 namespace trainscope::exchange {
 namespace {

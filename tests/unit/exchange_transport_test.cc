@@ -20,9 +20,9 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "collectors/coordinator_server.h"
-#include "collectors/exchange_client.h"
-#include "collectors/job_secret.h"
+#include "collectors/exchange/coordinator_server.h"
+#include "collectors/exchange/exchange_client.h"
+#include "collectors/exchange/job_secret.h"
 #include "reports/flight_recorder_writer.h"
 #include "tests/support/subprocess.h"
 

@@ -10,7 +10,7 @@
 
 #include "reports/frame_report.h"
 
-#include "collectors/frame_window.h"
+#include "collectors/frames/frame_window.h"
 
 namespace trainscope::reports {
 namespace {

@@ -1,5 +1,5 @@
 // FrameWindow: window size, detection once, streaks, near-overflow once per name, trace batches, abort-after-batch.
-#include "collectors/frame_window.h"
+#include "collectors/frames/frame_window.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // HeldFrames: frames of calls made before TRAINSCOPE_STEP_MARKER=auto learns the period wait for their numbers, then
 // reach the frame window in call order, so a trace batch among them is traced (once) and detection stays off in it.
-#include "collectors/held_frames.h"
+#include "collectors/frames/held_frames.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "collectors/batch_tracker.h"
-#include "collectors/frame_window.h"
+#include "collectors/frames/batch_tracker.h"
+#include "collectors/frames/frame_window.h"
 #include "reports/flight_record_format.h"
 
 namespace {

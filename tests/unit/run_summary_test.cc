@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/fingerprint.h"
+#include "collectors/exchange/fingerprint.h"
 #include "reports/exchange_reports.h"
 #include "reports/flight_record_format.h"
 #include "reports/frame_report.h"

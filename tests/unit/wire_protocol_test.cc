@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/wire_protocol.h"
 
 namespace trainscope::exchange {
 namespace {

@@ -1,6 +1,6 @@
 // The rank side of the exchange: lock-free fingerprint queue and the background thread that talks to the
 // coordinator (see exchange_client.h).
-#include "collectors/exchange_client.h"
+#include "collectors/exchange/exchange_client.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 
 #include <zmq.hpp>
 
-#include "collectors/job_secret.h"
+#include "collectors/exchange/job_secret.h"
 
 namespace trainscope::exchange {
 namespace {

@@ -1,5 +1,5 @@
 // Call-site stacks (see engine_stacks.h).
-#include "shim/engine_stacks.h"
+#include "shim/engine/engine_stacks.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>

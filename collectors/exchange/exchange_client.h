@@ -34,9 +34,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectors/call_stack.h"
-#include "collectors/fingerprint.h"
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/call_stack.h"
+#include "collectors/exchange/fingerprint.h"
+#include "collectors/exchange/wire_protocol.h"
 #include "reports/frame_report.h"
 
 namespace trainscope::exchange {

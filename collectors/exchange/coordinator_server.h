@@ -1,5 +1,5 @@
 // The coordinator's transport: a ZeroMQ ROUTER that authenticates ranks by the job's secret (CURVE keys derived from
-// it, then the token in the encrypted hello: collectors/job_secret.h), feeds the coordinator
+// it, then the token in the encrypted hello: collectors/exchange/job_secret.h), feeds the coordinator
 // core, writes its reports into the run directory and sends every verdict to every connected rank.
 //
 // Run directory: manifest.json (the job's ranks, GPUs, versions); one <kind>-....txt/.json pair per verdict; and
@@ -32,8 +32,8 @@
 #include <string>
 #include <thread>
 
-#include "collectors/coordinator_core.h"
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/coordinator_core.h"
+#include "collectors/exchange/wire_protocol.h"
 
 namespace trainscope::exchange {
 

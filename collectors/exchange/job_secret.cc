@@ -1,6 +1,6 @@
 // Key derivation for the exchange (see job_secret.h), on libsodium: ZeroMQ's CURVE is built on it, so it is in the
 // process already, and it gives keyed BLAKE2b and Curve25519 without any crypto of our own.
-#include "collectors/job_secret.h"
+#include "collectors/exchange/job_secret.h"
 
 #include <sodium.h>
 

@@ -1,5 +1,5 @@
 // The frame thread (see engine_frames.h).
-#include "shim/engine_frames.h"
+#include "shim/engine/engine_frames.h"
 
 #include <unistd.h>
 
@@ -17,17 +17,17 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectors/batch_tracker.h"
-#include "collectors/frame_window.h"
-#include "collectors/held_frames.h"
+#include "collectors/frames/batch_tracker.h"
+#include "collectors/frames/frame_window.h"
+#include "collectors/frames/held_frames.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
-#include "shim/engine_exchange.h"
-#include "shim/engine_logging.h"
-#include "shim/engine_ring.h"
-#include "shim/engine_stacks.h"
-#include "shim/engine_watch.h"
+#include "shim/engine/engine_exchange.h"
+#include "shim/engine/engine_logging.h"
+#include "shim/engine/engine_ring.h"
+#include "shim/engine/engine_stacks.h"
+#include "shim/engine/engine_watch.h"
 
 namespace trainscope::engine {
 namespace {

@@ -16,8 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "collectors/call_stack.h"
-#include "collectors/fingerprint.h"
+#include "collectors/exchange/call_stack.h"
+#include "collectors/exchange/fingerprint.h"
 
 namespace trainscope::exchange {
 

@@ -1,5 +1,5 @@
 // Per-rank frame window: detection, streaks, near-overflow, trace batches, abort-after-batch (see frame_window.h).
-#include "collectors/frame_window.h"
+#include "collectors/frames/frame_window.h"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
 // Reads the tail of a flight recorder (see recorder_tail.h) with pread: the file may be large, and it is alive.
-#include "collectors/recorder_tail.h"
+#include "collectors/exchange/recorder_tail.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -3,13 +3,13 @@
 #include <cstring>
 #include <string>
 
+#include "shim/engine/engine_batches.h"
+#include "shim/engine/engine_exchange.h"
+#include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_logging.h"
+#include "shim/engine/engine_stacks.h"
+#include "shim/engine/engine_watch.h"
 #include "shim/engine_api.h"
-#include "shim/engine_batches.h"
-#include "shim/engine_exchange.h"
-#include "shim/engine_frames.h"
-#include "shim/engine_logging.h"
-#include "shim/engine_stacks.h"
-#include "shim/engine_watch.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -1,5 +1,5 @@
 // Batch tracking: the step-marker parser and the auto / nvtx / collective / every trackers (see batch_tracker.h).
-#include "collectors/batch_tracker.h"
+#include "collectors/frames/batch_tracker.h"
 
 #include <algorithm>
 #include <cstdlib>

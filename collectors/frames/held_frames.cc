@@ -1,5 +1,5 @@
 // Frames held until their batch numbers are settled (see held_frames.h).
-#include "collectors/held_frames.h"
+#include "collectors/frames/held_frames.h"
 
 #include <algorithm>
 #include <utility>

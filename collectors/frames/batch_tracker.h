@@ -12,7 +12,7 @@
 // batch k. With auto/every, the first call starts batch 0.
 //
 // Not thread-safe: one thread at a time feeds it, in call order (the frame thread its records; the abort-after-batch
-// gate, shim/engine_batches.h, the job threads' calls under its lock).
+// gate, shim/engine/engine_batches.h, the job threads' calls under its lock).
 //
 // ---- auto ------------------------------------------------------------------------------------------------------
 // Every call gives a 64-bit signature (op, communicator, count, dtype). For each candidate period P
@@ -45,7 +45,7 @@
 //     numbers it (the calls before the first lock, the calls between a loss and the relock). settled() says how
 //     many of the first calls are; batch_of(position) gives the number of one of them as the tracker knows it now
 //     (every cycle start of a lock is kept as a boundary, the last kMaxBoundaries of them). A caller that holds
-//     what it learnt of unsettled calls can number them once they are settled (collectors/held_frames.h).
+//     what it learnt of unsettled calls can number them once they are settled (collectors/frames/held_frames.h).
 //     nvtx, collective and every settle every call as it is fed.
 // Limits: the phase of a cycle is a guess (the start of the repeating span); a job that starts mid-cycle or whose
 // new phase repeats the previous phase's last calls gets a shifted boundary. Periods above max_period (default

@@ -1,11 +1,11 @@
 // Watching NCCL calls' buffers, the job's side (see engine_watch.h).
-#include "shim/engine_watch.h"
+#include "shim/engine/engine_watch.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "collectors/buffer_layout.h"
+#include "collectors/frames/buffer_layout.h"
 
 namespace trainscope::engine {
 namespace {

@@ -1,5 +1,5 @@
 // Encoding and validating decoding of the exchange's messages (see wire_protocol.h for the layout).
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/wire_protocol.h"
 
 #include <algorithm>
 #include <cstring>

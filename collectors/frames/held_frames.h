@@ -20,8 +20,8 @@
 #include <deque>
 #include <vector>
 
-#include "collectors/batch_tracker.h"
-#include "collectors/frame_window.h"
+#include "collectors/frames/batch_tracker.h"
+#include "collectors/frames/frame_window.h"
 
 namespace trainscope::frames {
 

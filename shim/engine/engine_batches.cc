@@ -1,14 +1,14 @@
 // TRAINSCOPE_ABORT_AFTER_BATCH checked on the job's thread (see engine_batches.h).
-#include "shim/engine_batches.h"
+#include "shim/engine/engine_batches.h"
 
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
 
-#include "collectors/batch_tracker.h"
-#include "shim/engine_frames.h"
-#include "shim/engine_logging.h"
+#include "collectors/frames/batch_tracker.h"
+#include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_logging.h"
 
 namespace trainscope::engine {
 namespace {

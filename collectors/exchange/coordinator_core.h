@@ -31,8 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/fingerprint.h"
-#include "collectors/wire_protocol.h"
+#include "collectors/exchange/fingerprint.h"
+#include "collectors/exchange/wire_protocol.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 

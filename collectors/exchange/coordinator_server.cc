@@ -1,5 +1,5 @@
 // The coordinator's ZeroMQ transport: ROUTER socket, authentication, disconnect tracking, reports, broadcast.
-#include "collectors/coordinator_server.h"
+#include "collectors/exchange/coordinator_server.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,8 +17,8 @@
 
 #include <zmq.hpp>
 
-#include "collectors/job_secret.h"
-#include "collectors/recorder_tail.h"
+#include "collectors/exchange/job_secret.h"
+#include "collectors/exchange/recorder_tail.h"
 
 namespace trainscope::exchange {
 namespace {

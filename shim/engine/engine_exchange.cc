@@ -1,5 +1,5 @@
 // The engine's side of the out-of-band exchange (see engine_exchange.h).
-#include "shim/engine_exchange.h"
+#include "shim/engine/engine_exchange.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -19,14 +19,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectors/coordinator_server.h"
-#include "collectors/exchange_client.h"
-#include "collectors/job_secret.h"
+#include "collectors/exchange/coordinator_server.h"
+#include "collectors/exchange/exchange_client.h"
+#include "collectors/exchange/job_secret.h"
 #include "reports/run_summary.h"
-#include "shim/engine_frames.h"
-#include "shim/engine_logging.h"
-#include "shim/engine_ring.h"
-#include "shim/engine_stacks.h"
+#include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_logging.h"
+#include "shim/engine/engine_ring.h"
+#include "shim/engine/engine_stacks.h"
 
 namespace trainscope::engine {
 

@@ -1,5 +1,5 @@
 // The coordinator's comparison, progress tracking and verdict logic (see coordinator_core.h).
-#include "collectors/coordinator_core.h"
+#include "collectors/exchange/coordinator_core.h"
 
 #include <algorithm>
 #include <array>
