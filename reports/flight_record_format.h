@@ -19,13 +19,15 @@
 namespace trainscope::recorder {
 
 inline constexpr char kMagic[8] = {'T', 'S', 'F', 'R', 'E', 'C', '0', '1'};
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kOldestFormatVersion = 1;  // the reader accepts kOldestFormatVersion..kFormatVersion
 inline constexpr uint32_t kHeaderBytes = 4096;
 inline constexpr uint32_t kDefaultMaxComms = 1024;
 inline constexpr uint32_t kDefaultMaxSites = 4096;
-inline constexpr int32_t kResultPending = -1;  // the call has not returned (yet, or ever: it hung or crashed)
-inline constexpr int32_t kUnknown = -1;        // rank, world, peer, root, dtype, redop not known or not used
+inline constexpr uint32_t kDefaultMaxNames = 4096;   // version 3: kernel and CUDA API names
+inline constexpr uint32_t kDefaultMaxStreams = 256;  // version 3: CUDA streams that launched kernels
+inline constexpr int32_t kResultPending = -1;        // the call has not returned (yet, or ever: it hung or crashed)
+inline constexpr int32_t kUnknown = -1;              // rank, world, peer, root, dtype, redop not known or not used
 
 // Every intercepted NCCL entry point. Values are stable: they are stored in files.
 enum class Op : uint16_t {
@@ -56,7 +58,12 @@ enum class Op : uint16_t {
   kGroupEnd = 24,
   kGroupSimulateEnd = 25,
   kStepMarker = 26,  // an NVTX range whose name matched TRAINSCOPE_STEP_MARKER=nvtx:REGEX (a batch starts)
-  kCount = 27,
+  // Version 3: the launch collector's records (CUDA API callbacks; see "Launch records" below).
+  kKernelLaunch = 27,  // a kernel launch (runtime or driver, plain, cooperative or extended launch)
+  kGraphLaunch = 28,   // cudaGraphLaunch / cuGraphLaunch
+  kCudaError = 29,     // a CUDA API call that returned an error
+  kStreamSync = 30,    // a stream, event, context or device synchronisation that returned
+  kCount = 31,
 };
 
 // The NCCL function name of an op ("ncclAllReduce"), or "unknown".
@@ -116,6 +123,14 @@ constexpr const char* op_name(Op op) {
       return "ncclGroupSimulateEnd";
     case Op::kStepMarker:
       return "nvtxRangePush";
+    case Op::kKernelLaunch:
+      return "kernel launch";
+    case Op::kGraphLaunch:
+      return "graph launch";
+    case Op::kCudaError:
+      return "CUDA error";
+    case Op::kStreamSync:
+      return "synchronisation";
     case Op::kCount:
       break;
   }
@@ -149,6 +164,8 @@ constexpr size_t nccl_dtype_bytes(int dtype) {
 // Collectives share one sequence per communicator; sends and receives are numbered per peer and direction.
 constexpr bool is_collective(Op op) { return op >= Op::kAllReduce && op <= Op::kScatter; }
 constexpr bool is_point_to_point(Op op) { return op == Op::kSend || op == Op::kRecv; }
+// The launch collector's records (version 3).
+constexpr bool is_cuda_record(Op op) { return op >= Op::kKernelLaunch && op <= Op::kStreamSync; }
 
 enum RecordFlags : uint8_t {
   kFlagInPlace = 1u << 0,      // sendbuff == recvbuff (or the op's in-place layout)
@@ -156,6 +173,87 @@ enum RecordFlags : uint8_t {
   kFlagUnavailable = 1u << 2,  // the loaded NCCL lacks this function; ncclInvalidUsage was returned
   kFlagNonBlocking = 1u << 3,  // communicator created with config.blocking = 0
   kFlagWatched = 1u << 4,      // its buffers' statistics were taken (TRAINSCOPE_WATCH): the engine has a frame for it
+  kFlagCapturing = 1u << 5,    // a launch into a stream under CUDA graph capture (recorded into a graph, not run)
+};
+
+// ---- Launch records (version 3) ------------------------------------------------------------------------------------
+// The launch collector (collectors/launches/) appends these into the same ring as the NCCL calls, so one order holds
+// both. Their fields reuse the Record layout:
+//   kKernelLaunch  start_ns  API entry            seq      CUPTI correlation id
+//                  count     grid  (x | y << 32 | z << 48)       sendbuff  block (x | y << 16 | z << 32)
+//                  recvbuff  dynamic shared memory bytes          stream    the launch's stream (0: legacy default)
+//                  caller    the CUfunction                       aux       the CUcontext
+//                  peer      the kernel's name id (name table, 1-based; 0: unknown)
+//                  redop     launch_api(): CudaDomain << 8 | LaunchKind
+//                  result    the API call's result (cudaError_t or CUresult by domain); end_ns the API's return
+//   kGraphLaunch   as kKernelLaunch, with group the CUgraphExec, caller 0, peer 0 (or the graph's name id)
+//   kCudaError     start_ns, seq, stream, aux as above; count the CUPTI callback id; peer the API function's name id;
+//                  redop the CudaDomain; result the error
+//   kStreamSync    start_ns, seq, aux, redop as above; stream the synchronised stream, 0 for a context/device-wide or
+//                  event synchronisation; peer the API function's name id; result
+// rank, nranks and dtype are kUnknown, comm_id and site 0. A launch's kernel finishing is not in its record (the
+// record is immutable once committed): the stream table says up to which launch each stream is known to be done.
+enum class CudaDomain : uint8_t { kUnknown = 0, kRuntime = 1, kDriver = 2 };
+enum class LaunchKind : uint8_t {
+  kUnknown = 0,
+  kKernel = 1,       // cudaLaunchKernel, cuLaunchKernel, <<<...>>>
+  kCooperative = 2,  // cudaLaunchCooperativeKernel(MultiDevice), cuLaunchCooperativeKernel(MultiDevice)
+  kExtended = 3,     // cudaLaunchKernelExC, cuLaunchKernelEx (attributes: clusters, programmatic launch ...)
+  kGraph = 4,        // cudaGraphLaunch, cuGraphLaunch
+};
+constexpr int16_t launch_api(CudaDomain domain, LaunchKind kind) {
+  return static_cast<int16_t>((static_cast<unsigned>(domain) << 8) | static_cast<unsigned>(kind));
+}
+constexpr CudaDomain launch_domain(int16_t redop) { return static_cast<CudaDomain>((redop >> 8) & 0xff); }
+constexpr LaunchKind launch_kind(int16_t redop) { return static_cast<LaunchKind>(redop & 0xff); }
+constexpr uint64_t pack_grid(uint32_t x, uint32_t y, uint32_t z) {
+  return uint64_t{x} | (uint64_t{y & 0xffffu} << 32) | (uint64_t{z & 0xffffu} << 48);
+}
+constexpr uint64_t pack_block(uint32_t x, uint32_t y, uint32_t z) {
+  return uint64_t{x & 0xffffu} | (uint64_t{y & 0xffffu} << 16) | (uint64_t{z & 0xffffu} << 32);
+}
+struct Dim3 {
+  uint32_t x, y, z;
+};
+constexpr Dim3 unpack_grid(uint64_t v) {
+  return {static_cast<uint32_t>(v), static_cast<uint32_t>((v >> 32) & 0xffff), static_cast<uint32_t>(v >> 48)};
+}
+constexpr Dim3 unpack_block(uint64_t v) {
+  return {static_cast<uint32_t>(v & 0xffff), static_cast<uint32_t>((v >> 16) & 0xffff),
+          static_cast<uint32_t>((v >> 32) & 0xffff)};
+}
+
+// One interned name (version 3): a kernel's demangled name (key: its CUfunction), or a CUDA API function's name
+// (key: kNameKeyApi | domain << 32 | CUPTI callback id). Written once, at first sight; never changed afterwards.
+inline constexpr uint64_t kNameKeyApi = 1ull << 63;
+struct NameEntry {
+  uint64_t commit;  // slot index + 1 (the name's id) once final
+  uint64_t key;
+  char text[240];  // NUL-terminated, cut to fit (the demangled name; a cut name ends in "...")
+};
+static_assert(sizeof(NameEntry) == 256);
+
+// One CUDA stream the process launched on (version 3). The collector claims it at the stream's first launch; its
+// progress fields are stored (relaxed, then `checked_ns` released) as the engine learns them.
+struct StreamEntry {
+  uint64_t commit;         // slot index + 1 once final
+  uint64_t stream;         // CUstream (0: the legacy default stream, 2: per-thread default)
+  uint64_t context;        // CUcontext
+  uint64_t launched_seq;   // correlation id of the latest launch on it
+  uint64_t completed_seq;  // every launch with a correlation id up to this one is known to have finished ...
+  uint64_t completed_ns;   // ... at this time (CUPTI kernel activity end, or the return of a synchronisation)
+  uint64_t checked_ns;     // when completion was last brought up to date for it (0: never)
+  uint32_t launches;       // launches recorded on it (wraps)
+  uint32_t reserved;
+};
+static_assert(sizeof(StreamEntry) == 64);
+
+// FileHeader::launch_mode: what the launch collector could do in this process.
+enum class LaunchMode : uint32_t {
+  kNone = 0,         // not started (no CUDA use seen, or TRAINSCOPE_LAUNCHES=off)
+  kCallbacks = 1,    // CUPTI callbacks: launches, errors and synchronisations, no kernel completion
+  kCompletions = 2,  // callbacks and CUPTI kernel activity: which launches finished
+  kUnavailable = 3,  // wanted but not possible: launch_note says why (CUPTI taken by another tool, no CUPTI)
 };
 
 // One intercepted call. 128 bytes, two cache lines.
@@ -344,6 +442,17 @@ struct FileHeader {
   uint64_t stop_batch;         // kEndStopBatch: the batch a stop on inf/nan or after a batch names
   char unwritten_report[96];   // kEndUnwritten: the first report it could not write and knew why, else the first
   char unwritten_cause[64];    // one ("stop-rank0.json"); why, as strerror() says it ("No space left on device")
+  // --- version 3: the launch collector ---
+  uint32_t max_names;          // name slots
+  uint32_t names_used;         // name slots claimed (atomic)
+  uint32_t max_streams;        // stream slots
+  uint32_t streams_used;       // stream slots claimed (atomic)
+  uint32_t launch_mode;        // LaunchMode; launch_note is stored before it (release)
+  uint32_t cuda_errors;        // CUDA API calls that returned an error (atomic; only the first has a kCudaError record)
+  uint64_t first_error_index;  // ring index + 1 of the first kCudaError record, 0: none
+  uint64_t completions_ns;     // when the engine last brought the stream table's completion up to date (0: never)
+  uint64_t dropped_launches;   // launches not recorded (name or stream table full is not a drop: those are recorded)
+  char launch_note[160];       // why launches are not (all) seen: "CUPTI is in use by another tool (Nsight Systems?)"
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);
 static_assert(offsetof(FileHeader, exe) + 256 == offsetof(FileHeader, max_sites), "version 1 offsets are kept");
@@ -352,18 +461,31 @@ inline constexpr size_t comm_table_offset() { return kHeaderBytes; }
 inline constexpr size_t site_table_offset(uint32_t max_comms) {
   return kHeaderBytes + size_t{max_comms} * sizeof(CommEntry);
 }
-// A version 1 file is laid out as a version 2 file with max_sites 0.
-inline constexpr size_t ring_offset(uint32_t max_comms, uint32_t max_sites) {
+// Version 3: [header] [comms] [sites] [names x max_names] [streams x max_streams] [ring]. A version 1 file is laid
+// out as a version 2 file with max_sites 0, a version 2 file as a version 3 file with max_names = max_streams = 0.
+inline constexpr size_t name_table_offset(uint32_t max_comms, uint32_t max_sites) {
   return site_table_offset(max_comms) + size_t{max_sites} * sizeof(SiteEntry);
 }
-inline constexpr size_t file_bytes(uint32_t max_comms, uint32_t max_sites, uint64_t capacity) {
-  return ring_offset(max_comms, max_sites) + capacity * sizeof(Record);
+inline constexpr size_t stream_table_offset(uint32_t max_comms, uint32_t max_sites, uint32_t max_names) {
+  return name_table_offset(max_comms, max_sites) + size_t{max_names} * sizeof(NameEntry);
 }
-// The site slots of a file, by its version (version 1 has none, whatever its header holds there).
+inline constexpr size_t ring_offset(uint32_t max_comms, uint32_t max_sites, uint32_t max_names = 0,
+                                    uint32_t max_streams = 0) {
+  return stream_table_offset(max_comms, max_sites, max_names) + size_t{max_streams} * sizeof(StreamEntry);
+}
+inline constexpr size_t file_bytes(uint32_t max_comms, uint32_t max_sites, uint64_t capacity, uint32_t max_names = 0,
+                                   uint32_t max_streams = 0) {
+  return ring_offset(max_comms, max_sites, max_names, max_streams) + capacity * sizeof(Record);
+}
+// The site, name and stream slots of a file, by its version (older versions have none, whatever the header holds).
 inline constexpr uint32_t max_sites_of(const FileHeader& header) { return header.version >= 2 ? header.max_sites : 0; }
+inline constexpr uint32_t max_names_of(const FileHeader& header) { return header.version >= 3 ? header.max_names : 0; }
+inline constexpr uint32_t max_streams_of(const FileHeader& header) {
+  return header.version >= 3 ? header.max_streams : 0;
+}
 // Where the ring of the file with this header starts (any version).
 inline constexpr size_t ring_offset(const FileHeader& header) {
-  return ring_offset(header.max_comms, max_sites_of(header));
+  return ring_offset(header.max_comms, max_sites_of(header), max_names_of(header), max_streams_of(header));
 }
 
 // ---- How a process ended, said by the process itself (freestanding: the shim and the engine call these) ----------

@@ -11,10 +11,12 @@
 namespace trainscope::recorder {
 
 struct WriterOptions {
-  const char* path;    // file to create; must not exist (O_EXCL)
-  uint64_t capacity;   // record slots
-  uint32_t max_comms;  // comm slots
-  uint32_t max_sites;  // site slots (kDefaultMaxSites); 0: no site table, add_site() always returns 0
+  const char* path;      // file to create; must not exist (O_EXCL)
+  uint64_t capacity;     // record slots
+  uint32_t max_comms;    // comm slots
+  uint32_t max_sites;    // site slots (kDefaultMaxSites); 0: no site table, add_site() always returns 0
+  uint32_t max_names;    // name slots (kDefaultMaxNames); 0: no name table, add_name() always returns 0
+  uint32_t max_streams;  // stream slots (kDefaultMaxStreams); 0: no stream table, add_stream() returns nullptr
   int32_t pid;
   int32_t launcher_rank;
   int32_t launcher_world;
@@ -71,6 +73,32 @@ class Writer {
   // whole note.
   void set_python(int major, int minor, const char* note);
 
+  // ---- Version 3: the launch collector (it runs in the engine, over the shim's mapping: see attach()) ----
+  // Writes into the file another Writer of this process opened (the engine gets the shim's header): every pointer is
+  // found from the header; nothing is owned, so close() and abandon() of an attached writer only forget the mapping.
+  // Returns false (and stays closed) for a header that is not a version 3 recorder.
+  bool attach(FileHeader* header);
+  // Claims the next name slot for `key` (NameEntry) and commits `text` (cut to fit, ending "..." when cut). Returns
+  // the name's id (slot index + 1), or 0 when closed or full (dropped_names() grows). The caller keeps the ids.
+  uint32_t add_name(uint64_t key, const char* text);
+  uint64_t dropped_names() const { return dropped_names_; }
+  // Claims a stream slot at a stream's first launch. nullptr when closed or full (dropped_streams() grows).
+  StreamEntry* add_stream(uint64_t stream, uint64_t context);
+  uint64_t dropped_streams() const { return dropped_streams_; }
+  // A launch with correlation id `seq` was recorded on the stream.
+  static void set_stream_launched(StreamEntry* entry, uint64_t seq);
+  // Every launch up to `seq` is known to have finished by `completed_ns`; checked at `checked_ns`. `seq` only grows.
+  static void set_stream_completed(StreamEntry* entry, uint64_t seq, uint64_t completed_ns, uint64_t checked_ns);
+  // What the launch collector can do here; `note` (nullptr or "") says why not more. Stored note first.
+  void set_launch_mode(LaunchMode mode, const char* note);
+  // A CUDA API call returned an error: counts it; true for the process's first one (whose kCudaError record the
+  // caller appends, then names with set_first_error()).
+  bool count_cuda_error();
+  void set_first_error(uint64_t index);
+  // The engine brought completion up to date at `ns` (every stream it could).
+  void set_completions_checked(uint64_t ns);
+  void count_dropped_launch();
+
   // Best known global rank / NCCL version, stored into the header (relaxed atomic stores).
   void set_global_rank(int32_t rank);
   void set_nccl_version(int32_t version);
@@ -86,6 +114,13 @@ class Writer {
   uint64_t mapped_bytes_ = 0;
   uint64_t dropped_comms_ = 0;
   uint64_t dropped_sites_ = 0;
+  NameEntry* names_ = nullptr;
+  uint32_t max_names_ = 0;
+  StreamEntry* streams_ = nullptr;
+  uint32_t max_streams_ = 0;
+  bool attached_ = false;
+  uint64_t dropped_names_ = 0;
+  uint64_t dropped_streams_ = 0;
 };
 
 }  // namespace trainscope::recorder

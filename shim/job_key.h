@@ -4,8 +4,7 @@
 //
 // What it gives, without any rank talking to another:
 //   - the job's secret for the exchange when TRAINSCOPE_TOKEN is not set (collectors/exchange/job_secret.h): the
-//   cross-rank
-//     checks start once it is known;
+//     cross-rank checks start once it is known;
 //   - the run's own directory when the run id is one that reruns share (identity.h run_id_is_reused): the files this
 //     process made so far move into <run dir>/run-<hex>/.
 // Freestanding (libc only), like the rest of the shim.
