@@ -42,9 +42,11 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
      "What a certain desync (a member left or vanished while others wait) or a vanished rank does."},
     {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
      "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
-    {"TRAINSCOPE_WATCH", "collectives", "off|collectives",
+    {"TRAINSCOPE_WATCH", "collectives",
+     "off|collectives|kernels:REGEX|collectives,kernels:REGEX (REGEX: POSIX extended, to the end of the value)",
      "collectives computes abs min, abs max and inf/nan counts of each watched collective's send buffer (before the "
-     "call) and receive buffer (after it) and keeps them as frames; off watches nothing."},
+     "call) and receive buffer (after it) and keeps them as frames; kernels:REGEX does the same for every CUDA kernel "
+     "launch whose demangled name matches (its buffers after the launch); off watches nothing."},
     {"TRAINSCOPE_WATCH_EVERY", "1", "an integer from 1 to 1000000000",
      "Watch every K-th collective of each communicator (sampling); 1 watches them all."},
     {"TRAINSCOPE_WATCH_MIN_BYTES", "0", "a byte count, optionally suffixed K, M or G (x1024, x1048576, x1073741824)",
@@ -66,6 +68,12 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
      "Batches whose frames are all printed and written as they complete (trace mode)."},
     {"TRAINSCOPE_ABORT_AFTER_BATCH", "", "a batch number from 0 to 281474976710656",
      "Stop the job once this batch has ended."},
+    {"TRAINSCOPE_LAUNCHES", "on", "on|calls|off",
+     "on records every CUDA kernel and graph launch, synchronisation and the first CUDA error (CUPTI callbacks) and "
+     "learns which launches finished (CUPTI activity); calls records the calls only; off sees no launch."},
+    {"TRAINSCOPE_KERNEL_DTYPE", "",
+     "float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8|uint8|int32|uint32|int64|uint64",
+     "Element type of a watched kernel's buffers when its demangled name does not say; empty skips those buffers."},
 };
 
 // Must match launcher_identity() in identity.cc: the config library cannot depend on the shim's objects.
@@ -380,11 +388,6 @@ bool parse_desync_timeout(const char* value, Config* out, const char** reason) {
   return true;
 }
 
-bool parse_watch(const char* value, Config* out, const char**) {
-  static constexpr Choice<WatchMode> kChoices[] = {{"off", WatchMode::kOff}, {"collectives", WatchMode::kCollectives}};
-  return parse_choice(value, kChoices, &out->watch);
-}
-
 bool parse_watch_every(const char* value, Config* out, const char** reason) {
   return parse_count(value, "", 1, kMaxWatchEvery, &out->watch_every, reason);
 }
@@ -401,6 +404,67 @@ bool parse_max_frames(const char* value, Config* out, const char** reason) {
 }
 
 bool starts_with(const char* value, const char* prefix) { return strncmp(value, prefix, strlen(prefix)) == 0; }
+
+// Whether `pattern` compiles as a POSIX extended regex, the syntax the engine matches with; when not, `reason` says
+// why in regerror's words.
+bool regex_compiles(const char* pattern, const char** reason) {
+  regex_t regex;
+  const int code = regcomp(&regex, pattern, REG_EXTENDED | REG_NOSUB);
+  if (code != 0) {
+    static char why[192];  // parsing happens once, at load, on one thread
+    char text[128];
+    regerror(code, &regex, text, sizeof(text));
+    snprintf(why, sizeof(why), "(invalid POSIX extended regular expression: %s)", text);
+    *reason = why;
+    return false;
+  }
+  regfree(&regex);
+  return true;
+}
+
+bool starts_with_ignore_case(const char* value, const char* prefix) {
+  for (; *prefix != '\0'; ++value, ++prefix) {
+    if (*value == '\0' || ascii_lower(*value) != ascii_lower(*prefix)) return false;
+  }
+  return true;
+}
+
+// off | collectives | kernels:REGEX | collectives,kernels:REGEX. The regex runs to the end of the value (it may hold
+// commas); the launch collector compiles it with the same POSIX extended syntax, so a pattern accepted here works.
+bool parse_watch(const char* value, Config* out, const char** reason) {
+  static constexpr char kKernels[] = "kernels:";
+  static constexpr char kBoth[] = "collectives,kernels:";
+  WatchMode collectives = WatchMode::kOff;
+  const char* pattern = nullptr;
+  if (equals_ignore_case(value, "off")) {
+  } else if (equals_ignore_case(value, "collectives")) {
+    collectives = WatchMode::kCollectives;
+  } else if (starts_with_ignore_case(value, kKernels)) {
+    pattern = value + sizeof(kKernels) - 1;
+  } else if (starts_with_ignore_case(value, kBoth)) {
+    collectives = WatchMode::kCollectives;
+    pattern = value + sizeof(kBoth) - 1;
+  } else {
+    return false;
+  }
+  if (pattern != nullptr) {
+    const size_t len = strlen(pattern);
+    if (len == 0) {
+      *reason = "(the regular expression after kernels: is empty)";
+      return false;
+    }
+    if (len > kMaxWatchKernels) {
+      *reason = "(regular expression too long)";
+      return false;
+    }
+    if (!regex_compiles(pattern, reason)) return false;
+    memcpy(out->watch_kernels, pattern, len + 1);
+  } else {
+    out->watch_kernels[0] = '\0';
+  }
+  out->watch = collectives;
+  return true;
+}
 
 bool parse_step_marker(const char* value, Config* out, const char** reason) {
   const size_t len = strlen(value);
@@ -420,17 +484,7 @@ bool parse_step_marker(const char* value, Config* out, const char** reason) {
     }
     // The engine matches with the same POSIX extended syntax (collectors/frames/batch_tracker.h), so a pattern accepted
     // here is one it can use.
-    regex_t regex;
-    const int code = regcomp(&regex, pattern, REG_EXTENDED | REG_NOSUB);
-    if (code != 0) {
-      static char why[192];  // parsing happens once, at load, on one thread
-      char text[128];
-      regerror(code, &regex, text, sizeof(text));
-      snprintf(why, sizeof(why), "(invalid POSIX extended regular expression: %s)", text);
-      *reason = why;
-      return false;
-    }
-    regfree(&regex);
+    if (!regex_compiles(pattern, reason)) return false;
   } else if (starts_with(value, "every:")) {
     form = StepMarkerForm::kEvery;
     uint64_t n = 0;
@@ -499,6 +553,26 @@ bool parse_abort_after_batch(const char* value, Config* out, const char** reason
   return true;
 }
 
+bool parse_launches(const char* value, Config* out, const char**) {
+  static constexpr Choice<LaunchesMode> kChoices[] = {
+      {"on", LaunchesMode::kOn}, {"calls", LaunchesMode::kCalls}, {"off", LaunchesMode::kOff}};
+  return parse_choice(value, kChoices, &out->launches);
+}
+
+// The names of kernels/stats.h's DType (the statistics kernel reads exactly these element types).
+constexpr const char* kKernelDtypes[] = {"float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2",
+                                         "int8",    "uint8",   "int32",   "uint32",   "int64",       "uint64"};
+
+bool parse_kernel_dtype(const char* value, Config* out, const char**) {
+  for (const char* name : kKernelDtypes) {
+    if (equals_ignore_case(value, name)) {
+      memcpy(out->kernel_dtype, name, strlen(name) + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
 using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
 constexpr ParseFn kParsers[kConfigVarCount] = {
     parse_enable,
@@ -522,6 +596,8 @@ constexpr ParseFn kParsers[kConfigVarCount] = {
     parse_near_overflow,
     parse_trace_batches,
     parse_abort_after_batch,
+    parse_launches,
+    parse_kernel_dtype,
 };
 
 void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {
@@ -624,6 +700,7 @@ void config_defaults(Config* out) {
   out->on_desync = VerdictPolicy::kAbort;
   out->desync_timeout_seconds = 300;
   out->watch = WatchMode::kCollectives;
+  out->watch_kernels[0] = '\0';
   out->watch_every = 1;
   out->watch_min_bytes = 0;
   out->max_frames = 21;
@@ -635,6 +712,8 @@ void config_defaults(Config* out) {
   out->trace_batch_range_count = 0;
   out->abort_after_batch_set = false;
   out->abort_after_batch = 0;
+  out->launches = LaunchesMode::kOn;
+  out->kernel_dtype[0] = '\0';
 }
 
 bool config_traces_batch(const Config& config, uint64_t batch) {
@@ -802,7 +881,17 @@ bool config_value_text(const Config& config, ConfigVar var, char* out, size_t ou
       return append(out, out_len, &used, number);
     }
     case kVarWatch:
-      return append(out, out_len, &used, config.watch == WatchMode::kOff ? "off" : "collectives");
+      if (config.watch_kernels[0] == '\0')
+        return append(out, out_len, &used, config.watch == WatchMode::kOff ? "off" : "collectives");
+      return append(out, out_len, &used, config.watch == WatchMode::kOff ? "kernels:" : "collectives,kernels:") &&
+             append(out, out_len, &used, config.watch_kernels);
+    case kVarLaunches:
+      return append(out, out_len, &used,
+                    config.launches == LaunchesMode::kOn      ? "on"
+                    : config.launches == LaunchesMode::kCalls ? "calls"
+                                                              : "off");
+    case kVarKernelDtype:
+      return append(out, out_len, &used, config.kernel_dtype);
     case kVarWatchEvery:
     case kVarWatchMinBytes:
     case kVarMaxFrames:

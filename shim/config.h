@@ -36,6 +36,8 @@ enum ConfigVar : int {
   kVarNearOverflow,
   kVarTraceBatches,
   kVarAbortAfterBatch,
+  kVarLaunches,
+  kVarKernelDtype,
   kConfigVarCount,
 };
 
@@ -52,6 +54,8 @@ inline constexpr uint64_t kMaxWatchEvery = 1000000000;
 inline constexpr uint32_t kMaxFrames = 100000;
 inline constexpr uint32_t kMaxOverflowStreak = 1000000;
 inline constexpr size_t kMaxStepMarker = 1024;
+inline constexpr size_t kMaxWatchKernels = 1024;  // the regex of TRAINSCOPE_WATCH=kernels:REGEX
+inline constexpr size_t kMaxKernelDtype = 15;
 inline constexpr int kMaxTraceBatchRanges = 64;
 inline constexpr uint64_t kMaxBatchNumber = uint64_t{1} << 48;
 
@@ -71,8 +75,16 @@ struct RankRange {
   int32_t last;  // inclusive
 };
 
-// TRAINSCOPE_WATCH: which calls get their buffers' statistics (frames).
+// TRAINSCOPE_WATCH: whether collectives get their buffers' statistics (frames). Kernels are watched when
+// Config::watch_kernels holds a regex (TRAINSCOPE_WATCH=kernels:REGEX or collectives,kernels:REGEX).
 enum class WatchMode : uint8_t { kOff = 0, kCollectives };
+
+// TRAINSCOPE_LAUNCHES: what the launch collector (CUPTI) does.
+enum class LaunchesMode : uint8_t {
+  kOn = 0,  // API callbacks (launches, errors, synchronisations) and kernel completion (CUPTI activity)
+  kCalls,   // API callbacks only: no CUPTI activity buffers
+  kOff,     // no launch collector
+};
 
 // TRAINSCOPE_STEP_MARKER's form; the regex itself is compiled (and checked) by the engine and `trainscope env`.
 enum class StepMarkerForm : uint8_t { kAuto = 0, kNvtx, kCollective, kEvery };
@@ -101,10 +113,11 @@ struct Config {
   VerdictPolicy on_mismatch;
   VerdictPolicy on_desync;
   uint32_t desync_timeout_seconds;
-  WatchMode watch;
-  uint64_t watch_every;      // watch every K-th collective of each communicator (1: all)
-  uint64_t watch_min_bytes;  // and only those moving at least this many bytes
-  uint32_t max_frames;       // frames kept per rank for a detection report
+  WatchMode watch;                           // collectives (kOff also when only kernels are watched)
+  char watch_kernels[kMaxWatchKernels + 1];  // kernels:REGEX's regex (POSIX extended); empty: no kernel watched
+  uint64_t watch_every;                      // watch every K-th collective of each communicator (1: all)
+  uint64_t watch_min_bytes;                  // and only those moving at least this many bytes
+  uint32_t max_frames;                       // frames kept per rank for a detection report
   StepMarkerForm step_marker_form;
   char step_marker[kMaxStepMarker + 1];  // the whole value as given ("auto", "nvtx:^step", "every:12")
   NonfinitePolicy on_nonfinite;
@@ -114,6 +127,8 @@ struct Config {
   BatchRange trace_batch_ranges[kMaxTraceBatchRanges];
   bool abort_after_batch_set;  // TRAINSCOPE_ABORT_AFTER_BATCH given
   uint64_t abort_after_batch;
+  LaunchesMode launches;
+  char kernel_dtype[kMaxKernelDtype + 1];  // TRAINSCOPE_KERNEL_DTYPE's canonical name ("float16"); empty: from the name
   ValueSource source[kConfigVarCount];
   // A launcher rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) holds a rank, so the
   // process is one of many and an unknown rank must not be taken for the main one (see config_logs_to_stderr).
@@ -147,6 +162,11 @@ void for_each_unknown_variable(char* const* env, UnknownVariableFn fn, void* ctx
 // Whether `rank` logs to stderr under this configuration (the main rank is global rank 0; an unknown rank,
 // -1, counts as main only when the process has no launcher rank at all).
 bool config_logs_to_stderr(const Config& config, int32_t rank);
+
+// Whether anything is watched (collectives or kernels): the frame machinery runs.
+inline bool config_watches_anything(const Config& config) {
+  return config.watch != WatchMode::kOff || config.watch_kernels[0] != '\0';
+}
 
 // Whether TRAINSCOPE_TRACE_BATCHES names `batch`.
 bool config_traces_batch(const Config& config, uint64_t batch);

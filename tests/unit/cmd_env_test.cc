@@ -117,7 +117,9 @@ RunResult run_tool(std::vector<std::string> args, std::vector<std::string> env) 
   "TRAINSCOPE_OVERFLOW_STREAK=5  (default)\n"   \
   "TRAINSCOPE_NEAR_OVERFLOW=0.9  (default)\n"   \
   "TRAINSCOPE_TRACE_BATCHES=  (default)\n"      \
-  "TRAINSCOPE_ABORT_AFTER_BATCH=  (default)\n"
+  "TRAINSCOPE_ABORT_AFTER_BATCH=  (default)\n"  \
+  "TRAINSCOPE_LAUNCHES=on  (default)\n"         \
+  "TRAINSCOPE_KERNEL_DTYPE=  (default)\n"
 
 constexpr const char* kDefaultText =
     "TRAINSCOPE_ENABLE=1  (default)\n"
@@ -183,6 +185,20 @@ TEST(CmdEnv, InvalidValueExitsTwo) {
   const RunResult empty = run_tool({"env"}, {"TRAINSCOPE_RECORDER_RECORDS="});
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_NE(empty.err.find("invalid TRAINSCOPE_RECORDER_RECORDS='': accepted"), std::string::npos) << empty.err;
+}
+
+TEST(CmdEnv, WatchedKernelsRegexIsShownAndCheckedAsTheEngineCompilesIt) {
+  const RunResult ok = run_tool({"env"}, {"TRAINSCOPE_WATCH=collectives,kernels:gemm|elementwise<float, 4>"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("TRAINSCOPE_WATCH=collectives,kernels:gemm|elementwise<float, 4>  (environment)\n"),
+            std::string::npos)
+      << ok.out;
+  const RunResult bad = run_tool({"env"}, {"TRAINSCOPE_WATCH=kernels:gemm("});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("invalid TRAINSCOPE_WATCH='kernels:gemm(': accepted off|collectives|kernels:REGEX"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("(invalid POSIX extended regular expression:"), std::string::npos) << bad.err;
 }
 
 TEST(CmdEnv, HostileValuesCannotReachTheTerminal) {

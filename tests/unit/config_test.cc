@@ -116,7 +116,8 @@ TEST(Config, DefaultTextsMatchDefaultsAndParse) {
     const ConfigVarInfo& var = config_vars()[i];
     EXPECT_EQ(value_of(*defaults, static_cast<ConfigVar>(i)), var.default_text) << var.name;
     // Their default is "empty", which is not accepted as a set value.
-    if (i == kVarRunId || i == kVarToken || i == kVarTraceBatches || i == kVarAbortAfterBatch) continue;
+    if (i == kVarRunId || i == kVarToken || i == kVarTraceBatches || i == kVarAbortAfterBatch || i == kVarKernelDtype)
+      continue;
     Parsed p = parse_one(var.name, var.default_text);
     ASSERT_TRUE(p.ok) << p.error;
     EXPECT_EQ(p.config->source[i], ValueSource::kEnvironment);
@@ -780,7 +781,7 @@ TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
     const char* expected;  // part of the one-line error
   };
   const Bad bad[] = {
-      {"TRAINSCOPE_WATCH=all", "accepted off|collectives"},
+      {"TRAINSCOPE_WATCH=all", "accepted off|collectives|kernels:REGEX|collectives,kernels:REGEX"},
       {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
       {"TRAINSCOPE_WATCH_EVERY=3x", "an integer from 1 to 1000000000"},
       {"TRAINSCOPE_WATCH_MIN_BYTES=1T", "suffixed K, M or G"},
@@ -808,6 +809,95 @@ TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
     EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << b.assignment << ": " << error;
     EXPECT_NE(error.find(b.expected), std::string::npos) << b.assignment << ": " << error;
   }
+}
+
+// ---- launches (issue 12) ----
+
+TEST(ConfigLaunches, DefaultsRecordLaunchesAndWatchNoKernel) {
+  Config c;
+  config_defaults(&c);
+  EXPECT_EQ(c.launches, LaunchesMode::kOn);
+  EXPECT_STREQ(c.watch_kernels, "");
+  EXPECT_STREQ(c.kernel_dtype, "");
+  EXPECT_EQ(text_of(c, kVarLaunches), "on");
+  EXPECT_EQ(text_of(c, kVarKernelDtype), "");
+  EXPECT_TRUE(config_watches_anything(c));
+}
+
+TEST(ConfigLaunches, LaunchesModes) {
+  Config c;
+  EXPECT_EQ(parse_one("TRAINSCOPE_LAUNCHES=calls", &c), "");
+  EXPECT_EQ(c.launches, LaunchesMode::kCalls);
+  EXPECT_EQ(text_of(c, kVarLaunches), "calls");
+  EXPECT_EQ(parse_one("TRAINSCOPE_LAUNCHES=OFF", &c), "");
+  EXPECT_EQ(c.launches, LaunchesMode::kOff);
+  EXPECT_EQ(text_of(c, kVarLaunches), "off");
+  EXPECT_EQ(parse_one("TRAINSCOPE_LAUNCHES=on", &c), "");
+  EXPECT_EQ(c.launches, LaunchesMode::kOn);
+}
+
+TEST(ConfigLaunches, WatchKernelsAloneOrWithCollectives) {
+  Config c;
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=kernels:gemm|elementwise", &c), "");
+  EXPECT_EQ(c.watch, WatchMode::kOff);
+  EXPECT_STREQ(c.watch_kernels, "gemm|elementwise");
+  EXPECT_TRUE(config_watches_anything(c));
+  EXPECT_EQ(text_of(c, kVarWatch), "kernels:gemm|elementwise");
+
+  // The regex runs to the end of the value: its commas and colons are its own.
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=collectives,kernels:^(add|mul)_kernel<float, ?4>:x$", &c), "");
+  EXPECT_EQ(c.watch, WatchMode::kCollectives);
+  EXPECT_STREQ(c.watch_kernels, "^(add|mul)_kernel<float, ?4>:x$");
+  EXPECT_EQ(text_of(c, kVarWatch), "collectives,kernels:^(add|mul)_kernel<float, ?4>:x$");
+
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=Collectives", &c), "");
+  EXPECT_EQ(c.watch, WatchMode::kCollectives);
+  EXPECT_STREQ(c.watch_kernels, "");
+  EXPECT_EQ(text_of(c, kVarWatch), "collectives");
+
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=off", &c), "");
+  EXPECT_FALSE(config_watches_anything(c));
+  EXPECT_EQ(text_of(c, kVarWatch), "off");
+}
+
+TEST(ConfigLaunches, KernelDtypeTakesTheStatisticsNames) {
+  Config c;
+  for (const char* name : {"float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "int8", "uint8",
+                           "int32", "uint32", "int64", "uint64"}) {
+    ASSERT_EQ(parse_one(std::string("TRAINSCOPE_KERNEL_DTYPE=") + name, &c), "") << name;
+    EXPECT_STREQ(c.kernel_dtype, name);
+    EXPECT_EQ(text_of(c, kVarKernelDtype), name);
+  }
+  ASSERT_EQ(parse_one("TRAINSCOPE_KERNEL_DTYPE=BFloat16", &c), "");
+  EXPECT_STREQ(c.kernel_dtype, "bfloat16");  // canonical, whatever the case given
+}
+
+TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
+  struct Bad {
+    const char* assignment;
+    const char* expected;
+  };
+  const Bad bad[] = {
+      {"TRAINSCOPE_LAUNCHES=yes", "accepted on|calls|off"},
+      {"TRAINSCOPE_WATCH=kernels:", "(the regular expression after kernels: is empty)"},
+      {"TRAINSCOPE_WATCH=collectives,kernels:", "(the regular expression after kernels: is empty)"},
+      {"TRAINSCOPE_WATCH=kernels:gemm(", "(invalid POSIX extended regular expression:"},
+      {"TRAINSCOPE_WATCH=kernels,collectives", "off|collectives|kernels:REGEX|collectives,kernels:REGEX"},
+      {"TRAINSCOPE_WATCH=kernels:gemm,collectives:x(", "(invalid POSIX extended regular expression:"},
+      {"TRAINSCOPE_KERNEL_DTYPE=fp16", "accepted float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8"},
+      {"TRAINSCOPE_KERNEL_DTYPE=", "(empty)"},
+  };
+  for (const Bad& b : bad) {
+    Config c;
+    const std::string error = parse_one(b.assignment, &c);
+    const std::string name(b.assignment, std::strchr(b.assignment, '=') - b.assignment);
+    EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << b.assignment << ": " << error;
+    EXPECT_NE(error.find(b.expected), std::string::npos) << b.assignment << ": " << error;
+  }
+  // A regex too long for the configuration is refused, not cut.
+  Config c;
+  const std::string error = parse_one("TRAINSCOPE_WATCH=kernels:" + std::string(kMaxWatchKernels + 1, 'a'), &c);
+  EXPECT_NE(error.find("(regular expression too long)"), std::string::npos) << error;
 }
 
 }  // namespace
