@@ -193,6 +193,10 @@ enum RecordFlags : uint8_t {
 //                  event synchronisation; peer the API function's name id; result
 // rank, nranks and dtype are kUnknown, comm_id and site 0. A launch's kernel finishing is not in its record (the
 // record is immutable once committed): the stream table says up to which launch each stream is known to be done.
+// Scoped enumerators cannot hide the namespace's kUnknown (they are always named CudaDomain::kUnknown), but GCC 12's
+// -Wshadow says they do; the names stay, the false warning is silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
 enum class CudaDomain : uint8_t { kUnknown = 0, kRuntime = 1, kDriver = 2 };
 enum class LaunchKind : uint8_t {
   kUnknown = 0,
@@ -201,6 +205,7 @@ enum class LaunchKind : uint8_t {
   kExtended = 3,     // cudaLaunchKernelExC, cuLaunchKernelEx (attributes: clusters, programmatic launch ...)
   kGraph = 4,        // cudaGraphLaunch, cuGraphLaunch
 };
+#pragma GCC diagnostic pop
 constexpr int16_t launch_api(CudaDomain domain, LaunchKind kind) {
   return static_cast<int16_t>((static_cast<unsigned>(domain) << 8) | static_cast<unsigned>(kind));
 }
