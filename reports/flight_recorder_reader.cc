@@ -24,6 +24,9 @@ constexpr size_t kChunkRecords = 16384;
 constexpr uint64_t kMaxReadableCapacity = uint64_t{1} << 28;
 // The same for the site table (the writer's default is 4096; Record::site can name at most 65535).
 constexpr uint32_t kMaxReadableSites = 65535;
+// The same for the version 3 tables (the writer's defaults are 4096 names, 256 streams).
+constexpr uint32_t kMaxReadableNames = uint32_t{1} << 20;
+constexpr uint32_t kMaxReadableStreams = uint32_t{1} << 16;
 
 class Fd {
  public:
@@ -126,6 +129,19 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     std::memset(h.python_note, 0, sizeof(h.python_note));
     h.end_flags = 0;
   }
+  if (h.version < 3) {
+    // Nothing of version 3 is in the file either: its layout has no name or stream table.
+    h.max_names = 0;
+    h.names_used = 0;
+    h.max_streams = 0;
+    h.streams_used = 0;
+    h.launch_mode = static_cast<uint32_t>(LaunchMode::kNone);
+    h.cuda_errors = 0;
+    h.first_error_index = 0;
+    h.completions_ns = 0;
+    h.dropped_launches = 0;
+    std::memset(h.launch_note, 0, sizeof(h.launch_note));
+  }
   if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
     return fail(error, path,
                 "corrupt header: sizes header/record/comm " + std::to_string(h.header_bytes) + "/" +
@@ -143,13 +159,23 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
                 "corrupt header: " + std::to_string(h.max_sites) + " site slots (accepted: 0.." +
                     std::to_string(kMaxReadableSites) + ")");
   }
-  const uint64_t expected = file_bytes(h.max_comms, h.max_sites, h.capacity);
+  if (h.max_names > kMaxReadableNames || h.max_streams > kMaxReadableStreams) {
+    return fail(error, path,
+                "corrupt header: " + std::to_string(h.max_names) + " name slots and " + std::to_string(h.max_streams) +
+                    " stream slots (accepted: 0.." + std::to_string(kMaxReadableNames) + " and 0.." +
+                    std::to_string(kMaxReadableStreams) + ")");
+  }
+  const uint64_t expected = file_bytes(h.max_comms, h.max_sites, h.capacity, h.max_names, h.max_streams);
   if (size != expected) {
     return fail(error, path,
                 std::string(size < expected ? "truncated" : "size mismatch") + ": " + std::to_string(size) +
                     " bytes, the header describes " + std::to_string(expected) + " (" + std::to_string(h.capacity) +
                     " record slots, " + std::to_string(h.max_comms) + " comm slots" +
-                    (v1 ? std::string() : ", " + std::to_string(h.max_sites) + " site slots") + ")");
+                    (v1 ? std::string() : ", " + std::to_string(h.max_sites) + " site slots") +
+                    (h.version < 3 ? std::string()
+                                   : ", " + std::to_string(h.max_names) + " name slots, " +
+                                         std::to_string(h.max_streams) + " stream slots") +
+                    ")");
   }
   terminate_field(h.host);
   terminate_field(h.run_id);
@@ -157,6 +183,9 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   terminate_field(h.python_note);
   terminate_field(h.unwritten_report);
   terminate_field(h.unwritten_cause);
+  terminate_field(h.launch_note);
+  // The first error's index is trusted only when it names a claimed slot; first_error() also checks its record.
+  if (h.first_error_index > h.next) h.first_error_index = 0;
   // How the process ended: only what its flags vouch for (a version 1 file, or one written before these fields,
   // holds zeros: nothing said).
   if ((h.end_flags & kEndExitStatus) == 0) h.exit_status = 0;
@@ -223,6 +252,42 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     }
   }
 
+  // Name table: as the site table, torn slots kept as zeros so that ids still index.
+  const uint32_t names_used = std::min(h.names_used, h.max_names);
+  if (names_used > 0) {
+    out->names.resize(names_used);
+    if (!read_exact(fd.get(), out->names.data(), out->names.size() * sizeof(NameEntry),
+                    name_table_offset(h.max_comms, h.max_sites), &why)) {
+      return fail(error, path, why);
+    }
+    for (uint32_t i = 0; i < names_used; ++i) {
+      NameEntry& name = out->names[i];
+      if (name.commit != uint64_t{i} + 1) {
+        name = NameEntry{};
+        ++out->torn_names;
+        continue;
+      }
+      terminate_field(name.text);
+    }
+  }
+
+  // Stream table: streams are looked up by handle, not by id, so a torn slot is simply left out.
+  const uint32_t streams_used = std::min(h.streams_used, h.max_streams);
+  if (streams_used > 0) {
+    std::vector<StreamEntry> table(streams_used);
+    if (!read_exact(fd.get(), table.data(), table.size() * sizeof(StreamEntry),
+                    stream_table_offset(h.max_comms, h.max_sites, h.max_names), &why)) {
+      return fail(error, path, why);
+    }
+    for (uint32_t i = 0; i < streams_used; ++i) {
+      if (table[i].commit == uint64_t{i} + 1) {
+        out->streams.push_back(table[i]);
+      } else {
+        ++out->torn_streams;
+      }
+    }
+  }
+
   // Ring: the slots of the last `capacity` claims, streamed in index order a chunk at a time, so memory follows
   // what the file really holds rather than what its header claims.
   const uint64_t capacity = h.capacity;
@@ -235,8 +300,8 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     if (chunk.empty() || slot < chunk_first || slot >= chunk_first + chunk.size()) {
       chunk_first = slot;
       chunk.resize(static_cast<size_t>(std::min<uint64_t>(kChunkRecords, capacity - slot)));
-      if (!read_exact(fd.get(), chunk.data(), chunk.size() * sizeof(Record),
-                      ring_offset(h.max_comms, h.max_sites) + slot * sizeof(Record), &why)) {
+      if (!read_exact(fd.get(), chunk.data(), chunk.size() * sizeof(Record), ring_offset(h) + slot * sizeof(Record),
+                      &why)) {
         return fail(error, path, why);
       }
     }
@@ -271,6 +336,67 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     out->records.erase(out->records.begin(), kept);
   }
   return true;
+}
+
+const char* launch_state_name(LaunchState state) {
+  switch (state) {
+    case LaunchState::kFinished:
+      return "finished";
+    case LaunchState::kNotFinished:
+      return "not finished";
+    case LaunchState::kNotKnown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string launch_mode_name(uint32_t mode) {
+  switch (static_cast<LaunchMode>(mode)) {
+    case LaunchMode::kNone:
+      return "none";
+    case LaunchMode::kCallbacks:
+      return "callbacks";
+    case LaunchMode::kCompletions:
+      return "completions";
+    case LaunchMode::kUnavailable:
+      return "unavailable";
+  }
+  return "unknown (" + std::to_string(mode) + ")";
+}
+
+const StreamEntry* RecorderFile::stream_entry(uint64_t stream, uint64_t context) const {
+  for (const StreamEntry& entry : streams) {
+    if (entry.stream == stream && entry.context == context) return &entry;
+  }
+  return nullptr;
+}
+
+LaunchProgress RecorderFile::launch_progress(const Record& launch) const {
+  const StreamEntry* entry = stream_entry(launch.stream, launch.aux);
+  if (entry == nullptr) return {};
+  if (entry->completed_seq != 0 && launch.seq <= entry->completed_seq) {
+    return {LaunchState::kFinished, entry->completed_ns};
+  }
+  // Completion is brought up to date from CUPTI's kernel activity: a launch that had started by then and is not in
+  // it had not finished then. A launch after that last update may have finished since; nothing says.
+  if (header.completions_ns != 0 && launch.start_ns < header.completions_ns) {
+    return {LaunchState::kNotFinished, header.completions_ns};
+  }
+  return {};
+}
+
+const RecordedCall* RecorderFile::at_index(uint64_t index) const {
+  const auto it = std::lower_bound(records.begin(), records.end(), index,
+                                   [](const RecordedCall& c, uint64_t i) { return c.index < i; });
+  if (it == records.end() || it->index != index) return nullptr;
+  return &*it;
+}
+
+const RecordedCall* RecorderFile::first_error() const {
+  if (header.first_error_index == 0) return nullptr;
+  const RecordedCall* call = at_index(header.first_error_index - 1);
+  if (call == nullptr || call->record.op != static_cast<uint16_t>(Op::kCudaError)) return nullptr;
+  return call;
 }
 
 bool read_run_directory(const std::string& dir, RunDirectory* out, std::string* error) {

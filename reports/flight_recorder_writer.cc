@@ -29,6 +29,33 @@ int fail_open(int error, int fd, const char* path, void* map, size_t bytes) {
   return error;
 }
 
+// Claims the next slot of a table whose `used` counter is in the header. A CAS instead of fetch_add, so `used` never
+// counts past the table and readers can trust it. False (and `dropped` grows) when the table is full.
+bool claim_slot(uint32_t* used, uint32_t max, uint64_t* dropped, uint32_t* index) {
+  uint32_t at = __atomic_load_n(used, __ATOMIC_RELAXED);
+  do {
+    if (at >= max) {
+      __atomic_fetch_add(dropped, 1, __ATOMIC_RELAXED);
+      return false;
+    }
+  } while (!__atomic_compare_exchange_n(used, &at, at + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  *index = at;
+  return true;
+}
+
+// Copies `text` into a fixed field, NUL-terminated; a text too long for it is cut and ends "..." so a reader knows.
+void copy_cut_text(char* field, size_t field_size, const char* text) {
+  if (text == nullptr) text = "";
+  const size_t n = strnlen(text, field_size);
+  if (n < field_size) {
+    memcpy(field, text, n + 1);
+    return;
+  }
+  const size_t kept = field_size - 4;  // room for "..." and the NUL
+  memcpy(field, text, kept);
+  memcpy(field + kept, "...", 4);
+}
+
 }  // namespace
 
 int Writer::open(const WriterOptions& options) {
@@ -37,7 +64,8 @@ int Writer::open(const WriterOptions& options) {
   // Reject a capacity whose file size would overflow size_t (and off_t) instead of mapping a wrapped size.
   const uint64_t max_records = (uint64_t{1} << 62) / sizeof(Record);
   if (options.capacity > max_records) return EFBIG;
-  const size_t bytes = file_bytes(options.max_comms, options.max_sites, options.capacity);
+  const size_t bytes =
+      file_bytes(options.max_comms, options.max_sites, options.capacity, options.max_names, options.max_streams);
 
   const int fd = files::create_file(options.path, O_RDWR);
   if (fd < 0) return -fd;  // O_EXCL: an existing file is someone else's; never unlink it
@@ -79,24 +107,59 @@ int Writer::open(const WriterOptions& options) {
   header->max_sites = options.max_sites;
   header->python_major = 0;
   header->python_minor = 0;
+  header->max_names = options.max_names;
+  header->max_streams = options.max_streams;
+  header->launch_mode = static_cast<uint32_t>(LaunchMode::kNone);
   TS_THREAD_FENCE(__ATOMIC_RELEASE);
   memcpy(header->magic, kMagic, sizeof(kMagic));
 
-  header_ = header;
-  comms_ = reinterpret_cast<CommEntry*>(static_cast<char*>(map) + comm_table_offset());
-  sites_ = reinterpret_cast<SiteEntry*>(static_cast<char*>(map) + site_table_offset(options.max_comms));
-  ring_ = reinterpret_cast<Record*>(static_cast<char*>(map) + ring_offset(options.max_comms, options.max_sites));
-  capacity_ = options.capacity;
-  max_comms_ = options.max_comms;
-  max_sites_ = options.max_sites;
+  use_mapping(header);
+  attached_ = false;
   mapped_bytes_ = bytes;
+  return 0;
+}
+
+void Writer::use_mapping(FileHeader* header) {
+  char* base = reinterpret_cast<char*>(header);
+  const uint32_t max_sites = max_sites_of(*header);
+  const uint32_t max_names = max_names_of(*header);
+  header_ = header;
+  comms_ = reinterpret_cast<CommEntry*>(base + comm_table_offset());
+  sites_ = reinterpret_cast<SiteEntry*>(base + site_table_offset(header->max_comms));
+  names_ = reinterpret_cast<NameEntry*>(base + name_table_offset(header->max_comms, max_sites));
+  streams_ = reinterpret_cast<StreamEntry*>(base + stream_table_offset(header->max_comms, max_sites, max_names));
+  ring_ = reinterpret_cast<Record*>(base + ring_offset(*header));
+  capacity_ = header->capacity;
+  max_comms_ = header->max_comms;
+  max_sites_ = max_sites;
+  max_names_ = max_names;
+  max_streams_ = max_streams_of(*header);
   dropped_comms_ = 0;
   dropped_sites_ = 0;
-  return 0;
+  dropped_names_ = 0;
+  dropped_streams_ = 0;
+}
+
+bool Writer::attach(FileHeader* header) {
+  if (header_ != nullptr || header == nullptr) return false;
+  // Only a header this build's writer made: the layout below is computed from it and then written through.
+  if (memcmp(header->magic, kMagic, sizeof(kMagic)) != 0 || header->version != kFormatVersion ||
+      header->header_bytes != kHeaderBytes || header->record_bytes != sizeof(Record) ||
+      header->comm_bytes != sizeof(CommEntry) || header->capacity == 0) {
+    return false;
+  }
+  use_mapping(header);
+  attached_ = true;
+  mapped_bytes_ = 0;
+  return true;
 }
 
 void Writer::close(uint64_t exit_ns) {
   if (header_ == nullptr) return;
+  if (attached_) {  // the owner says when the process exited
+    abandon();
+    return;
+  }
   __atomic_store_n(&header_->exit_ns, exit_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&header_->state, static_cast<uint32_t>(ProcessState::kExited), __ATOMIC_RELEASE);
   abandon();
@@ -104,15 +167,20 @@ void Writer::close(uint64_t exit_ns) {
 
 void Writer::abandon() {
   if (header_ == nullptr) return;
-  munmap(header_, mapped_bytes_);
+  if (!attached_) munmap(header_, mapped_bytes_);  // an attached writer's mapping is its owner's
   header_ = nullptr;
   comms_ = nullptr;
   sites_ = nullptr;
+  names_ = nullptr;
+  streams_ = nullptr;
   ring_ = nullptr;
   capacity_ = 0;
   max_comms_ = 0;
   max_sites_ = 0;
+  max_names_ = 0;
+  max_streams_ = 0;
   mapped_bytes_ = 0;
+  attached_ = false;
 }
 
 Pending Writer::append(const Record& r) {
@@ -150,15 +218,8 @@ void Writer::complete(const Pending& pending, int32_t result, uint64_t end_ns) {
 
 CommEntry* Writer::add_comm(const CommEntry& entry) {
   if (header_ == nullptr) return nullptr;
-  // CAS instead of fetch_add so comms_used never counts past the table and readers can trust it.
-  uint32_t index = __atomic_load_n(&header_->comms_used, __ATOMIC_RELAXED);
-  do {
-    if (index >= max_comms_) {
-      __atomic_fetch_add(&dropped_comms_, 1, __ATOMIC_RELAXED);
-      return nullptr;
-    }
-  } while (
-      !__atomic_compare_exchange_n(&header_->comms_used, &index, index + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  uint32_t index = 0;
+  if (!claim_slot(&header_->comms_used, max_comms_, &dropped_comms_, &index)) return nullptr;
   CommEntry* slot = &comms_[index];
   __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
   TS_THREAD_FENCE(__ATOMIC_RELEASE);
@@ -170,15 +231,8 @@ CommEntry* Writer::add_comm(const CommEntry& entry) {
 
 uint32_t Writer::add_site(const SiteEntry& entry) {
   if (header_ == nullptr) return 0;
-  // As add_comm(): a CAS, so sites_used never counts past the table.
-  uint32_t index = __atomic_load_n(&header_->sites_used, __ATOMIC_RELAXED);
-  do {
-    if (index >= max_sites_) {
-      __atomic_fetch_add(&dropped_sites_, 1, __ATOMIC_RELAXED);
-      return 0;
-    }
-  } while (
-      !__atomic_compare_exchange_n(&header_->sites_used, &index, index + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  uint32_t index = 0;
+  if (!claim_slot(&header_->sites_used, max_sites_, &dropped_sites_, &index)) return 0;
   SiteEntry* slot = &sites_[index];
   __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
   TS_THREAD_FENCE(__ATOMIC_RELEASE);
@@ -206,6 +260,83 @@ void Writer::set_comm_state(CommEntry* entry, CommState state, uint64_t ended_ns
   if (entry == nullptr) return;
   __atomic_store_n(&entry->ended_ns, ended_ns, __ATOMIC_RELAXED);
   __atomic_store_n(&entry->state, static_cast<uint16_t>(state), __ATOMIC_RELEASE);
+}
+
+uint32_t Writer::add_name(uint64_t key, const char* text) {
+  if (header_ == nullptr) return 0;
+  uint32_t index = 0;
+  if (!claim_slot(&header_->names_used, max_names_, &dropped_names_, &index)) return 0;
+  NameEntry* slot = &names_[index];
+  __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
+  slot->key = key;
+  copy_cut_text(slot->text, sizeof(slot->text), text);
+  const uint32_t id = index + 1;
+  __atomic_store_n(&slot->commit, uint64_t{id}, __ATOMIC_RELEASE);
+  return id;
+}
+
+StreamEntry* Writer::add_stream(uint64_t stream, uint64_t context) {
+  if (header_ == nullptr) return nullptr;
+  uint32_t index = 0;
+  if (!claim_slot(&header_->streams_used, max_streams_, &dropped_streams_, &index)) return nullptr;
+  StreamEntry* slot = &streams_[index];
+  __atomic_store_n(&slot->commit, uint64_t{0}, __ATOMIC_RELAXED);
+  TS_THREAD_FENCE(__ATOMIC_RELEASE);
+  slot->stream = stream;
+  slot->context = context;
+  slot->launched_seq = 0;
+  slot->completed_seq = 0;
+  slot->completed_ns = 0;
+  slot->checked_ns = 0;
+  slot->launches = 0;
+  slot->reserved = 0;
+  __atomic_store_n(&slot->commit, uint64_t{index} + 1, __ATOMIC_RELEASE);
+  return slot;
+}
+
+void Writer::set_stream_launched(StreamEntry* entry, uint64_t seq) {
+  if (entry == nullptr) return;
+  __atomic_store_n(&entry->launched_seq, seq, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&entry->launches, 1u, __ATOMIC_RELAXED);
+}
+
+void Writer::set_stream_completed(StreamEntry* entry, uint64_t seq, uint64_t completed_ns, uint64_t checked_ns) {
+  if (entry == nullptr) return;
+  // completed_seq only grows: an activity record delivered late (an older kernel) must not take back what a later
+  // one or a synchronisation already proved. Its time moves with it, so the pair stays consistent for a reader
+  // that sees the new seq.
+  uint64_t known = __atomic_load_n(&entry->completed_seq, __ATOMIC_RELAXED);
+  while (seq > known) {
+    if (__atomic_compare_exchange_n(&entry->completed_seq, &known, seq, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_store_n(&entry->completed_ns, completed_ns, __ATOMIC_RELAXED);
+      break;
+    }
+  }
+  __atomic_store_n(&entry->checked_ns, checked_ns, __ATOMIC_RELEASE);
+}
+
+void Writer::set_launch_mode(LaunchMode mode, const char* note) {
+  if (header_ == nullptr) return;
+  copy_field(header_->launch_note, sizeof(header_->launch_note), note == nullptr ? "" : note);
+  __atomic_store_n(&header_->launch_mode, static_cast<uint32_t>(mode), __ATOMIC_RELEASE);
+}
+
+bool Writer::count_cuda_error() {
+  if (header_ == nullptr) return false;
+  return __atomic_fetch_add(&header_->cuda_errors, 1u, __ATOMIC_RELAXED) == 0;
+}
+
+void Writer::set_first_error(uint64_t index) {
+  if (header_ != nullptr) __atomic_store_n(&header_->first_error_index, index, __ATOMIC_RELEASE);
+}
+
+void Writer::set_completions_checked(uint64_t ns) {
+  if (header_ != nullptr) __atomic_store_n(&header_->completions_ns, ns, __ATOMIC_RELEASE);
+}
+
+void Writer::count_dropped_launch() {
+  if (header_ != nullptr) __atomic_fetch_add(&header_->dropped_launches, uint64_t{1}, __ATOMIC_RELAXED);
 }
 
 void Writer::set_global_rank(int32_t rank) {

@@ -60,13 +60,13 @@ class Writer {
   // (then dropped_comms() grows).
   CommEntry* add_comm(const CommEntry& entry);
   static void set_comm_state(CommEntry* entry, CommState state, uint64_t ended_ns);
-  uint64_t dropped_comms() const { return dropped_comms_; }
+  uint64_t dropped_comms() const { return __atomic_load_n(&dropped_comms_, __ATOMIC_RELAXED); }
 
   // Claims the next site slot, copies `entry` into it (its commit is set here) and commits it: lock-free, like
   // add_comm(). Returns the site's id (slot index + 1, what Record::site holds), or 0 when closed or when the table
   // is full (then dropped_sites() grows). The caller keeps the ids it got: nothing here looks an entry up.
   uint32_t add_site(const SiteEntry& entry);
-  uint64_t dropped_sites() const { return dropped_sites_; }
+  uint64_t dropped_sites() const { return __atomic_load_n(&dropped_sites_, __ATOMIC_RELAXED); }
 
   // The Python this process runs (major 0: none) and why Python stacks are not available (nullptr or "": they are).
   // Call once Python is known; the note is stored before the version, so a reader that sees the version sees the
@@ -81,10 +81,10 @@ class Writer {
   // Claims the next name slot for `key` (NameEntry) and commits `text` (cut to fit, ending "..." when cut). Returns
   // the name's id (slot index + 1), or 0 when closed or full (dropped_names() grows). The caller keeps the ids.
   uint32_t add_name(uint64_t key, const char* text);
-  uint64_t dropped_names() const { return dropped_names_; }
+  uint64_t dropped_names() const { return __atomic_load_n(&dropped_names_, __ATOMIC_RELAXED); }
   // Claims a stream slot at a stream's first launch. nullptr when closed or full (dropped_streams() grows).
   StreamEntry* add_stream(uint64_t stream, uint64_t context);
-  uint64_t dropped_streams() const { return dropped_streams_; }
+  uint64_t dropped_streams() const { return __atomic_load_n(&dropped_streams_, __ATOMIC_RELAXED); }
   // A launch with correlation id `seq` was recorded on the stream.
   static void set_stream_launched(StreamEntry* entry, uint64_t seq);
   // Every launch up to `seq` is known to have finished by `completed_ns`; checked at `checked_ns`. `seq` only grows.
@@ -94,6 +94,7 @@ class Writer {
   // A CUDA API call returned an error: counts it; true for the process's first one (whose kCudaError record the
   // caller appends, then names with set_first_error()).
   bool count_cuda_error();
+  // `index`: the ring index + 1 of that record (the Pending::commit append() returned for it).
   void set_first_error(uint64_t index);
   // The engine brought completion up to date at `ns` (every stream it could).
   void set_completions_checked(uint64_t ns);
@@ -104,6 +105,9 @@ class Writer {
   void set_nccl_version(int32_t version);
 
  private:
+  // Points every table at its place in the mapping that starts with `header` (its version's layout).
+  void use_mapping(FileHeader* header);
+
   FileHeader* header_ = nullptr;
   CommEntry* comms_ = nullptr;
   Record* ring_ = nullptr;

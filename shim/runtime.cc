@@ -226,6 +226,8 @@ void open_recorder(uint64_t start_ns, RecordingSetup* setup) {
   options.capacity = rt.config.recorder_records;
   options.max_comms = recorder::kDefaultMaxComms;
   options.max_sites = recorder::kDefaultMaxSites;
+  options.max_names = recorder::kDefaultMaxNames;
+  options.max_streams = recorder::kDefaultMaxStreams;
   options.pid = rt.owner_pid;
   options.launcher_rank = rt.launcher_rank;
   options.launcher_world = rt.launcher_world;

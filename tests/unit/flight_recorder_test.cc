@@ -477,7 +477,7 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   copy_file(good, future);
   const uint32_t version = 7;
   patch(future, offsetof(FileHeader, version), &version, sizeof(version));
-  expect_error(future, "format version 7; this trainscope reads versions 1 to 2");
+  expect_error(future, "format version 7; this trainscope reads versions 1 to 3");
 
   const std::string sites = dir.file("sites.tsrec");
   copy_file(good, sites);
@@ -487,7 +487,8 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   const uint32_t more_sites = kSites + 1;  // one more slot than the file holds
   patch(sites, offsetof(FileHeader, max_sites), &more_sites, sizeof(more_sites));
   expect_error(sites, "truncated: " + std::to_string(size) + " bytes, the header describes " +
-                          std::to_string(size + sizeof(SiteEntry)) + " (16 record slots, 8 comm slots, 5 site slots)");
+                          std::to_string(size + sizeof(SiteEntry)) +
+                          " (16 record slots, 8 comm slots, 5 site slots, 0 name slots, 0 stream slots)");
 
   const std::string sizes = dir.file("sizes.tsrec");
   copy_file(good, sizes);
@@ -509,6 +510,15 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   const RecorderFile f = read_ok(lying);
   EXPECT_TRUE(f.records.empty());
   EXPECT_EQ(f.torn_records, 16u);
+
+  const std::string names = dir.file("names.tsrec");
+  copy_file(good, names);
+  const uint32_t max_names = 1u << 24;
+  patch(names, offsetof(FileHeader, max_names), &max_names, sizeof(max_names));
+  expect_error(names, "corrupt header: 16777216 name slots and 0 stream slots (accepted: 0..1048576 and 0..65536)");
+  const uint32_t one_name = 1;  // a table the file does not hold
+  patch(names, offsetof(FileHeader, max_names), &one_name, sizeof(one_name));
+  expect_error(names, "1 name slots, 0 stream slots)");
 
   expect_error(dir.file("missing.tsrec"), "cannot open: No such file or directory");
   expect_error(dir.path(), "not a regular file");
@@ -734,7 +744,7 @@ TEST(FlightRecorder, SitesAndPythonRoundTrip) {
   w.close(1);
 
   const RecorderFile f = read_ok(path);
-  EXPECT_EQ(f.header.version, 2u);
+  EXPECT_EQ(f.header.version, kFormatVersion);
   EXPECT_EQ(f.header.max_sites, kSites);
   EXPECT_EQ(f.header.sites_used, 3u);
   EXPECT_EQ(f.header.python_major, 3);
@@ -933,6 +943,333 @@ TEST(FlightRecorder, AVersionOneFileIsStillRead) {
     EXPECT_EQ(call.record.count, sample(call.index).count);
     EXPECT_EQ(call.record.tid, sample(call.index).tid);
   }
+}
+
+// ---- Version 3: names, streams and the launch collector's header fields ----
+
+WriterOptions launch_options_for(const std::string& path, uint32_t max_names, uint32_t max_streams) {
+  WriterOptions o = options_for(path, 8);
+  o.max_names = max_names;
+  o.max_streams = max_streams;
+  return o;
+}
+
+// The tables of a live mapping, found from its header as a reader would.
+const NameEntry* names_of(const FileHeader* h) {
+  return reinterpret_cast<const NameEntry*>(reinterpret_cast<const char*>(h) +
+                                            name_table_offset(h->max_comms, h->max_sites));
+}
+const StreamEntry* streams_of(const FileHeader* h) {
+  return reinterpret_cast<const StreamEntry*>(reinterpret_cast<const char*>(h) +
+                                              stream_table_offset(h->max_comms, h->max_sites, h->max_names));
+}
+
+TEST(FlightRecorderV3, NamesAreInternedWithIdsAndCutTextEndsInDots) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  EXPECT_EQ(w.add_name(1, "closed"), 0u);
+  ASSERT_EQ(w.open(launch_options_for(path, 3, 2)), 0);
+  EXPECT_EQ(fs::file_size(path), file_bytes(8, kSites, 8, 3, 2));
+  EXPECT_EQ(w.add_name(0x7000, "void vectorAdd<float>(float const*, float*, int)"), 1u);
+  const std::string long_name(600, 'k');
+  EXPECT_EQ(w.add_name(kNameKeyApi | 7, long_name.c_str()), 2u);
+  const std::string exact(sizeof(NameEntry::text) - 1, 'e');  // fits exactly: not cut
+  EXPECT_EQ(w.add_name(0x7001, exact.c_str()), 3u);
+  EXPECT_EQ(w.add_name(0x7002, "no room"), 0u);
+  EXPECT_EQ(w.dropped_names(), 1u);
+  const FileHeader* h = w.header();
+  EXPECT_EQ(h->names_used, 3u);
+  const NameEntry* names = names_of(h);
+  EXPECT_EQ(names[0].commit, 1u);
+  EXPECT_EQ(names[0].key, 0x7000u);
+  EXPECT_STREQ(names[0].text, "void vectorAdd<float>(float const*, float*, int)");
+  EXPECT_EQ(names[1].key, kNameKeyApi | 7);
+  const std::string cut(names[1].text);
+  EXPECT_EQ(cut.size(), sizeof(NameEntry::text) - 1);
+  EXPECT_EQ(cut, std::string(sizeof(NameEntry::text) - 4, 'k') + "...");
+  EXPECT_EQ(std::string(names[2].text), exact);
+  w.close(1);
+}
+
+TEST(FlightRecorderV3, StreamProgressOnlyGrows) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  EXPECT_EQ(w.add_stream(1, 2), nullptr);
+  ASSERT_EQ(w.open(launch_options_for(path, 0, 1)), 0);
+  EXPECT_EQ(w.add_name(1, "no table"), 0u) << "max_names 0: no name table";
+  StreamEntry* s = w.add_stream(0x5500, 0xc0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(w.add_stream(0x5600, 0xc0), nullptr);
+  EXPECT_EQ(w.dropped_streams(), 1u);
+  EXPECT_EQ(s, &const_cast<StreamEntry*>(streams_of(w.header()))[0]);
+  EXPECT_EQ(s->commit, 1u);
+  EXPECT_EQ(s->stream, 0x5500u);
+  EXPECT_EQ(s->context, 0xc0u);
+  Writer::set_stream_launched(s, 10);
+  Writer::set_stream_launched(s, 12);
+  EXPECT_EQ(s->launched_seq, 12u);
+  EXPECT_EQ(s->launches, 2u);
+  Writer::set_stream_completed(s, 10, 500, 600);
+  EXPECT_EQ(s->completed_seq, 10u);
+  EXPECT_EQ(s->completed_ns, 500u);
+  EXPECT_EQ(s->checked_ns, 600u);
+  // A late activity record of an older launch: what is known done does not shrink, but the check time moves.
+  Writer::set_stream_completed(s, 9, 450, 700);
+  EXPECT_EQ(s->completed_seq, 10u);
+  EXPECT_EQ(s->completed_ns, 500u);
+  EXPECT_EQ(s->checked_ns, 700u);
+  Writer::set_stream_completed(s, 12, 800, 900);
+  EXPECT_EQ(s->completed_seq, 12u);
+  EXPECT_EQ(s->completed_ns, 800u);
+  Writer::set_stream_launched(nullptr, 1);  // a full table's nullptr is harmless
+  Writer::set_stream_completed(nullptr, 1, 1, 1);
+  w.close(1);
+}
+
+TEST(FlightRecorderV3, HeaderFieldsOfTheLaunchCollector) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  EXPECT_FALSE(w.count_cuda_error()) << "closed";
+  ASSERT_EQ(w.open(launch_options_for(path, 4, 4)), 0);
+  const FileHeader* h = w.header();
+  EXPECT_EQ(h->version, 3u);
+  EXPECT_EQ(h->max_names, 4u);
+  EXPECT_EQ(h->max_streams, 4u);
+  EXPECT_EQ(h->launch_mode, static_cast<uint32_t>(LaunchMode::kNone));
+  w.set_launch_mode(LaunchMode::kUnavailable, std::string(400, 'c').c_str());
+  EXPECT_EQ(h->launch_mode, static_cast<uint32_t>(LaunchMode::kUnavailable));
+  EXPECT_EQ(std::string(h->launch_note), std::string(sizeof(FileHeader::launch_note) - 1, 'c'));
+  w.set_launch_mode(LaunchMode::kCompletions, nullptr);
+  EXPECT_STREQ(h->launch_note, "");
+  EXPECT_TRUE(w.count_cuda_error());
+  EXPECT_FALSE(w.count_cuda_error());
+  EXPECT_EQ(h->cuda_errors, 2u);
+  const Pending first = w.append(sample(1));
+  w.set_first_error(first.commit);
+  EXPECT_EQ(h->first_error_index, 1u);
+  w.set_completions_checked(12345);
+  EXPECT_EQ(h->completions_ns, 12345u);
+  w.count_dropped_launch();
+  w.count_dropped_launch();
+  EXPECT_EQ(h->dropped_launches, 2u);
+  w.close(1);
+}
+
+TEST(FlightRecorderV3, AttachWritesIntoTheOwnersMappingAndLeavesItMapped) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer owner;
+  ASSERT_EQ(owner.open(launch_options_for(path, 4, 4)), 0);
+  EXPECT_EQ(owner.add_site(SiteEntry{}), 1u);
+  const uint32_t shim_name = owner.add_name(1, "shim");
+
+  Writer engine;
+  EXPECT_FALSE(engine.attach(nullptr));
+  FileHeader not_a_recorder{};
+  EXPECT_FALSE(engine.attach(&not_a_recorder));
+  EXPECT_FALSE(engine.is_open());
+  ASSERT_TRUE(engine.attach(owner.header()));
+  EXPECT_FALSE(engine.attach(owner.header())) << "already attached";
+  EXPECT_EQ(engine.add_name(2, "from the engine"), shim_name + 1) << "one table, shared with the owner";
+  EXPECT_NE(engine.add_stream(0x5500, 0), nullptr);
+  owner.append(sample(0));
+  engine.append(sample(1));
+  engine.close(99);  // forgets the mapping: the owner's process is still running
+  EXPECT_FALSE(engine.is_open());
+  EXPECT_EQ(owner.header()->state, static_cast<uint32_t>(ProcessState::kRunning));
+  owner.append(sample(2));  // still mapped
+  EXPECT_EQ(owner.header()->next, 3u);
+  EXPECT_STREQ(names_of(owner.header())[1].text, "from the engine");
+  owner.close(7);
+  const RecorderFile f = read_ok(path);
+  ASSERT_EQ(f.records.size(), 3u);
+  expect_same_call(f.records[1].record, sample(1));
+  EXPECT_EQ(f.header.exit_ns, 7u);
+}
+
+TEST(FlightRecorderV3, TablesFilledFromManyThreadsCountEveryDrop) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  constexpr uint32_t kNames = 50;
+  constexpr uint32_t kStreams = 20;
+  ASSERT_EQ(w.open(launch_options_for(path, kNames, kStreams)), 0);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 100;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<uint32_t>> ids(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&w, &ids, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string text = "kernel_" + std::to_string(t) + "_" + std::to_string(i);
+        if (const uint32_t id = w.add_name(static_cast<uint64_t>(t * kEach + i), text.c_str())) ids[t].push_back(id);
+        w.add_stream(static_cast<uint64_t>(t * kEach + i), 0);
+        w.count_dropped_launch();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::set<uint32_t> all;
+  for (const auto& v : ids) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), kNames) << "every id handed out once";
+  EXPECT_EQ(*all.begin(), 1u);
+  EXPECT_EQ(*all.rbegin(), kNames);
+  EXPECT_EQ(w.dropped_names(), uint64_t{kThreads * kEach - kNames});
+  EXPECT_EQ(w.dropped_streams(), uint64_t{kThreads * kEach - kStreams});
+  EXPECT_EQ(w.header()->names_used, kNames);
+  EXPECT_EQ(w.header()->streams_used, kStreams);
+  EXPECT_EQ(w.header()->dropped_launches, uint64_t{kThreads * kEach});
+  const NameEntry* names = names_of(w.header());
+  for (uint32_t i = 0; i < kNames; ++i) {
+    EXPECT_EQ(names[i].commit, i + 1);
+    EXPECT_EQ(std::string(names[i].text).rfind("kernel_", 0), 0u);
+  }
+  w.close(1);
+}
+
+// A launch record as the collector appends it (format: "Launch records").
+Record launch_record(uint64_t seq, uint64_t start_ns, uint64_t stream, uint32_t name_id) {
+  Record r{};
+  r.op = static_cast<uint16_t>(Op::kKernelLaunch);
+  r.start_ns = start_ns;
+  r.seq = seq;
+  r.count = pack_grid(128, 2, 1);
+  r.sendbuff = pack_block(256, 1, 1);
+  r.recvbuff = 4096;
+  r.stream = stream;
+  r.caller = 0xf00;
+  r.aux = 0xc0;
+  r.peer = static_cast<int32_t>(name_id);
+  r.redop = launch_api(CudaDomain::kRuntime, LaunchKind::kKernel);
+  r.rank = kUnknown;
+  r.nranks = kUnknown;
+  r.dtype = kUnknown;
+  return r;
+}
+
+TEST(FlightRecorderV3, ReaderReadsNamesStreamsAndLaunchHeader) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(launch_options_for(path, 4, 4)), 0);
+  const uint32_t kernel = w.add_name(0xf00, "vectorAdd(float const*, float*)");
+  const uint32_t api = w.add_name(kNameKeyApi | 1, "cudaStreamSynchronize");
+  StreamEntry* s1 = w.add_stream(0x5500, 0xc0);
+  StreamEntry* s2 = w.add_stream(0x5600, 0xc0);
+  w.append(launch_record(10, 100, 0x5500, kernel));
+  Writer::set_stream_launched(s1, 10);
+  w.append(launch_record(11, 200, 0x5500, kernel));
+  Writer::set_stream_launched(s1, 11);
+  w.append(launch_record(12, 300, 0x5600, kernel));
+  Writer::set_stream_launched(s2, 12);
+  w.append(launch_record(13, 900, 0x5600, kernel));  // after the last completion update
+  Writer::set_stream_completed(s1, 10, 150, 500);
+  w.set_completions_checked(500);
+  w.set_launch_mode(LaunchMode::kCompletions, "");
+  ASSERT_TRUE(w.count_cuda_error());
+  Record error{};
+  error.op = static_cast<uint16_t>(Op::kCudaError);
+  error.start_ns = 950;
+  error.stream = 0x5600;
+  error.aux = 0xc0;
+  error.peer = static_cast<int32_t>(api);
+  const Pending pending = w.append(error);
+  Writer::complete(pending, 700, 960);
+  w.set_first_error(pending.commit);
+  w.close(1000);
+
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.header.version, 3u);
+  EXPECT_EQ(f.header.launch_mode, static_cast<uint32_t>(LaunchMode::kCompletions));
+  EXPECT_EQ(launch_mode_name(f.header.launch_mode), "completions");
+  EXPECT_EQ(launch_mode_name(42), "unknown (42)");
+  EXPECT_EQ(f.header.cuda_errors, 1u);
+  EXPECT_STREQ(f.name(kernel), "vectorAdd(float const*, float*)");
+  EXPECT_STREQ(f.name(api), "cudaStreamSynchronize");
+  EXPECT_STREQ(f.name(0), "");
+  EXPECT_STREQ(f.name(3), "") << "claimed by nobody";
+  ASSERT_EQ(f.streams.size(), 2u);
+  ASSERT_NE(f.stream_entry(0x5600, 0xc0), nullptr);
+  EXPECT_EQ(f.stream_entry(0x5600, 0xc1), nullptr) << "the same handle in another context is another stream";
+  ASSERT_EQ(f.records.size(), 5u);
+  const LaunchProgress done = f.launch_progress(f.records[0].record);
+  EXPECT_EQ(done.state, LaunchState::kFinished);
+  EXPECT_EQ(done.at_ns, 150u);
+  const LaunchProgress running = f.launch_progress(f.records[1].record);
+  EXPECT_EQ(running.state, LaunchState::kNotFinished);
+  EXPECT_EQ(running.at_ns, 500u);
+  EXPECT_EQ(f.launch_progress(f.records[2].record).state, LaunchState::kNotFinished);
+  EXPECT_EQ(f.launch_progress(f.records[3].record).state, LaunchState::kNotKnown) << "started after the update";
+  EXPECT_EQ(f.launch_progress(launch_record(1, 1, 0x9999, kernel)).state, LaunchState::kNotKnown) << "no entry";
+  ASSERT_NE(f.first_error(), nullptr);
+  EXPECT_EQ(f.first_error()->record.result, 700);
+  EXPECT_EQ(f.first_error()->index, 4u);
+  EXPECT_STREQ(launch_state_name(LaunchState::kNotFinished), "not finished");
+}
+
+TEST(FlightRecorderV3, ReaderTrustsNoTableOrIndex) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  constexpr uint32_t kComms = 8;
+  ASSERT_EQ(w.open(launch_options_for(path, 3, 3)), 0);
+  w.add_name(1, "first");
+  w.add_name(2, "second");
+  w.add_name(3, "third");
+  w.add_stream(0x1, 0);
+  w.add_stream(0x2, 0);
+  w.append(sample(0));
+  w.set_first_error(1);  // names a record that is no kCudaError
+  w.close(1);
+  // Tear name 2 and stream 1, fill name 3's text without a NUL, and point the first error past the ring.
+  const uint64_t names_at = name_table_offset(kComms, kSites);
+  const uint64_t zero = 0;
+  patch(path, names_at + sizeof(NameEntry) + offsetof(NameEntry, commit), &zero, sizeof(zero));
+  const std::string no_nul(sizeof(NameEntry::text), 'z');
+  patch(path, names_at + 2 * sizeof(NameEntry) + offsetof(NameEntry, text), no_nul.data(), no_nul.size());
+  patch(path, stream_table_offset(kComms, kSites, 3) + offsetof(StreamEntry, commit), &zero, sizeof(zero));
+  std::string note(sizeof(FileHeader::launch_note), 'q');
+  patch(path, offsetof(FileHeader, launch_note), note.data(), note.size());
+  RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.first_error(), nullptr) << "record 0 is an NCCL call";
+  EXPECT_STREQ(f.name(1), "first");
+  EXPECT_STREQ(f.name(2), "") << "torn";
+  EXPECT_EQ(f.torn_names, 1u);
+  EXPECT_EQ(std::string(f.name(3)), std::string(sizeof(NameEntry::text) - 1, 'z'));
+  EXPECT_EQ(f.torn_streams, 1u);
+  ASSERT_EQ(f.streams.size(), 1u);
+  EXPECT_EQ(f.streams[0].stream, 0x2u);
+  EXPECT_EQ(std::string(f.header.launch_note).size(), sizeof(FileHeader::launch_note) - 1);
+  const uint64_t far = 1000;
+  patch(path, offsetof(FileHeader, first_error_index), &far, sizeof(far));
+  f = read_ok(path);
+  EXPECT_EQ(f.header.first_error_index, 0u) << "beyond every claimed record";
+}
+
+TEST(FlightRecorderV3, AVersionTwoFileHasNoLaunchFields) {
+  TempDir dir;
+  const std::string path = dir.file("v2.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4)), 0);  // no name or stream table: a version 2 layout
+  w.append(sample(0));
+  w.close(1);
+  // Make it a version 2 file whose version 3 bytes hold garbage: nothing of it may be believed.
+  const uint32_t v2 = 2;
+  patch(path, offsetof(FileHeader, version), &v2, sizeof(v2));
+  const uint32_t garbage = 77;
+  patch(path, offsetof(FileHeader, launch_mode), &garbage, sizeof(garbage));
+  patch(path, offsetof(FileHeader, cuda_errors), &garbage, sizeof(garbage));
+  patch(path, offsetof(FileHeader, names_used), &garbage, sizeof(garbage));
+  const RecorderFile f = read_ok(path);
+  EXPECT_EQ(f.header.version, 2u);
+  EXPECT_EQ(f.header.launch_mode, 0u);
+  EXPECT_EQ(f.header.cuda_errors, 0u);
+  EXPECT_TRUE(f.names.empty());
+  ASSERT_EQ(f.records.size(), 1u);
+  expect_same_call(f.records[0].record, sample(0));
 }
 
 }  // namespace
