@@ -534,7 +534,7 @@ void LaunchCollector::State::report_error(const ApiCall& exit) {
   r.redop = static_cast<int16_t>(call.domain);
   const uint64_t index = append_complete(s.writer, r, exit.result, exit.time_ns);
   if (index == UINT64_MAX) return;
-  s.writer->set_first_error(index);
+  s.writer->set_first_error(index + 1);  // the header holds ring index + 1 (0: none)
   std::function<void(uint64_t)> handler;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
