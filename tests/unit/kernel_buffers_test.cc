@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 #include <vector>
 
+#include "kernels/stats.h"
+#include "shim/config.h"
 #include "tests/unit/fake_cuda_queries.h"
 
 namespace trainscope::launches {
@@ -152,6 +156,21 @@ TEST(KernelBuffers, ASignatureThatDisagreesWithTheLayoutIsNotTrusted) {
   EXPECT_EQ(launch.buffers[0].label, "output[0]");
   EXPECT_EQ(launch.buffers[0].tensor.dtype, DType::kUint8);
   EXPECT_EQ(launch.buffers[0].tensor.count, 1024u);
+}
+
+TEST(KernelBuffers, EveryKernelDtypeTheConfigurationAcceptsIsAStatisticsType) {
+  // The collector reads TRAINSCOPE_KERNEL_DTYPE with stats::parse_dtype: every accepted value must parse there.
+  const std::string accepted = config_vars()[kVarKernelDtype].accepted;
+  size_t begin = 0;
+  int names = 0;
+  while (begin <= accepted.size()) {
+    const size_t end = std::min(accepted.find('|', begin), accepted.size());
+    const std::string name = accepted.substr(begin, end - begin);
+    EXPECT_TRUE(stats::parse_dtype(name).has_value()) << name;
+    ++names;
+    begin = end + 1;
+  }
+  EXPECT_EQ(names, stats::kDTypeCount);
 }
 
 }  // namespace
