@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "collectors/launches/launch_event.h"
 #include "kernels/stats_kernel_abi.h"
 
 // Generated from the fatbin by kernels/embed_file.cmake (an empty array when TRAINSCOPE_BUILD_KERNELS is OFF).
@@ -66,16 +67,9 @@ struct Driver {
 
 namespace {
 
-thread_local int t_inside_depth = 0;
-
-// Marks this thread as inside our own driver calls for the scope (see inside_own_launch()).
-class InsideScope {
- public:
-  InsideScope() { ++t_inside_depth; }
-  ~InsideScope() { --t_inside_depth; }
-  InsideScope(const InsideScope&) = delete;
-  InsideScope& operator=(const InsideScope&) = delete;
-};
+// Marks this thread as inside our own driver calls for the scope: the launch collector's own-call mark, so one
+// thread-local says it to both (see inside_own_launch()).
+using InsideScope = launches::OwnCudaCalls;
 
 // Our driver calls must not invalidate another thread's graph capture in global mode (cuMemAlloc is not allowed then);
 // relaxed mode for this thread while we are inside, restored afterwards.
@@ -230,7 +224,7 @@ const char* gpu_status_name(GpuStatus status) {
   return "?";
 }
 
-bool inside_own_launch() { return t_inside_depth > 0; }
+bool inside_own_launch() { return launches::own_cuda_call_active(); }
 bool kernels_built() { return trainscope_stats_fatbin_size != 0; }
 std::size_t embedded_fatbin_size() { return trainscope_stats_fatbin_size; }
 
@@ -522,3 +516,17 @@ bool PendingStats::wait() {
 }
 
 }  // namespace trainscope::stats
+
+namespace trainscope::launches {
+
+namespace {
+// How deep this thread is inside trainscope's own CUDA calls (the statistics kernel's launches and queries, the
+// engine's driver questions): one counter for the launch collector and the statistics launcher alike.
+thread_local int t_own_cuda_depth = 0;
+}  // namespace
+
+bool own_cuda_call_active() { return t_own_cuda_depth > 0; }
+OwnCudaCalls::OwnCudaCalls() { ++t_own_cuda_depth; }
+OwnCudaCalls::~OwnCudaCalls() { --t_own_cuda_depth; }
+
+}  // namespace trainscope::launches

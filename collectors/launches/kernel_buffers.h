@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "collectors/launches/kernel_names.h"
+#include "collectors/launches/launch_event.h"
 #include "kernels/gpu_stats.h"
 
 namespace trainscope::launches {
@@ -29,5 +32,32 @@ struct WatchedLaunch {
   std::vector<WatchedBuffer> buffers;  // in parameter order
   std::string note;  // why some parameters are not shown ("no parameter layout: driver older than CUDA 12.4", ...)
 };
+
+// What the demangled name says about a kernel's buffers, worked out once per CUfunction.
+struct KernelSignature {
+  std::string name;                       // demangled
+  std::string short_name;                 // kernel_short_name()
+  std::vector<ParameterType> parameters;  // empty when the name has no signature (extern "C": Triton, cuBLAS)
+  bool has_template_type = false;         // a floating type among the template arguments ...
+  stats::DType template_type = stats::DType::kFloat32;  // ... the first one
+};
+KernelSignature describe_kernel(std::string_view demangled);
+
+struct BufferOptions {
+  bool has_default_type = false;  // TRAINSCOPE_KERNEL_DTYPE given ...
+  stats::DType default_type = stats::DType::kFloat32;
+  uint64_t max_buffer_bytes = uint64_t{1} << 30;  // a buffer's extent is cut here (the frame's note says so)
+};
+
+// The most parameters a watched kernel's layout is read for (cuFuncGetParamInfo is asked for at most this many).
+inline constexpr uint32_t kMaxWatchedParameters = 256;
+
+// The watched launch of `call` (a kernel launch with its `params`): every parameter the size of a pointer whose value
+// falls in device memory is a buffer, running to the end of its allocation or to the next buffer parameter that
+// starts later in the same allocation, capped at options.max_buffer_bytes. Its element type is the parameter's
+// pointee type, else the kernel's first floating template argument, else options.default_type; a buffer none of them
+// types is left out. `note` says what was left out or cut, and why.
+WatchedLaunch watched_launch(const ApiCall& call, const KernelSignature& kernel, CudaQueries& queries,
+                             const BufferOptions& options);
 
 }  // namespace trainscope::launches

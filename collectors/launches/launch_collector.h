@@ -30,8 +30,9 @@ struct WatchedLaunch;  // kernel_buffers.h
 class LaunchWatcher {
  public:
   virtual ~LaunchWatcher() = default;
-  // Before the real launch, on the launching thread: `launch` lists the buffers and their dtypes. `index` is the
-  // launch's record index. Never called for a capturing stream.
+  // Before the real launch, on the launching thread: `launch` lists the buffers and their dtypes. `index` is 0: the
+  // launch's record is appended at the call's exit (after_launch gets its index). Never called for a capturing
+  // stream. Both run inside OwnCudaCalls: the watcher's CUDA calls are not recorded.
   virtual void before_launch(const WatchedLaunch& launch, uint64_t index) = 0;
   // After it returned `result` (the statistics of the outputs go on the same stream, after the kernel).
   virtual void after_launch(const WatchedLaunch& launch, uint64_t index, int32_t result) = 0;

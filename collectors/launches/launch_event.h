@@ -78,7 +78,9 @@ class CudaQueries {
 };
 
 // True on the thread while trainscope itself calls CUDA (the statistics kernel, queries): those calls are never
-// recorded, watched or counted as the job's errors. Set by the engine around its own CUDA use.
+// recorded, watched or counted as the job's errors. Set by the engine around its own CUDA use, by the statistics
+// launcher (kernels/gpu_stats.cc, where the one thread-local behind both lives: stats::inside_own_launch() reads it
+// too) and by the collector around its CudaQueries, LaunchWatcher and first-error handler calls.
 bool own_cuda_call_active();
 class OwnCudaCalls {
  public:

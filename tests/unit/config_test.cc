@@ -775,11 +775,20 @@ TEST(ConfigFrames, AcceptedForms) {
   EXPECT_EQ(text_of(c, kVarAbortAfterBatch), "0");
 }
 
+// A value refused with one line naming the variable and containing `expected` (the accepted forms, or why).
+struct Bad {
+  const char* assignment;
+  const char* expected;  // part of the one-line error
+};
+void expect_refused(const char* assignment, const char* expected) {
+  Config c;
+  const std::string error = parse_one(assignment, &c);
+  const std::string name(assignment, std::strchr(assignment, '=') - assignment);
+  EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << assignment << ": " << error;
+  EXPECT_NE(error.find(expected), std::string::npos) << assignment << ": " << error;
+}
+
 TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
-  struct Bad {
-    const char* assignment;
-    const char* expected;  // part of the one-line error
-  };
   const Bad bad[] = {
       {"TRAINSCOPE_WATCH=all", "accepted off|collectives|kernels:REGEX|collectives,kernels:REGEX"},
       {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
@@ -802,13 +811,7 @@ TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
       {"TRAINSCOPE_TRACE_BATCHES=", "(empty)"},
       {"TRAINSCOPE_ABORT_AFTER_BATCH=-2", "a batch number from 0"},
   };
-  for (const Bad& b : bad) {
-    Config c;
-    const std::string error = parse_one(b.assignment, &c);
-    const std::string name(b.assignment, std::strchr(b.assignment, '=') - b.assignment);
-    EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << b.assignment << ": " << error;
-    EXPECT_NE(error.find(b.expected), std::string::npos) << b.assignment << ": " << error;
-  }
+  for (const Bad& b : bad) expect_refused(b.assignment, b.expected);
 }
 
 // ---- launches (issue 12) ----
@@ -873,10 +876,6 @@ TEST(ConfigLaunches, KernelDtypeTakesTheStatisticsNames) {
 }
 
 TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
-  struct Bad {
-    const char* assignment;
-    const char* expected;
-  };
   const Bad bad[] = {
       {"TRAINSCOPE_LAUNCHES=yes", "accepted on|calls|off"},
       {"TRAINSCOPE_WATCH=kernels:", "(the regular expression after kernels: is empty)"},
@@ -887,13 +886,7 @@ TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
       {"TRAINSCOPE_KERNEL_DTYPE=fp16", "accepted float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8"},
       {"TRAINSCOPE_KERNEL_DTYPE=", "(empty)"},
   };
-  for (const Bad& b : bad) {
-    Config c;
-    const std::string error = parse_one(b.assignment, &c);
-    const std::string name(b.assignment, std::strchr(b.assignment, '=') - b.assignment);
-    EXPECT_NE(error.find("trainscope: invalid " + name + "="), std::string::npos) << b.assignment << ": " << error;
-    EXPECT_NE(error.find(b.expected), std::string::npos) << b.assignment << ": " << error;
-  }
+  for (const Bad& b : bad) expect_refused(b.assignment, b.expected);
   // A regex too long for the configuration is refused, not cut.
   Config c;
   const std::string error = parse_one("TRAINSCOPE_WATCH=kernels:" + std::string(kMaxWatchKernels + 1, 'a'), &c);
