@@ -652,6 +652,9 @@ void subscribe(Launches& l) {
   });
   g_active.store(&l, std::memory_order_release);
   l.thread = std::thread(thread_loop, &l);
+  // exit() runs atexit handlers (static destructors included: CUPTI's own teardown) before the shim's destructor
+  // stops the engine. Registered after libcupti's, ours runs before its teardown: no flush into a torn-down CUPTI.
+  std::atexit(stop_launches);
 }
 
 void start_locked() {
@@ -690,7 +693,8 @@ void start_launches() {
 }
 
 void stop_launches() {
-  Launches* l = g_active.load(std::memory_order_acquire);
+  // From then on CUPTI's callbacks are ignored: what exit() tears down after this is not ours to touch.
+  Launches* l = g_active.exchange(nullptr, std::memory_order_acq_rel);
   if (l == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(l->mutex);
