@@ -24,6 +24,8 @@
 #include "collectors/launches/launch_collector.h"
 #include "collectors/launches/launch_event.h"
 #include "kernels/gpu_stats.h"
+#include "reports/cuda_error_report.h"
+#include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
 #include "shim/engine/engine_logging.h"
 
@@ -460,7 +462,8 @@ struct Launches {
   std::mutex completion_mutex;  // CUPTI may hand buffers back on its own thread as well as in our flush
   // The first error: the collector's handler stores the record index + 1; the thread writes the report.
   std::atomic<uint64_t> first_error{0};
-  bool error_report_written = false;
+  bool error_report_written = false;  // written once (the log says so); rewritten at stop
+  bool error_report_failed = false;   // said once
   std::mutex mutex;
   std::condition_variable wake;
   bool stopping = false;
@@ -560,27 +563,46 @@ void flush_activity(Launches& l) {
 }
 
 // ---- The first error's report ---------------------------------------------------------------------------------------
-void write_cuda_error_report_file(Launches& l) {
-  log(LogLevel::kError, ("the job's first CUDA error is record " + std::to_string(l.first_error.load() - 1) + " of " +
-                         l.setup.recorder_path)
-                            .c_str());
+// Built from the live recorder file (reports/cuda_error_report.h), as `trainscope report` rebuilds it for a process
+// that died first: at the error, on this thread, and again at stop, when more of its launches are known finished.
+void write_error_report(Launches& l) {
+  if (l.first_error.load() == 0) return;
+  recorder::RecorderFile file;
+  std::string error;
+  reports::CudaErrorReport report;
+  if (!recorder::read_recorder_file(l.setup.recorder_path, &file, &error) ||
+      !reports::build_cuda_error_report(file, &report)) {
+    if (!l.error_report_failed)
+      log(LogLevel::kWarn, ("cannot write the cuda-error report: " +
+                            (error.empty() ? "the first error's record was overwritten" : error))
+                               .c_str());
+    l.error_report_failed = true;
+    return;
+  }
+  const reports::CudaErrorFiles files = reports::write_cuda_error_report(l.setup.run_dir, file);
+  if (!files.error.empty()) {
+    if (!l.error_report_failed) log(LogLevel::kWarn, ("cannot write the cuda-error report: " + files.error).c_str());
+    l.error_report_failed = true;
+    return;
+  }
+  if (!l.error_report_written)
+    log(LogLevel::kError,
+        ("first CUDA error: " + reports::cuda_error_summary(report) + " (report: " + files.text_path + ")").c_str());
+  l.error_report_written = true;
 }
 
-void write_error_report(Launches& l) {
-  if (l.error_report_written || l.first_error.load() == 0) return;
-  l.error_report_written = true;
-  // The report is built from the recorder file, as `trainscope report` would rebuild it (reports/cuda_error_report.h).
-  write_cuda_error_report_file(l);
+// The first error happened and its report was neither written nor refused yet.
+bool error_report_due(const Launches& l) {
+  return l.first_error.load() != 0 && !l.error_report_written && !l.error_report_failed;
 }
 
 void thread_loop(Launches* l) {
   std::unique_lock<std::mutex> lock(l->mutex);
   while (!l->stopping) {
-    l->wake.wait_for(lock, kFlushPeriod,
-                     [l] { return l->stopping || (l->first_error.load() != 0 && !l->error_report_written); });
+    l->wake.wait_for(lock, kFlushPeriod, [l] { return l->stopping || error_report_due(*l); });
     if (l->stopping) break;
     lock.unlock();
-    if (l->first_error.load() != 0 && !l->error_report_written) write_error_report(*l);
+    if (error_report_due(*l)) write_error_report(*l);
     // Only while some launch is not known finished: an idle process is never woken for nothing.
     if (l->activity && l->launched.load(std::memory_order_relaxed) > l->completed.load(std::memory_order_relaxed))
       flush_activity(*l);
