@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "integration_helpers.h"
+#include "python_helpers.h"
 #include "reports/flight_record_format.h"
 #include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
@@ -95,16 +96,9 @@ std::string describe(const RecorderFile& file, const recorder::Record& r, uint64
   return name + "@" + (r.stream == stream_a ? "A" : "B");
 }
 
-TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
-  TempDir dir;
-  const ProcessResult result = run_job(cuda_job_options(dir));
-  ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_TRUE(contains(result.out, "sync 700 launch 700")) << result.out;
-  const RecorderFile file = recorder_of(dir);
-  EXPECT_EQ(file.header.launch_mode, static_cast<uint32_t>(recorder::LaunchMode::kCompletions))
-      << file.header.launch_note;
-
-  // The launches and the calls around them, in ring order.
+// The launches and the calls around them, in ring order: "scale_kernel@A capturing", "ncclAllReduce",
+// "error cuStreamSynchronize 700", "scale_kernel@A -> 700" (the launch's result when it failed).
+std::vector<std::string> launch_sequence(const RecorderFile& file) {
   std::vector<std::string> sequence;
   uint64_t stream_a = 0;
   for (const RecordedCall& call : file.records) {
@@ -123,12 +117,26 @@ TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
                          std::to_string(r.result));
     }
   }
-  const std::vector<std::string> expected = {
-      "scale_kernel@A",  // before any NCCL call: the driver's injection started the collector
-      "ncclCommInitRank", "add_kernel@B",  "ncclAllReduce",  "scale_kernel@A capturing",      "graph@A",
-      "add_kernel@B",     "ncclAllReduce", "fault_kernel@B", "error cuStreamSynchronize 700", "scale_kernel@A -> 700",
-  };
-  EXPECT_EQ(sequence, expected) << ::testing::PrintToString(sequence);
+  return sequence;
+}
+
+// cuda_launches_program's (and cuda_launches_job.py's) default scenario.
+const std::vector<std::string> kExpectedSequence = {
+    "scale_kernel@A",  // before any NCCL call: the driver's injection started the collector
+    "ncclCommInitRank", "add_kernel@B",  "ncclAllReduce",  "scale_kernel@A capturing",      "graph@A",
+    "add_kernel@B",     "ncclAllReduce", "fault_kernel@B", "error cuStreamSynchronize 700", "scale_kernel@A -> 700",
+};
+
+TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
+  TempDir dir;
+  const ProcessResult result = run_job(cuda_job_options(dir));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(contains(result.out, "sync 700 launch 700")) << result.out;
+  const RecorderFile file = recorder_of(dir);
+  EXPECT_EQ(file.header.launch_mode, static_cast<uint32_t>(recorder::LaunchMode::kCompletions))
+      << file.header.launch_note;
+
+  EXPECT_EQ(launch_sequence(file), kExpectedSequence) << ::testing::PrintToString(launch_sequence(file));
 
   // Names: interned once per function although scale_kernel was launched four times.
   size_t scale_names = 0;
@@ -245,6 +253,68 @@ TEST(Launches, SyncedLaunchesAreFinishedAndTheSpinningOneIsNot) {
   EXPECT_NE(file.launch_progress(launches.back()->record).state, recorder::LaunchState::kFinished)
       << "spin_kernel never finishes";
 }
+
+TEST(Launches, TrainscopeRunMakesTheLibraryTheDriversInjectionUnlessTheJobChoseOne) {
+  TempDir dir;
+  ProcessOptions options = cuda_job_options(dir);
+  options.env["LD_PRELOAD"] =
+      sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::optional<std::string>();
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.env["TRAINSCOPE_COORDINATOR"] = std::nullopt;
+  const std::vector<std::string> run = {TS_TOOL,     "run",
+                                        "--dir",     dir.path() + "/runs",
+                                        "--run-id",  "job",
+                                        "--library", TS_SHIM,
+                                        "--",        program("cuda_launches_program")};
+  const ProcessResult result = testing::run_process(run, options);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(launch_sequence(recorder_of(dir)), kExpectedSequence);
+
+  TempDir other_dir;
+  options.env["CUDA_INJECTION64_PATH"] = other_dir.path() + "/libanother_tool.so";
+  std::vector<std::string> other_run = run;
+  other_run[3] = other_dir.path() + "/runs";
+  const ProcessResult other = testing::run_process(other_run, options);
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_TRUE(contains(other.err, "[trainscope][run] CUDA_INJECTION64_PATH is set (" + other_dir.path() +
+                                      "/libanother_tool.so): CUDA launches are recorded from the first NCCL call on"))
+      << other.err;
+  EXPECT_EQ(launch_sequence(recorder_of(other_dir)).front(), "ncclCommInitRank");
+}
+
+// ---- the Python twin, on every CPython 3.9-3.13 found ----
+
+class LaunchesFromPython : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    python_ = testing::find_python(GetParam());
+    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
+  }
+  testing::FoundPython python_;
+};
+
+TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
+  TempDir dir;
+  ProcessOptions options = cuda_job_options(dir);
+  clean_python_environment(&options);
+  options.env["RANK"] = "0";
+  options.env["WORLD_SIZE"] = "1";
+  const ProcessResult result = testing::run_process({python_.path, python_job("cuda_launches_job.py")}, options);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "sync 700 launch 700\ndone\n");
+  const RecorderFile file = recorder_of(dir);
+  EXPECT_EQ(launch_sequence(file), kExpectedSequence) << ::testing::PrintToString(launch_sequence(file));
+  int reports = 0;
+  const std::string text = report(dir, "cuda-error-rank0", &reports);
+  EXPECT_EQ(reports, 1);
+  EXPECT_TRUE(contains(text, "fault_kernel")) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, LaunchesFromPython,
+                         ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                           return "Python3_" + std::to_string(param_info.param);
+                         });
 
 }  // namespace
 }  // namespace trainscope
