@@ -730,8 +730,8 @@ void stop_launches() {
 void abandon_launches() {
   Launches* l = g_active.exchange(nullptr, std::memory_order_acq_rel);
   if (l != nullptr && l->thread.joinable()) l->thread.detach();
-  // The child never records launches: its CUDA (if any) is its parent's, unusable after fork.
-  std::lock_guard<std::mutex> lock(g_start_mutex);
+  // The child never records launches: its CUDA (if any) is its parent's, unusable after fork. No lock: the child has
+  // one thread, and another thread of the parent may have held g_start_mutex at the fork.
   g_tried = true;
 }
 

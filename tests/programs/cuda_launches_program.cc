@@ -8,14 +8,17 @@
 //   more launch fails the same way.
 //
 // Options: --profiler-first subscribes to CUPTI before cuInit, as torch.profiler or Nsight Systems would hold it;
-// --no-fault stops before the faulting kernel; --spin ends with a kernel that never finishes on B (not waited for).
+// --no-fault stops before the faulting kernel; --spin ends with a kernel that never finishes on B (not waited for);
+// --loop N only launches scale_kernel N times on A (synchronised every 1024) and prints the time per launch.
 // The modules are the stand-in driver's text modules ("<mangled name> <parameter sizes> [fault|hang]").
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
   bool profiler_first = false;
   bool fault = true;
   bool spin = false;
+  long loop = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--profiler-first") == 0) {
       profiler_first = true;
@@ -71,8 +75,10 @@ int main(int argc, char** argv) {
       fault = false;
     } else if (std::strcmp(argv[i], "--spin") == 0) {
       spin = true;
+    } else if (std::strcmp(argv[i], "--loop") == 0 && i + 1 < argc) {
+      loop = std::atol(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin]\n");
+      std::fprintf(stderr, "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--loop N]\n");
       return 2;
     }
   }
@@ -95,6 +101,16 @@ int main(int argc, char** argv) {
   check_cu(cuMemAlloc(&x, kCount * sizeof(float)), "cuMemAlloc x");
   check_cu(cuMemAlloc(&y, kCount * sizeof(float)), "cuMemAlloc y");
   int n = kCount;
+  if (loop > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < loop; ++i) {
+      check_cu(launch(k.scale, 4, 64, 0, a, {&x, &y, &n}), "scale on a");
+      if (i % 1024 == 1023) check_cu(cuStreamSynchronize(a), "cuStreamSynchronize a");
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    std::printf("launch loop: %.0f ns per launch (%ld launches)\n", ns / static_cast<double>(loop), loop);
+    return 0;
+  }
   // Before any NCCL call: seen only when the driver's injection started the collector.
   check_cu(launch(k.scale, 4, 64, 0, a, {&x, &y, &n}), "scale on a");
 
