@@ -424,11 +424,15 @@ void describe_driver(ApiCall& call, CUpti_CallbackId cbid, const void* p) {
   }
 }
 
-// Whether a launch's stream was capturing, asked once at its enter and remembered for its exit (a runtime launch
-// and the driver launch inside it are open at once on a thread; a few slots cover any nesting seen in practice).
+// Whether a launch's stream was capturing, asked once per launch and remembered for its exit. A runtime launch and
+// the driver launch inside it are open at once on a thread: the inner one, on the same stream, reuses the outer one's
+// answer (one driver question per launch, not two). A few slots cover any nesting seen in practice.
 struct CaptureMemo {
-  uint32_t correlation[4];
-  bool capturing[4];
+  static constexpr unsigned kSlots = 4;
+  uint32_t correlation[kSlots];
+  uint64_t stream[kSlots];
+  bool capturing[kSlots];
+  bool open[kSlots];  // entered, exit not seen yet
   unsigned next;
 };
 thread_local CaptureMemo t_capture{};
@@ -436,13 +440,28 @@ thread_local CaptureMemo t_capture{};
 bool capturing_at(const ApiCall& call) {
   CaptureMemo& memo = t_capture;
   if (call.phase == launches::Phase::kExit) {
-    for (int i = 0; i < 4; ++i)
-      if (memo.correlation[i] == call.correlation && call.correlation != 0) return memo.capturing[i];
+    for (unsigned i = 0; i < CaptureMemo::kSlots; ++i) {
+      if (memo.open[i] && memo.correlation[i] == call.correlation) {
+        memo.open[i] = false;
+        return memo.capturing[i];
+      }
+    }
+    return stream_capturing(call.stream);  // its enter was not seen (the collector started in between)
   }
-  const bool capturing = stream_capturing(call.stream);
-  const unsigned slot = memo.next++ % 4;
+  bool capturing = false;
+  bool known = false;
+  for (unsigned i = 0; i < CaptureMemo::kSlots && !known; ++i) {
+    if (memo.open[i] && memo.stream[i] == call.stream) {
+      capturing = memo.capturing[i];
+      known = true;
+    }
+  }
+  if (!known) capturing = stream_capturing(call.stream);
+  const unsigned slot = memo.next++ % CaptureMemo::kSlots;
   memo.correlation[slot] = call.correlation;
+  memo.stream[slot] = call.stream;
   memo.capturing[slot] = capturing;
+  memo.open[slot] = true;
   return capturing;
 }
 
