@@ -162,6 +162,27 @@ TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
   EXPECT_GE(file.header.cuda_errors, 2u);
 }
 
+TEST(Launches, RuntimeLaunchesAreRecordedOnceWithTheDriverLaunchInside) {
+  TempDir dir;
+  const ProcessResult result = run_job(cuda_job_options(dir), {"--runtime"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(contains(result.out, "sync 700 launch 700")) << result.out;
+  const RecorderFile file = recorder_of(dir);
+  std::vector<std::string> expected = kExpectedSequence;
+  for (std::string& entry : expected)
+    if (entry == "error cuStreamSynchronize 700") entry = "error cudaStreamSynchronize 700";  // the job's own call
+  EXPECT_EQ(launch_sequence(file), expected) << ::testing::PrintToString(launch_sequence(file));
+  const auto launches = with_op(file, Op::kKernelLaunch);
+  ASSERT_EQ(launches.size(), 6u);
+  for (const RecordedCall* launch : launches) {
+    EXPECT_EQ(recorder::launch_domain(launch->record.redop), recorder::CudaDomain::kRuntime) << launch->index;
+    EXPECT_NE(launch->record.caller, 0u) << "the CUfunction, from the driver launch inside";
+  }
+  // Kernel activity carries the runtime call's correlation id: the launches before the first sync finished.
+  EXPECT_EQ(file.launch_progress(launches[0]->record).state, recorder::LaunchState::kFinished);
+  EXPECT_EQ(file.launch_progress(launches[1]->record).state, recorder::LaunchState::kFinished);
+}
+
 TEST(Launches, FirstCudaErrorHasAReportNamingTheCallAndTheKernelBeforeIt) {
   TempDir dir;
   const ProcessResult result = run_job(cuda_job_options(dir));

@@ -9,7 +9,9 @@
 //
 // Options: --profiler-first subscribes to CUPTI before cuInit, as torch.profiler or Nsight Systems would hold it;
 // --no-fault stops before the faulting kernel; --spin ends with a kernel that never finishes on B (not waited for);
-// --loop N only launches scale_kernel N times on A (synchronised every 1024) and prints the time per launch.
+// --loop N only launches scale_kernel N times on A (synchronised every 1024) and prints the time per launch;
+// --runtime launches and synchronises streams through the CUDA runtime (cudaLaunchKernel, cudaStreamSynchronize:
+// runtime callbacks around the driver's), the kernel's host handle being its CUfunction as the stand-in runtime takes.
 // The modules are the stand-in driver's text modules ("<mangled name> <parameter sizes> [fault|hang]").
 #include <cuda.h>
 #include <cupti.h>
@@ -56,9 +58,19 @@ struct Kernels {
   CUfunction spin = nullptr;
 };
 
+bool g_runtime_api = false;  // --runtime
+
 CUresult launch(CUfunction f, unsigned grid, unsigned block, unsigned shared, CUstream stream,
                 std::vector<void*> args) {
+  if (g_runtime_api)
+    return static_cast<CUresult>(cudaLaunchKernel(reinterpret_cast<const void*>(f), dim3(grid), dim3(block),
+                                                  args.data(), shared, reinterpret_cast<cudaStream_t>(stream)));
   return cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared, stream, args.data(), nullptr);
+}
+
+CUresult synchronize(CUstream stream) {
+  if (g_runtime_api) return static_cast<CUresult>(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  return cuStreamSynchronize(stream);
 }
 
 }  // namespace
@@ -75,10 +87,13 @@ int main(int argc, char** argv) {
       fault = false;
     } else if (std::strcmp(argv[i], "--spin") == 0) {
       spin = true;
+    } else if (std::strcmp(argv[i], "--runtime") == 0) {
+      g_runtime_api = true;
     } else if (std::strcmp(argv[i], "--loop") == 0 && i + 1 < argc) {
       loop = std::atol(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--loop N]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--runtime] [--loop N]\n");
       return 2;
     }
   }
@@ -105,7 +120,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     for (long i = 0; i < loop; ++i) {
       check_cu(launch(k.scale, 4, 64, 0, a, {&x, &y, &n}), "scale on a");
-      if (i % 1024 == 1023) check_cu(cuStreamSynchronize(a), "cuStreamSynchronize a");
+      if (i % 1024 == 1023) check_cu(synchronize(a), "cuStreamSynchronize a");
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
     std::printf("launch loop: %.0f ns per launch (%ld launches)\n", ns / static_cast<double>(loop), loop);
@@ -127,8 +142,8 @@ int main(int argc, char** argv) {
 
   check_cu(launch(k.add, 8, 32, 128, b, {&y, &x, &x, &n}), "add on b");
   all_reduce(a);
-  check_cu(cuStreamSynchronize(a), "cuStreamSynchronize a");
-  check_cu(cuStreamSynchronize(b), "cuStreamSynchronize b");
+  check_cu(synchronize(a), "cuStreamSynchronize a");
+  check_cu(synchronize(b), "cuStreamSynchronize b");
 
   // A graph: the launch under capture is recorded into it, not run; the graph launch runs it.
   check_cu(cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
@@ -147,7 +162,7 @@ int main(int argc, char** argv) {
   }
   if (fault) {
     check_cu(launch(k.fault, 1, 32, 0, b, {&x}), "fault on b");
-    const CUresult failed = cuStreamSynchronize(b);
+    const CUresult failed = synchronize(b);
     const CUresult after = launch(k.scale, 4, 64, 0, a, {&x, &y, &n});
     std::printf("sync %d launch %d\n", static_cast<int>(failed), static_cast<int>(after));
   }

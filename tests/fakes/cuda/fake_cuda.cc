@@ -65,6 +65,7 @@ std::atomic<int> g_sticky{CUDA_SUCCESS};
 std::mutex g_mutex;  // guards the allocations and the init state
 std::map<uintptr_t, size_t> g_allocations;
 bool g_initialised = false;
+thread_local uint32_t t_runtime_correlation = 0;  // see tsfake_cuda_runtime_call
 
 CUcontext fake_context() { return reinterpret_cast<CUcontext>(&g_context); }
 
@@ -74,39 +75,11 @@ FakeStream* stream_of(CUstream stream) {
   return handle == 0 || handle == 2 ? &g_legacy_stream : reinterpret_cast<FakeStream*>(stream);
 }
 
-// One API call as the tool sees it: enter on construction, exit with the result in finish().
-class ApiCall {
+// A driver API call (fake_cuda_tool.h).
+class ApiCall : public TsfakeApiCall<CUresult> {
  public:
   ApiCall(CUpti_driver_api_trace_cbid cbid, const char* name, const void* params, const char* symbol = nullptr)
-      : cbid_(cbid) {
-    data_.functionName = name;
-    data_.functionParams = params;
-    data_.functionReturnValue = &result_;
-    data_.symbolName = symbol;
-    data_.context = fake_context();
-    data_.contextUid = 1;
-    data_.correlationData = &correlation_data_;
-    data_.correlationId = g_correlation.fetch_add(1, std::memory_order_relaxed) + 1;
-    report(CUPTI_API_ENTER);
-  }
-  CUresult finish(CUresult result) {
-    result_ = result;
-    report(CUPTI_API_EXIT);
-    return result;
-  }
-  uint32_t correlation() const { return data_.correlationId; }
-
- private:
-  void report(CUpti_ApiCallbackSite site) {
-    data_.callbackSite = site;
-    if (const TsfakeCudaTool* tool = g_tool.load(std::memory_order_acquire); tool != nullptr && tool->api != nullptr)
-      tool->api(CUPTI_CB_DOMAIN_DRIVER_API, cbid_, &data_);
-  }
-
-  CUpti_driver_api_trace_cbid cbid_;
-  CUpti_CallbackData data_{};
-  CUresult result_ = CUDA_SUCCESS;
-  uint64_t correlation_data_ = 0;
+      : TsfakeApiCall(CUPTI_CB_DOMAIN_DRIVER_API, cbid, name, params, symbol) {}
 };
 
 CUresult sticky() { return static_cast<CUresult>(g_sticky.load(std::memory_order_relaxed)); }
@@ -118,7 +91,8 @@ void kernel_ran(uint32_t correlation, FakeStream* stream, const char* name, bool
   const uint64_t now = tsfake_cuda_timestamp();
   if (const TsfakeCudaTool* tool = g_tool.load(std::memory_order_acquire);
       tool != nullptr && tool->kernel_completed != nullptr)
-    tool->kernel_completed(correlation, fake_context(), stream->id, name, now, now);
+    tool->kernel_completed(t_runtime_correlation != 0 ? t_runtime_correlation : correlation, fake_context(), stream->id,
+                           name, now, now);
 }
 
 [[noreturn]] void block_forever() {
@@ -143,6 +117,20 @@ bool parse_function(const std::string& line, FakeFunction* out) {
 }  // namespace
 
 TSFAKE_EXPORT void tsfake_cuda_set_tool(const TsfakeCudaTool* tool) { g_tool.store(tool, std::memory_order_release); }
+
+TSFAKE_EXPORT void tsfake_cuda_report(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                      const CUpti_CallbackData* data) {
+  if (const TsfakeCudaTool* tool = g_tool.load(std::memory_order_acquire); tool != nullptr && tool->api != nullptr)
+    tool->api(domain, cbid, data);
+}
+
+TSFAKE_EXPORT void tsfake_cuda_runtime_call(uint32_t correlation) { t_runtime_correlation = correlation; }
+
+TSFAKE_EXPORT uint32_t tsfake_cuda_next_correlation(void) {
+  return g_correlation.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+TSFAKE_EXPORT CUcontext tsfake_cuda_context(void) { return fake_context(); }
 
 TSFAKE_EXPORT uint64_t tsfake_cuda_timestamp(void) {
   struct timespec ts;
