@@ -338,18 +338,6 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   return true;
 }
 
-const char* launch_state_name(LaunchState state) {
-  switch (state) {
-    case LaunchState::kFinished:
-      return "finished";
-    case LaunchState::kNotFinished:
-      return "not finished";
-    case LaunchState::kNotKnown:
-      break;
-  }
-  return "unknown";
-}
-
 std::string launch_mode_name(uint32_t mode) {
   switch (static_cast<LaunchMode>(mode)) {
     case LaunchMode::kNone:

@@ -29,8 +29,6 @@ struct LaunchProgress {
   LaunchState state = LaunchState::kNotKnown;
   uint64_t at_ns = 0;  // kFinished: known done by then; kNotFinished: not done as of then; kUnknown: 0
 };
-// "finished", "not finished", "unknown".
-const char* launch_state_name(LaunchState state);
 
 // Everything trustworthy in one recorder file, of format version 1, 2 or 3, in version 3's terms: a version 1 file
 // has no sites (every record's site is 0, its redop read from the old int32 field) and zeros in the header's version 2
