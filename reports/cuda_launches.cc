@@ -259,6 +259,28 @@ std::vector<StreamLaunches> last_launches_per_stream(const RecorderFile& file, s
   return out;
 }
 
+std::vector<StreamLastLaunch> last_launch_per_stream(const RecorderFile& file) {
+  std::vector<StreamLastLaunch> out;
+  for (const StreamLaunches& s : last_launches_per_stream(file, 1)) {
+    const LaunchLine& line = s.last.back();
+    out.push_back({s.stream, line.kernel, line.record.start_ns, line.progress});
+  }
+  return out;
+}
+
+std::string stream_last_launch_text(const StreamLastLaunch& launch) {
+  return "stream " + stream_text(launch.stream) + ": " + reports::printable(launch.kernel) + " launched " +
+         utc_time_of_day(launch.launch_ns) + ", " + launch_progress_text(launch.progress);
+}
+
+json stream_last_launch_json(const StreamLastLaunch& launch) {
+  return {{"stream", launch.stream},
+          {"kernel", launch.kernel},
+          {"start_ns", launch.launch_ns},
+          {"finished", launch_progress_key(launch.progress.state)},
+          {"finished_at_ns", launch.progress.at_ns == 0 ? json(nullptr) : json(launch.progress.at_ns)}};
+}
+
 std::string stream_text(uint64_t stream) {
   if (stream == 0) return "0 (legacy default)";
   if (stream == 2) return "2 (per-thread default)";

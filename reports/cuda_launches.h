@@ -58,6 +58,19 @@ struct StreamLaunches {
 // newest `per_stream` launches.
 std::vector<StreamLaunches> last_launches_per_stream(const RecorderFile& file, size_t per_stream);
 
+// A stream's last launch, as the desync report names it for a rank that waits or did not arrive.
+struct StreamLastLaunch {
+  uint64_t stream = 0;
+  std::string kernel;  // launch_kernel_name
+  uint64_t launch_ns = 0;
+  LaunchProgress progress;
+};
+// The last launch held on each stream of `file`, by launch time (the most recent last).
+std::vector<StreamLastLaunch> last_launch_per_stream(const RecorderFile& file);
+// "stream 0x7f3a5c001200: gemm launched 12:00:00.010000, not finished as of 12:00:00.060000" (printable).
+std::string stream_last_launch_text(const StreamLastLaunch& launch);
+nlohmann::json stream_last_launch_json(const StreamLastLaunch& launch);
+
 // "0x7f3a5c001200"; the default streams by name: "0 (legacy default)", "2 (per-thread default)".
 std::string stream_text(uint64_t stream);
 
