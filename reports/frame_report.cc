@@ -78,12 +78,6 @@ nlohmann::json row_json(const FrameRow& row) {
   return out;
 }
 
-nlohmann::json frame_json(const Frame& frame) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const FrameRow& row : frame.rows) rows.push_back(row_json(row));
-  return {{"name", frame.name}, {"kind", frame.kind}, {"has_nonfinite", frame.has_nonfinite()}, {"rows", rows}};
-}
-
 // The frames a detection report shows: the newest max_frames, oldest first.
 std::pair<std::size_t, std::size_t> shown_range(const DetectionReport& report) {
   const std::size_t shown = std::min(report.frames.size(), report.max_frames);
@@ -119,6 +113,10 @@ std::string ranks_text(const std::vector<const FirstNonfinite*>& group) {
 
 bool point_to_point(const FirstNonfinite& f) { return f.peer >= 0 && (f.op == "ncclSend" || f.op == "ncclRecv"); }
 
+// A watched kernel launch's frame (TRAINSCOPE_WATCH=kernels:REGEX): no communicator, the kernel's short name as op and
+// its record index as call number. A launch is its rank's own: no other rank shares it.
+bool kernel_launch(const FirstNonfinite& f) { return f.comm_id == 0 && collective_phrase(f.op) == f.op; }
+
 // "rank 3" when the coordinator knew the peer's global rank, else its rank in the communicator.
 std::string peer_text(const FirstNonfinite& f) {
   return f.peer_rank >= 0 ? "rank " + std::to_string(f.peer_rank) : "communicator rank " + std::to_string(f.peer);
@@ -126,6 +124,10 @@ std::string peer_text(const FirstNonfinite& f) {
 
 // "all-reduce call #812 in batch 12"; a send/recv is numbered per peer and direction: "send #5 to rank 3 in batch 12".
 std::string call_text(const FirstNonfinite& f) {
+  if (kernel_launch(f)) {
+    return "kernel " + f.op + " (launch record #" + std::to_string(f.call_number) + ") in batch " +
+           std::to_string(f.batch_number);
+  }
   if (point_to_point(f)) {
     return collective_phrase(f.op) + " #" + std::to_string(f.call_number) + (f.op == "ncclSend" ? " to " : " from ") +
            peer_text(f) + " in batch " + std::to_string(f.batch_number);
@@ -136,6 +138,7 @@ std::string call_text(const FirstNonfinite& f) {
 
 bool same_call(const FirstNonfinite& a, const FirstNonfinite& b) {
   if (a.batch_number != b.batch_number || a.comm_id != b.comm_id || a.call_number != b.call_number) return false;
+  if (kernel_launch(a) || kernel_launch(b)) return a.rank == b.rank && a.op == b.op;
   // Sends and receives with one number are as many calls as there are pairs.
   if (point_to_point(a) || point_to_point(b)) return a.op == b.op && a.comm_rank == b.comm_rank && a.peer == b.peer;
   return true;
@@ -161,11 +164,17 @@ Origin analyse(const std::vector<FirstNonfinite>& firsts) {
   if (firsts.empty()) return origin;
   std::vector<const FirstNonfinite*> sorted;
   for (const FirstNonfinite& f : firsts) sorted.push_back(&f);
-  // Earliest batch first; within it, a rank that had the value in its input (it produced it) before one that
-  // received it; then by call number and rank.
+  // Earliest batch first; within it, a kernel that held the value (a rank's own work, before any collective could
+  // bring it: a rank reports its first frame only) before any collective, kernels by record index (ranks running one
+  // program launch the same kernels at about the same index); then a rank that had the value in its input (it
+  // produced it) before one that received it; then by call number and rank.
   std::sort(sorted.begin(), sorted.end(), [](const FirstNonfinite* a, const FirstNonfinite* b) {
-    return std::make_tuple(a->batch_number, a->where, a->call_number, a->comm_id, a->rank) <
-           std::make_tuple(b->batch_number, b->where, b->call_number, b->comm_id, b->rank);
+    const bool a_kernel = kernel_launch(*a);
+    const bool b_kernel = kernel_launch(*b);
+    const NonfiniteWhere a_where = a_kernel ? NonfiniteWhere::kInput : a->where;
+    const NonfiniteWhere b_where = b_kernel ? NonfiniteWhere::kInput : b->where;
+    return std::make_tuple(a->batch_number, !a_kernel, a_where, a->call_number, a->comm_id, a->rank) <
+           std::make_tuple(b->batch_number, !b_kernel, b_where, b->call_number, b->comm_id, b->rank);
   });
   origin.call = sorted.front();
   // A receive's value came from its send: when the sender reported that send, it is the origin, even if the stages
@@ -300,6 +309,24 @@ std::string format_frame_row(const FrameRow& row) {
       return right_aligned("empty") + ' ' + row.label + '\n';
   }
   return right_aligned("?") + ' ' + row.label + '\n';
+}
+
+nlohmann::json frame_json(const Frame& frame) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const FrameRow& row : frame.rows) rows.push_back(row_json(row));
+  nlohmann::json out = {
+      {"name", frame.name}, {"kind", frame.kind}, {"has_nonfinite", frame.has_nonfinite()}, {"rows", rows}};
+  if (frame.launch) {
+    const FrameLaunch& l = *frame.launch;
+    out["launch"] = {{"kernel", l.kernel},
+                     {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
+                     {"block", {l.block[0], l.block[1], l.block[2]}},
+                     {"shared_bytes", l.shared_bytes},
+                     {"stream", "0x" + hex(l.stream)},
+                     {"record_index", l.record_index}};
+    if (!l.note.empty()) out["launch"]["note"] = l.note;
+  }
+  return out;
 }
 
 std::string format_frame(const Frame& frame) {
@@ -513,7 +540,11 @@ std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
   if (!origin.call) return "";
   const std::string call = call_text(*origin.call);
   std::string out;
-  if (!origin.senders.empty()) {
+  if (kernel_launch(*origin.call)) {
+    // The value was in a kernel's buffer before any collective of that rank held it: nothing was sent.
+    const FirstNonfinite& k = *origin.call;
+    out = ranks_text({&k}) + " first saw " + kind_word(k.kind) + " in the " + where_word(k.where) + " of " + call;
+  } else if (!origin.senders.empty()) {
     out = ranks_text(origin.senders) + " sent " + kinds_text(origin.senders) + " in " + call;
     if (!origin.receivers.empty()) {
       out += "; " + ranks_text(origin.receivers) +
@@ -528,7 +559,10 @@ std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
   out += '\n';
   for (const auto& group : origin.others) {
     const FirstNonfinite& f = *group.front();
-    if (f.where == NonfiniteWhere::kInput) {
+    if (kernel_launch(f)) {
+      out += ranks_text(group) + " first saw " + kind_word(f.kind) + " in the " + where_word(f.where) + " of " +
+             call_text(f) + '\n';
+    } else if (f.where == NonfiniteWhere::kInput) {
       out += ranks_text(group) + " sent " + kind_word(f.kind) + " in " + call_text(f) + '\n';
     } else {
       out += ranks_text(group) + " first saw " + kind_word(f.kind) + " in the output of " + call_text(f) + '\n';
@@ -554,7 +588,8 @@ nlohmann::json origin_json(const std::vector<FirstNonfinite>& firsts) {
                    {"communicator", hex(c.comm_id)},
                    {"call_number", c.call_number},
                    {"op", c.op},
-                   {"produced_by_collective", origin.senders.empty()},
+                   {"kernel", kernel_launch(c)},
+                   {"produced_by_collective", !kernel_launch(c) && origin.senders.empty()},
                    {"senders", ranks_json(origin.senders)},
                    {"receivers", ranks_json(origin.receivers)}};
   // The stack the text shows, and whose it is (null, and empty lists, when none is known).

@@ -65,10 +65,23 @@ struct FrameRow {
 };
 
 // One observed call: for a watched NCCL call, name "comm 3f2a9c ncclAllReduce #812" and kind "ncclAllReduce".
+// What a kernel launch's frame (TRAINSCOPE_WATCH=kernels:REGEX) says of the launch beyond its header: the JSON twin's
+// "launch" object, as a collective's name says its communicator and call number.
+struct FrameLaunch {
+  std::string kernel;  // the demangled name
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t shared_bytes = 0;  // dynamic shared memory
+  uint64_t stream = 0;        // CUstream (0: the legacy default stream)
+  uint64_t record_index = 0;  // the launch's record in the flight recorder
+  std::string note;           // why some parameters have no row ("" when none)
+};
+
 struct Frame {
   std::string name;
   std::string kind;
   std::vector<FrameRow> rows;
+  std::optional<FrameLaunch> launch{};  // a kernel launch's frame; absent for a collective's
 
   bool has_nonfinite() const;
   // The first row holding a NaN or an infinity; nullptr when none does.
@@ -80,6 +93,8 @@ struct Frame {
 std::string format_frame_header(const Frame& frame);  // "                  <name> <kind>\n"
 std::string format_frame_row(const FrameRow& row);    // one row line, '\n'-terminated
 std::string format_frame(const Frame& frame);         // header then rows
+// A frame as the JSON twins show it: name, kind, has_nonfinite, rows, and "launch" for a kernel launch's frame.
+nlohmann::json frame_json(const Frame& frame);
 
 // ---- Detection report --------------------------------------------------------------------------------------------
 

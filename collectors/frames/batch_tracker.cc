@@ -122,6 +122,12 @@ BatchEvent BatchTracker::on_collective(const CallInfo& call) {
   if (marker_.kind != MarkerKind::kAuto) settled_ = calls_;
   switch (marker_.kind) {
     case MarkerKind::kAuto:
+      if (optimizer_steps_) {
+        settled_ = calls_;
+        BatchEvent event;
+        event.batch = batch_;
+        return after_optimizer_step(event, n);
+      }
       return auto_step(call_signature(call), n);
     case MarkerKind::kCollective: {
       if (!regex_) break;
@@ -158,6 +164,35 @@ BatchEvent BatchTracker::on_marker() {
   BatchEvent event;
   event.batch = batch_;
   return event;
+}
+
+BatchEvent BatchTracker::on_launch(bool optimizer) {
+  BatchEvent event;
+  event.batch = batch_;
+  if (marker_.kind != MarkerKind::kAuto) return event;
+  if (!optimizer) return after_optimizer_step(event, calls_);
+  if (in_optimizer_run_) return event;  // the same step's next optimizer kernel
+  in_optimizer_run_ = true;
+  batch_ended_ = true;
+  if (!optimizer_steps_) {
+    // The calls fed so far keep what auto knows of them (batch_of: the boundaries of the periods it locked).
+    optimizer_steps_ = true;
+    event.optimizer_steps = true;
+    settled_ = calls_;
+  }
+  return event;
+}
+
+// Work that is not the optimizer's: after an optimizer step it starts the next batch, whose first call is at
+// `first_position` (batch_of numbers the calls by it).
+BatchEvent BatchTracker::after_optimizer_step(BatchEvent event, std::uint64_t first_position) {
+  in_optimizer_run_ = false;
+  if (!batch_ended_) return event;
+  batch_ended_ = false;
+  add_boundary(first_position, batch_ + 1);
+  BatchEvent started = start_batch(batch_ + 1);
+  started.optimizer_steps = event.optimizer_steps;
+  return started;
 }
 
 BatchEvent BatchTracker::on_range_push(std::string_view name) {

@@ -47,6 +47,16 @@
 //     (every cycle start of a lock is kept as a boundary, the last kMaxBoundaries of them). A caller that holds
 //     what it learnt of unsettled calls can number them once they are settled (collectors/frames/held_frames.h).
 //     nvtx, collective and every settle every call as it is fed.
+// ---- auto with optimizer kernels ---------------------------------------------------------------------------------
+// When the launch collector sees the job's kernels, auto also takes the optimizer's step as the end of a batch
+// (on_launch): the first optimizer kernel (multi_tensor_apply with an optimizer functor, fused Adam/AdamW/SGD/LAMB;
+// which kernels count is the caller's predicate, collectors/launches/kernel_names.h) after other work ends the
+// batch, and the next work that is not the optimizer's (a launch or a call) starts the next one. From the first
+// optimizer kernel on, the period of the calls is no longer learnt: every call and launch is settled as it is fed,
+// the calls fed before it keep the numbers auto gave them (batch 0 when no period was locked yet: the first step),
+// and the optimizer's kernels belong to the batch they end. Optimizer kernels that are not the last work of a step
+// (a param group's step between other kernels) end one batch each: the predicate must name step kernels only.
+//
 // Limits: the phase of a cycle is a guess (the start of the repeating span); a job that starts mid-cycle or whose
 // new phase repeats the previous phase's last calls gets a shifted boundary. Periods above max_period (default
 // 4096 calls) are never found. A step whose collective sequence varies from step to step (data-dependent
@@ -110,10 +120,11 @@ std::uint64_t call_signature(const CallInfo& call);
 
 // What one fed call or range changed.
 struct BatchEvent {
-  bool new_batch = false;    // this call / range starts batch `batch`
-  bool renumbered = false;   // auto: a period was (re)learnt and the current number was recomputed
-  bool period_lost = false;  // auto: the locked period stopped matching (numbering frozen until relearnt)
-  std::uint64_t batch = 0;   // the current batch after this call
+  bool new_batch = false;        // this call / range starts batch `batch`
+  bool renumbered = false;       // auto: a period was (re)learnt and the current number was recomputed
+  bool period_lost = false;      // auto: the locked period stopped matching (numbering frozen until relearnt)
+  bool optimizer_steps = false;  // auto: the first optimizer kernel: batches end at optimizer steps from now on
+  std::uint64_t batch = 0;       // the current batch after this call
 };
 
 struct AutoOptions {
@@ -135,6 +146,11 @@ class BatchTracker {
   BatchEvent on_range_push(std::string_view name);
   // A range push already known to match the nvtx: pattern (the shim records only those, as kStepMarker).
   BatchEvent on_marker();
+  // auto: a kernel launch of the job, in record order with the calls; `optimizer`: an optimizer step kernel (see
+  // "auto with optimizer kernels" above). Other markers ignore launches.
+  BatchEvent on_launch(bool optimizer);
+  // auto: batches end at optimizer steps (an optimizer kernel was seen).
+  bool optimizer_steps() const { return optimizer_steps_; }
 
   std::uint64_t current_batch() const { return batch_; }
   // auto: the locked period in calls, 0 while learning.
@@ -169,6 +185,12 @@ class BatchTracker {
   std::array<int8_t, 32> op_matches_ = make_unknown_matches();  // collective: per recorder::Op, -1 not yet known
   std::uint64_t batch_ = 0;
   std::uint64_t markers_seen_ = 0;
+
+  // auto with optimizer kernels:
+  bool optimizer_steps_ = false;
+  bool in_optimizer_run_ = false;  // the latest launch was an optimizer kernel
+  bool batch_ended_ = false;       // an optimizer run ended the batch: the next other work starts the next one
+  BatchEvent after_optimizer_step(BatchEvent event, std::uint64_t first_position);
 
   // collective:
   bool previous_matched_ = false;

@@ -133,6 +133,7 @@ struct LaunchCollector::State {
   std::atomic<uint32_t> api_ids[3][kApiIdsPerDomain] = {};
   std::vector<std::pair<uint64_t, uint32_t>> api_overflow;  // under mutex
   std::function<void(uint64_t)> first_error_handler;
+  std::atomic<void (*)(uint64_t)> launch_handler{nullptr};
 
   // The job's threads (launch_collector.h: on_call).
   void on_call(const ApiCall& call);
@@ -512,6 +513,8 @@ void LaunchCollector::State::record_launch(const ApiCall& exit) {
     const OwnCudaCalls own;
     s.watcher->after_launch(t.watch, index == UINT64_MAX ? 0 : index, exit.result);
   }
+  void (*handler)(uint64_t) = s.launch_handler.load(std::memory_order_acquire);
+  if (handler != nullptr && exit.result == 0 && !call.capturing) handler(r.caller);
 }
 
 void LaunchCollector::State::record_sync(const ApiCall& exit) {
@@ -577,6 +580,10 @@ void LaunchCollector::on_completions_checked(uint64_t ns) {
 void LaunchCollector::set_first_error_handler(std::function<void(uint64_t record_index)> handler) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->first_error_handler = std::move(handler);
+}
+
+void LaunchCollector::set_launch_handler(void (*handler)(uint64_t function_handle)) {
+  state_->launch_handler.store(handler, std::memory_order_release);
 }
 
 bool LaunchCollector::is_optimizer_kernel(uint64_t function_handle) const {

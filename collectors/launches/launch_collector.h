@@ -63,6 +63,10 @@ class LaunchCollector {
   void on_completions_checked(uint64_t ns);
   // Called (once, on the thread whose call failed) after the first error's kCudaError record was appended.
   void set_first_error_handler(std::function<void(uint64_t record_index)> handler);
+  // Called on the launching thread once per launch of the job that ran (recorded, its watched buffers handed over;
+  // not into a capturing stream, not failed), with its CUfunction (0: a graph launch): the engine's batch gate,
+  // which under TRAINSCOPE_STEP_MARKER=auto ends batches at optimizer kernels. Set before the first call; lock-free.
+  void set_launch_handler(void (*handler)(uint64_t function_handle));
   // Whether a batch may start at this kernel (TRAINSCOPE_STEP_MARKER=auto): an optimizer step kernel
   // (multi_tensor_apply, fused Adam/AdamW/SGD/LAMB) ends a batch. Answer cached per CUfunction.
   bool is_optimizer_kernel(uint64_t function_handle) const;

@@ -8,6 +8,7 @@
 
 #include "collectors/frames/batch_tracker.h"
 #include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
 
 namespace trainscope::engine {
@@ -30,6 +31,12 @@ class BatchGate {
     tracker_.on_marker();
     return past_last_batch();
   }
+  bool on_launch(bool optimizer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracker_.on_launch(optimizer);
+    return past_last_batch();
+  }
+  bool counts_launches() const { return tracker_.marker().kind == batch::MarkerKind::kAuto; }
   bool counts_calls() const { return tracker_.marker().kind != batch::MarkerKind::kNvtx; }
   uint64_t last_batch() const { return last_batch_; }
 
@@ -76,6 +83,14 @@ void batch_gate_call(const recorder::Record& record) {
 void batch_gate_marker() {
   BatchGate* gate = g_gate;
   if (gate != nullptr && gate->on_marker()) stop_after_batch(gate->last_batch());
+}
+
+void batch_gate_launch(uint64_t function_handle) {
+  BatchGate* gate = g_gate;
+  // Launches end batches only where optimizer kernels can be told (auto, with the launch collector's predicate).
+  if (gate == nullptr || !gate->counts_launches() || !has_optimizer_kernel_predicate()) return;
+  if (gate->on_launch(function_handle != 0 && is_optimizer_kernel(function_handle)))
+    stop_after_batch(gate->last_batch());
 }
 
 void abandon_batch_gate() { g_gate = nullptr; }

@@ -9,6 +9,7 @@
 // Where the rank stops (N = TRAINSCOPE_ABORT_AFTER_BATCH):
 //   every:K, collective:REGEX  at the first call of batch N+1, once its record is appended, before the real call
 //   nvtx:REGEX                 at the range push that starts batch N+1, before any call of that batch
+//   auto, optimizer kernels    at the first launch or call after the optimizer step of batch N, once it returned
 //   auto                       once the period is learnt, at the first call of batch N+1 as above; when learning it
 //                              (the call that completes `confirmations` cycles, 3 by default) shows that batch N
 //                              has already ended, at that call: the calls of later batches made before it returned
@@ -28,6 +29,11 @@ void start_batch_gate(const Config& config);
 // count) / an NVTX step marker was recorded. Stops the rank, never returning, when it belongs to a batch after N.
 void batch_gate_call(const recorder::Record& record);
 void batch_gate_marker();
+// The job's thread: a kernel launch of `function_handle` (0: a graph launch) returned; under auto, once optimizer
+// kernels are known (engine_kernel_frames.h), the launch after an optimizer step starts the next batch, and the rank
+// stops there when that batch is after N (the launch itself has been made). Launches into a capturing stream are
+// not work of this moment: the caller passes none. The CUPTI adapter calls it after the collector recorded the launch.
+void batch_gate_launch(uint64_t function_handle);
 // Forked child: forget the parent's gate (its lock may have been held at the fork).
 void abandon_batch_gate();
 

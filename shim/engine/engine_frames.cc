@@ -19,11 +19,12 @@
 
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
-#include "collectors/frames/held_frames.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
 #include "shim/engine/engine_exchange.h"
+#include "shim/engine/engine_frame_feed.h"
+#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
@@ -31,10 +32,6 @@
 
 namespace trainscope::engine {
 namespace {
-
-using recorder::Op;
-using recorder::Record;
-using State = WatchedBuffer::State;
 
 constexpr auto kFrameInterval = std::chrono::milliseconds(5);
 // Under TRAINSCOPE_ON_NONFINITE=abort the coordinator stops every rank; this rank waits that long for its verdict
@@ -115,25 +112,15 @@ void write_report(const std::string& run_dir, const std::string& base, const std
   _exit(kStopExitCode);
 }
 
-// "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
-std::string frame_name(const Record& r) {
-  const Op op = static_cast<Op>(r.op);
-  std::string name = "comm " + recorder::short_hex_id(r.comm_id) + " " +
-                     reports::collective_phrase(recorder::op_name(op)) + " #" + std::to_string(r.seq);
-  if (op == Op::kSend) name += " to rank " + std::to_string(r.peer);
-  if (op == Op::kRecv) name += " from rank " + std::to_string(r.peer);
-  return name;
-}
-
 class FrameThread {
  public:
   explicit FrameThread(const FramesSetup& setup)
       : config_(*setup.config),
         header_(setup.recorder),
         run_dir_(setup.run_dir),
-        tracker_(marker_of(config_)),
-        window_(window_options(config_)),
-        hold_unsettled_(tracker_.marker().kind == batch::MarkerKind::kAuto && config_.trace_batch_range_count > 0) {}
+        feed_(
+            feed_options(config_), [this](const frames::FrameUpdate& u, const frames::Frame* f) { apply(u, f); },
+            [](bool warn, const std::string& text) { log(warn ? LogLevel::kWarn : LogLevel::kDebug, text.c_str()); }) {}
 
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -154,17 +141,21 @@ class FrameThread {
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
     pass();              // what completed since
     release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
+    if (feed_.launches_unwatched() > 0)
+      log(LogLevel::kWarn, ("frames: " + std::to_string(feed_.launches_unwatched()) +
+                            " watched kernel launches never handed their buffers over (no frame)")
+                               .c_str());
     const WatchCounters& c = watch_board().counters();
     const uint64_t skipped = c.skipped_capturing.load() + c.skipped_other.load() + c.dropped_backlog.load();
-    if (skipped > 0 || cursor_.dropped() > 0) {
+    if (skipped > 0 || feed_.dropped() > 0) {
       log(LogLevel::kWarn,
-          ("frames: " + std::to_string(c.watched.load()) + " calls watched; " +
+          ("frames: " + std::to_string(c.watched.load()) + " calls and launches watched; " +
            std::to_string(c.skipped_capturing.load()) + " buffers skipped in CUDA graph capture, " +
            std::to_string(c.skipped_other.load()) + " skipped otherwise (" + std::to_string(c.unconfirmed.load()) +
            " of " + std::to_string(c.parked.load()) +
            " non-blocking calls never confirmed by ncclCommGetAsyncError), " +
            std::to_string(c.dropped_backlog.load()) + " dropped (the frame thread fell behind), " +
-           std::to_string(cursor_.dropped()) + " calls overwritten in the flight recorder before they were read")
+           std::to_string(feed_.dropped()) + " calls overwritten in the flight recorder before they were read")
               .c_str());
     }
   }
@@ -192,15 +183,19 @@ class FrameThread {
     return marker;
   }
 
-  static frames::FrameWindowOptions window_options(const Config& config) {
-    frames::FrameWindowOptions options;
-    options.max_frames = config.max_frames;
-    options.streak_batches = config.overflow_streak;
-    options.near_overflow_fraction = config.near_overflow;
+  static FrameFeedOptions feed_options(const Config& config) {
+    FrameFeedOptions options;
+    options.marker = marker_of(config);
+    options.window.max_frames = config.max_frames;
+    options.window.streak_batches = config.overflow_streak;
+    options.window.near_overflow_fraction = config.near_overflow;
     // TRAINSCOPE_ABORT_AFTER_BATCH is not the window's: the job's thread stops at the boundary (engine_batches.h).
     if (config.trace_batch_range_count > 0) {
-      options.trace_batch = [config](uint64_t batch) { return config_traces_batch(config, batch); };
+      options.window.trace_batch = [config](uint64_t batch) { return config_traces_batch(config, batch); };
     }
+    options.hold_unsettled = options.marker.kind == batch::MarkerKind::kAuto && config.trace_batch_range_count > 0;
+    // The CUPTI adapter sets the predicate once its launch collector exists, which may be after this thread starts.
+    options.is_optimizer_kernel = [](uint64_t function_handle) { return is_optimizer_kernel(function_handle); };
     return options;
   }
 
@@ -214,195 +209,15 @@ class FrameThread {
     }
   }
 
-  struct Pending {
-    bool batch_start = false;
-    uint64_t batch = 0;
-    uint64_t index = 0;     // the watched record
-    uint64_t position = 0;  // the call's position in the tracker
-    bool settled = true;    // `batch` is the call's number (else its provisional number: auto, period not known)
-  };
-
-  // Returns whether the backlog's front waits for statistics computed on a device.
+  // Returns whether the front frame waits for statistics (computed on a device, or a launch's not handed over yet).
   bool pass() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
-    const uint64_t dropped = cursor_.dropped();
-    cursor_.poll(header_, [this](uint64_t index, const Record& r) { on_record(index, r); });
-    drain_backlog();
-    if (cursor_.dropped() != dropped) {
-      // Records lapped before this thread read them: their watched calls will never be asked for.
-      uint64_t wanted = cursor_.position();
-      for (const Pending& p : backlog_) {
-        if (!p.batch_start) {
-          wanted = std::min(wanted, p.index);
-          break;
-        }
-      }
-      watch_board().discard_complete_before(wanted);
-    }
-    return taken_ != nullptr &&
-           (taken_->input.state == State::kGpuPending || taken_->output.state == State::kGpuPending);
-  }
-
-  void on_record(uint64_t index, const Record& r) {
-    const Op op = static_cast<Op>(r.op);
-    const uint64_t position = tracker_.position();
-    batch::BatchEvent event;
-    if (op == Op::kStepMarker) {
-      event = tracker_.on_marker();
-    } else if ((recorder::is_collective(op) || recorder::is_point_to_point(op)) && r.comm_id != 0) {
-      event = tracker_.on_collective({r.op, r.comm_id, r.count, r.dtype});
-    } else {
-      return;
-    }
-    // Under auto, before the period is learnt, a call's number is a guess: with trace batches its frame waits for
-    // the number (HeldFrames); the batch start of call 0 (batch 0, where the window starts) is all that is dropped.
-    const bool settled = !hold_unsettled_ || op == Op::kStepMarker || position < tracker_.settled();
-    if (hold_unsettled_ && tracker_.settled() != settled_seen_) settle();
-    if (event.new_batch && settled) backlog_.push_back({true, event.batch, 0, position, true});
-    if (event.renumbered)
-      log(LogLevel::kDebug, ("frames: batch period of " + std::to_string(tracker_.period()) +
-                             " calls learnt; this is batch " + std::to_string(event.batch))
-                                .c_str());
-    if (event.period_lost) log(LogLevel::kDebug, "frames: the batch period stopped matching; relearning it");
-    if ((r.flags & recorder::kFlagWatched) != 0)
-      backlog_.push_back({false, tracker_.current_batch(), index, position, settled});
-  }
-
-  // The tracker settled more calls: the waiting ones among them get their numbers as it knows them now (their
-  // pending entries, then the frames already held). Unsettled entries are the newest, so both walks go backwards.
-  void settle() {
-    settled_seen_ = tracker_.settled();
-    for (auto it = backlog_.rbegin(); it != backlog_.rend() && !it->settled; ++it) {
-      if (it->position >= settled_seen_) continue;
-      it->batch = tracker_.batch_of(it->position);
-      it->settled = true;
-    }
-    held_.settle(tracker_);
-  }
-
-  // Held frames whose numbers are settled (and, past the bound, the oldest others) go to the window, in order.
-  void release_held() {
-    if (held_.empty()) return;
-    for (frames::Frame& frame : held_.release()) apply(window_.add_frame(frame), &frame);
-    warn_provisional();
+    return feed_.pass(header_);
   }
 
   void release_all_held() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
-    for (frames::Frame& frame : held_.release_all()) apply(window_.add_frame(frame), &frame);
-    warn_provisional();
-  }
-
-  void warn_provisional() {
-    if (held_.provisional() == warned_provisional_) return;
-    if (warned_provisional_ == 0)
-      log(LogLevel::kWarn, ("frames: TRAINSCOPE_STEP_MARKER=auto had learnt no batch period within " +
-                            std::to_string(frames::HeldFrames::kDefaultMaxHeld) +
-                            " frames (or by the end): those frames are traced and checked as batch " +
-                            std::to_string(tracker_.current_batch()) + "; name the step with nvtx: or collective:")
-                               .c_str());
-    warned_provisional_ = held_.provisional();
-  }
-
-  // Frames enter the window in record order: the front waits until its statistics are there.
-  void drain_backlog() {
-    release_held();  // numbered since the last pass
-    while (!backlog_.empty()) {
-      const Pending& front = backlog_.front();
-      if (front.batch_start) {
-        release_held();  // settled by now: the batch start is
-        apply(window_.on_batch_start(front.batch), nullptr);
-        backlog_.pop_front();
-        continue;
-      }
-      if (!taken_) {
-        // Read before the board: the engine's watch begins before the real call, so a call that had returned
-        // when the board did not hold it never had a watch (the engine could not allocate one, or the record was
-        // lapped): skip it rather than wait for it forever.
-        const bool returned = live_result(header_, front.index) != recorder::kResultPending;
-        bool present = false;
-        taken_ = watch_board().take_if_complete(front.index, &present);
-        if (!taken_ && !present && returned) {
-          backlog_.pop_front();
-          continue;
-        }
-        if (!taken_) return;  // not begun or not complete yet (the call runs, or its group has not ended)
-      }
-      if (!ready(taken_->input) || !ready(taken_->output)) return;
-      frames::Frame frame = make_frame(*taken_, front.batch);
-      const bool settled = front.settled;
-      const uint64_t position = front.position;
-      taken_.reset();
-      backlog_.pop_front();
-      if (frame.rows.empty()) continue;  // nothing could be taken: no frame
-      if (held_.must_hold(settled)) {
-        held_.hold(std::move(frame), position, settled);
-        release_held();
-        continue;
-      }
-      apply(window_.add_frame(frame), &frame);
-    }
-  }
-
-  static bool ready(WatchedBuffer& buffer) {
-    if (buffer.state != State::kGpuPending) return true;
-    if (buffer.pending->ready()) {
-      buffer.stats = buffer.pending->results().at(0);
-      buffer.state = State::kReady;
-      buffer.pending.reset();
-      return true;
-    }
-    if (!buffer.pending->error().empty()) {
-      buffer.state = State::kSkipped;
-      buffer.skipped_why = buffer.pending->error();
-      buffer.pending.reset();
-      return true;
-    }
-    return false;
-  }
-
-  static bool add_row(const WatchedBuffer& buffer, const char* label, frames::Frame* frame) {
-    switch (buffer.state) {
-      case State::kAbsent:
-        frame->rows.push_back(reports::FrameRow::none(label));
-        return true;
-      case State::kReady:
-        frame->rows.push_back(reports::FrameRow::tensor(label, buffer.stats));
-        return true;
-      case State::kNotATensor:
-        frame->rows.push_back(reports::FrameRow::not_a_tensor(label));
-        return true;
-      case State::kGpuPending:
-      case State::kSkipped:
-        break;
-    }
-    return false;
-  }
-
-  static frames::Frame make_frame(const WatchedCall& call, uint64_t batch) {
-    frames::Frame frame;
-    frame.name = frame_name(call.record);
-    frame.kind = recorder::op_name(static_cast<Op>(call.record.op));
-    frame.batch = batch;
-    frame.comm_id = call.record.comm_id;
-    frame.call_number = call.record.seq;
-    const recorder::Record& r = call.record;
-    if (recorder::is_point_to_point(static_cast<Op>(r.op))) {
-      frame.comm_rank = r.rank;
-      frame.peer = r.peer;
-    }
-    // The call site: its id when the shim gave it one (the native return address and the Python stack), else the
-    // native return address.
-    const uint64_t caller = r.site != 0 ? r.site : r.caller;
-    frame.site = batch::call_signature({r.op, r.comm_id, r.count, r.dtype}) ^ (caller * 0x9E3779B97F4A7C15ull) ^
-                 (static_cast<uint64_t>(static_cast<uint32_t>(r.peer)) << 17);
-    frame.stack_id = r.site;
-    // A send has no output and a receive no input: no row, rather than a "None" that says nothing.
-    const Op op = static_cast<Op>(call.record.op);
-    const bool input = op != Op::kRecv && add_row(call.input, "input[0]", &frame);
-    const bool output = op != Op::kSend && add_row(call.output, "output", &frame);
-    if (!input && !output) frame.rows.clear();
-    return frame;
+    feed_.release_all_held();
   }
 
   int32_t rank() const { return rank_of(header_); }
@@ -450,6 +265,7 @@ class FrameThread {
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
     line["rows"] = rows;
+    if (frame.launch) line["launch"] = reports::frame_json(frame)["launch"];  // kernel, grid, block, stream
     std::string error = reports::append_file(stem + ".txt", text);
     if (error.empty())
       error = reports::append_file(stem + ".jsonl",
@@ -482,15 +298,10 @@ class FrameThread {
   }
 
   void detected(const frames::Detection& detection) {
-    reports::DetectionReport report;
-    report.rank = rank();
-    report.batch_number = detection.batch;
-    report.max_frames = config_.max_frames;
-    for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
+    reports::DetectionReport report = detection_report(detection, rank(), config_.max_frames);
     // The first frame holding the value is the newest: where in the job's code that call was made.
     const frames::Frame& last = detection.frames.back();
     const uint32_t stack_id = has_stack(last.stack_id) ? last.stack_id : 0;
-    report.first_nonfinite_frame = last.name;
     if (stack_id != 0) report.first_nonfinite_stack = call_stack(stack_id);
     const std::string text = reports::format_detection_text(report);
     write(nonfinite_base_name(report.rank), text, reports::detection_json(report));
@@ -498,18 +309,7 @@ class FrameThread {
 
     // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
     const reports::FrameRow* row = last.first_nonfinite_row();
-    reports::FirstNonfinite first;
-    first.rank = report.rank;
-    first.batch_number = detection.batch;
-    first.op = last.kind;
-    first.where = row != nullptr && row->label.rfind("input", 0) == 0 ? reports::NonfiniteWhere::kInput
-                                                                      : reports::NonfiniteWhere::kOutput;
-    first.kind =
-        row != nullptr && row->stats.nan_count > 0 ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
-    first.comm_id = last.comm_id;
-    first.call_number = last.call_number;
-    first.comm_rank = last.comm_rank;
-    first.peer = last.peer;
+    const reports::FirstNonfinite first = first_nonfinite(detection, report.rank);
     const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort;
     report_first_nonfinite(first, stack_id, stop);
     if (!stop) return;
@@ -545,15 +345,7 @@ class FrameThread {
   recorder::FileHeader* header_;
   std::mutex run_dir_mutex_;
   std::string run_dir_;
-  batch::BatchTracker tracker_;
-  frames::FrameWindow window_;
-  bool hold_unsettled_;        // auto with trace batches: frames wait for their numbers (held_)
-  uint64_t settled_seen_ = 0;  // tracker_.settled() when settle() last ran
-  frames::HeldFrames held_;
-  uint64_t warned_provisional_ = 0;
-  RingCursor cursor_;
-  std::deque<Pending> backlog_;
-  std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
+  FrameFeed feed_;  // its sink (apply) runs in pass() only, once everything here is constructed
   std::string near_text_;
   nlohmann::json near_json_ = nlohmann::json::array();
   std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
@@ -645,7 +437,7 @@ void start_frames(const FramesSetup& setup) {
     }
   }
   // Without watching there is no frame; TRAINSCOPE_ABORT_AFTER_BATCH counts batches on the job's thread.
-  if (setup.config->watch == WatchMode::kOff) return;
+  if (!config_watches_anything(*setup.config)) return;
   if (setup.recorder == nullptr) {
     // Why (no run directory, no recorder) is the shim's one warning; this only adds what it means here.
     log(LogLevel::kDebug, "frames off: this process has no flight recorder to read its calls from");
@@ -655,6 +447,8 @@ void start_frames(const FramesSetup& setup) {
     auto frames = std::make_unique<FrameThread>(setup);
     frames->start();
     g_frames = frames.release();
+    // Kernel frames: the launch collector finds the watcher once the frame thread that takes its frames runs.
+    if (setup.config->watch_kernels[0] != '\0') start_kernel_frames();
   } catch (const std::exception& e) {
     log(LogLevel::kWarn, (std::string("frames off: ") + e.what()).c_str());
   }

@@ -1,10 +1,11 @@
-// The frame thread: turns watched NCCL calls into frames, counts batches, and writes the DebugUnderflowOverflow
-// family of reports (inf/nan detection, persistent overflow, near overflow, trace batches, the stops).
+// The frame thread: turns watched NCCL calls and watched kernel launches into frames, counts batches, and writes the
+// DebugUnderflowOverflow family of reports (inf/nan detection, persistent overflow, near overflow, trace batches, the
+// stops).
 //
-// It tails this process's flight recorder with a cursor of its own, in record order: every collective and
-// send/recv goes to the batch tracker (TRAINSCOPE_STEP_MARKER), every watched one (kFlagWatched) waits on the
-// WatchBoard for its statistics (taken by the job's thread, or by a kernel on the call's stream) and then enters
-// the frame window. Reports go to the run directory as text and JSON; the main rank also logs them.
+// Every few milliseconds it runs the frame feed (engine_frame_feed.h) over this process's flight recorder: batches
+// from the collectives, NVTX step markers and (auto) optimizer kernels, frames from the statistics the job's threads
+// took or enqueued (engine_watch.h for collectives, engine_kernel_frames.h for launches). Reports go to the run
+// directory as text and JSON; the main rank also logs them. It runs when TRAINSCOPE_WATCH watches anything.
 #pragma once
 
 #include <cstdint>

@@ -28,47 +28,12 @@ void mark_complete(WatchedCall* call) { call->complete.store(true, std::memory_o
 
 // Takes (host) or enqueues (device) the statistics of `elements` elements at `address`.
 void take(WatchedBuffer* buffer, const recorder::Record& record, uint64_t address, uint64_t elements) {
-  WatchCounters& counters = watch_board().counters();
   const std::optional<stats::DType> dtype = stats::dtype_from_nccl(record.dtype);
   if (!dtype) {
     buffer->state = State::kNotATensor;
     return;
   }
-  const void* data = reinterpret_cast<const void*>(address);
-  if (elements == 0 || data == nullptr) {
-    buffer->state = State::kReady;
-    buffer->stats = stats::compute_stats_host(nullptr, 0, *dtype);
-    return;
-  }
-  stats::GpuStats& gpu = stats::GpuStats::instance();
-  switch (gpu.memory_kind(data)) {
-    case stats::MemoryKind::kHost:
-      counters.host_buffers.fetch_add(1, std::memory_order_relaxed);
-      buffer->stats = stats::compute_stats_host(data, elements, *dtype, stats::ChecksumMode::kSkip);
-      buffer->state = State::kReady;
-      return;
-    case stats::MemoryKind::kDevice: {
-      counters.device_buffers.fetch_add(1, std::memory_order_relaxed);
-      const stats::TensorRef ref{data, elements, *dtype};
-      stats::GpuLaunch launch = gpu.enqueue(reinterpret_cast<void*>(record.stream), {&ref, 1});
-      if (launch.status == stats::GpuStatus::kOk) {
-        buffer->pending = std::move(launch.pending);
-        buffer->state = State::kGpuPending;
-        return;
-      }
-      (launch.status == stats::GpuStatus::kSkippedCapturing ? counters.skipped_capturing : counters.skipped_other)
-          .fetch_add(1, std::memory_order_relaxed);
-      buffer->state = State::kSkipped;
-      buffer->skipped_why =
-          std::string(stats::gpu_status_name(launch.status)) + (launch.message.empty() ? "" : ": " + launch.message);
-      return;
-    }
-    case stats::MemoryKind::kUnknown:
-      break;
-  }
-  counters.skipped_other.fetch_add(1, std::memory_order_relaxed);
-  buffer->state = State::kSkipped;
-  buffer->skipped_why = "the CUDA driver cannot say where the buffer lives";
+  take_statistics(buffer, {reinterpret_cast<const void*>(address), elements, *dtype}, record.stream);
 }
 
 frames::BufferLayout layout_of(const recorder::Record& r) {
@@ -137,12 +102,69 @@ void take_output(WatchedCall* call, bool executed, int32_t result) {
 
 }  // namespace
 
+void take_statistics(WatchedBuffer* buffer, const stats::TensorRef& tensor, uint64_t stream,
+                     std::vector<stats::TensorRef>* device_batch) {
+  WatchCounters& counters = watch_board().counters();
+  if (tensor.count == 0 || tensor.address == nullptr) {
+    buffer->state = State::kReady;
+    buffer->stats = stats::compute_stats_host(nullptr, 0, tensor.dtype);
+    return;
+  }
+  stats::GpuStats& gpu = stats::GpuStats::instance();
+  switch (gpu.memory_kind(tensor.address)) {
+    case stats::MemoryKind::kHost:
+      counters.host_buffers.fetch_add(1, std::memory_order_relaxed);
+      buffer->stats = stats::compute_stats_host(tensor.address, tensor.count, tensor.dtype, stats::ChecksumMode::kSkip);
+      buffer->state = State::kReady;
+      return;
+    case stats::MemoryKind::kDevice: {
+      counters.device_buffers.fetch_add(1, std::memory_order_relaxed);
+      buffer->state = State::kGpuPending;
+      if (device_batch != nullptr) {
+        device_batch->push_back(tensor);
+        return;
+      }
+      const std::string why = enqueue_device_batch(stream, {tensor}, &buffer->pending);
+      if (why.empty()) return;
+      buffer->state = State::kSkipped;
+      buffer->skipped_why = why;
+      return;
+    }
+    case stats::MemoryKind::kUnknown:
+      break;
+  }
+  counters.skipped_other.fetch_add(1, std::memory_order_relaxed);
+  buffer->state = State::kSkipped;
+  buffer->skipped_why = "the CUDA driver cannot say where the buffer lives";
+}
+
+std::string enqueue_device_batch(uint64_t stream, const std::vector<stats::TensorRef>& tensors,
+                                 std::unique_ptr<stats::PendingStats>* pending) {
+  stats::GpuLaunch launch = stats::GpuStats::instance().enqueue(reinterpret_cast<void*>(stream), tensors);
+  if (launch.status == stats::GpuStatus::kOk) {
+    *pending = std::move(launch.pending);
+    return "";
+  }
+  WatchCounters& counters = watch_board().counters();
+  (launch.status == stats::GpuStatus::kSkippedCapturing ? counters.skipped_capturing : counters.skipped_other)
+      .fetch_add(tensors.size(), std::memory_order_relaxed);
+  return std::string(stats::gpu_status_name(launch.status)) + (launch.message.empty() ? "" : ": " + launch.message);
+}
+
 WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
   auto call = std::make_unique<WatchedCall>();
   call->index = index;
   call->record = record;
   WatchedCall* raw = call.get();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (calls_.count(index) != 0) {
+    // A second watch of one record (a launch whose record could not be appended comes with index 0): the one on the
+    // board may be in use by its thread, so this one is refused, complete and kept off the board.
+    counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
+    thread_local WatchedCall refused;
+    refused.complete.store(true, std::memory_order_relaxed);
+    return &refused;
+  }
   if (calls_.size() >= kMaxBacklog) {
     counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
     call->input.state = call->output.state = State::kSkipped;

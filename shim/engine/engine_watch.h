@@ -43,12 +43,26 @@ struct WatchedBuffer {
   std::string skipped_why;
 };
 
+// A watched kernel launch's buffers (engine_kernel_frames.h), one per pointer parameter, after the launch.
+struct WatchedLaunchBuffers {
+  std::string short_name;              // the frame's header
+  std::string name;                    // the demangled name
+  std::string note;                    // why some parameters have no row
+  std::vector<std::string> labels;     // "input[0]", "output[2]": by parameter index
+  std::vector<WatchedBuffer> buffers;  // in parameter order; a device buffer is kGpuPending on `device` below
+  // The device buffers' statistics, enqueued as one batch on the launch's stream: results()[i] is the statistics of
+  // buffers[device_rows[i]].
+  std::unique_ptr<stats::PendingStats> device;
+  std::vector<uint32_t> device_rows;
+};
+
 struct WatchedCall {
   uint64_t index = 0;  // the record's index in the flight recorder
   recorder::Record record{};
-  WatchedBuffer input;                // the send buffer, before the call
-  WatchedBuffer output;               // the receive buffer, after the call
-  std::atomic<bool> complete{false};  // both buffers taken or enqueued: the frame thread may use it
+  WatchedBuffer input;                           // the send buffer, before the call
+  WatchedBuffer output;                          // the receive buffer, after the call
+  std::unique_ptr<WatchedLaunchBuffers> launch;  // a kernel launch's buffers instead (record.op is kKernelLaunch)
+  std::atomic<bool> complete{false};             // every buffer taken or enqueued: the frame thread may use it
 };
 
 // Counters for the closing log line.
@@ -122,5 +136,15 @@ void comm_async_state(uint64_t comm_id, int32_t state);
 void comm_next_call(uint64_t comm_id, uint16_t op);
 // Process exit: every parked call is completed with its output skipped.
 void skip_all_parked();
+
+// The statistics of `tensor` (a buffer of the call or launch on `stream`): read at once on this thread when it is host
+// memory, enqueued on `stream` when it is device memory and `device_batch` is null (a collective's buffer), or added to
+// `device_batch` (the device buffers of one launch, enqueued together by the caller with enqueue_device_batch).
+// Counts into the board's counters.
+void take_statistics(WatchedBuffer* buffer, const stats::TensorRef& tensor, uint64_t stream,
+                     std::vector<stats::TensorRef>* device_batch = nullptr);
+// Enqueues `tensors` on `stream` as one batch: kOk fills *pending; otherwise returns why not (counted).
+std::string enqueue_device_batch(uint64_t stream, const std::vector<stats::TensorRef>& tensors,
+                                 std::unique_ptr<stats::PendingStats>* pending);
 
 }  // namespace trainscope::engine

@@ -299,3 +299,48 @@ TEST(BatchTrackerEvery, CountsCallsOfTheFirstCommunicator) {
 }
 
 }  // namespace
+
+TEST(BatchTrackerAutoOptimizer, AnOptimizerStepEndsTheBatchAndTheNextWorkStartsTheNext) {
+  BatchTracker t = auto_tracker();
+  // Step 0 before any optimizer kernel was seen: learning, nothing settled.
+  t.on_collective(call(1));
+  t.on_launch(false);
+  t.on_collective(call(2));
+  EXPECT_EQ(t.settled(), 0u);
+  BatchEvent e = t.on_launch(true);  // the optimizer's first kernel: it ends batch 0
+  EXPECT_TRUE(e.optimizer_steps);
+  EXPECT_FALSE(e.new_batch);
+  EXPECT_EQ(e.batch, 0u);
+  EXPECT_TRUE(t.optimizer_steps());
+  EXPECT_EQ(t.settled(), 2u) << "what auto knew of the calls before it: batch 0";
+  EXPECT_EQ(t.batch_of(0), 0u);
+  EXPECT_EQ(t.batch_of(1), 0u);
+  EXPECT_FALSE(t.on_launch(true).new_batch) << "the same step's next optimizer kernel";
+  // Step 1 starts with the next work that is not the optimizer's: here a call.
+  e = t.on_collective(call(1));
+  EXPECT_TRUE(e.new_batch);
+  EXPECT_EQ(e.batch, 1u);
+  EXPECT_FALSE(e.optimizer_steps);
+  EXPECT_EQ(t.settled(), 3u) << "from now on every call is settled as it is fed";
+  EXPECT_FALSE(t.on_launch(false).new_batch);
+  EXPECT_FALSE(t.on_launch(true).new_batch);
+  // Step 2 starts with a launch, before the next call (position 3): that call is batch 2.
+  e = t.on_launch(false);
+  EXPECT_TRUE(e.new_batch);
+  EXPECT_EQ(e.batch, 2u);
+  t.on_collective(call(2));
+  EXPECT_EQ(t.batch_of(2), 1u);
+  EXPECT_EQ(t.batch_of(3), 2u);
+  EXPECT_EQ(t.period(), 0u) << "the calls' period is no longer learnt";
+}
+
+TEST(BatchTrackerAutoOptimizer, OtherMarkersIgnoreLaunches) {
+  StepMarker m;
+  ASSERT_TRUE(parse_step_marker("every:2", &m, nullptr));
+  BatchTracker t(m);
+  t.on_collective(call(1));
+  EXPECT_FALSE(t.on_launch(true).new_batch);
+  EXPECT_FALSE(t.on_launch(false).new_batch);
+  EXPECT_FALSE(t.optimizer_steps());
+  EXPECT_EQ(t.current_batch(), 0u);
+}

@@ -447,6 +447,41 @@ TEST(FrameReportTest, RankLists) {
   EXPECT_EQ(collective_phrase("myKernel"), "myKernel");
 }
 
+// A watched kernel's frame: the kernel's short name as op, its launch's record index as call number, no communicator.
+FirstNonfinite kernel_first(int32_t rank, NonfiniteWhere where, uint64_t record_index, const char* kernel,
+                            uint64_t batch = 12) {
+  return FirstNonfinite{rank, batch, 0, record_index, kernel, where, NonfiniteKind::kInf};
+}
+
+TEST(FrameReportTest, OriginInAKernelComesBeforeTheCollectivesThatCarriedIt) {
+  // Rank 2's layer_norm wrote the inf; the all-reduce brought it to the others, whose first frame is that call's
+  // output (a smaller call number than the kernel's record index, which says nothing across kinds).
+  std::vector<FirstNonfinite> firsts;
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    firsts.push_back(rank == 2 ? kernel_first(2, NonfiniteWhere::kOutput, 90211, "layer_norm_kernel")
+                               : first_seen(rank, NonfiniteWhere::kOutput));
+  }
+  EXPECT_EQ(format_origin_text(firsts),
+            "rank 2 first saw inf in the output of kernel layer_norm_kernel (launch record #90211) in batch 12\n"
+            "ranks 0, 1 and 3 first saw inf in the output of all-reduce call #812 in batch 12\n");
+  const nlohmann::json j = origin_json(firsts);
+  EXPECT_EQ(j["origin"]["op"], "layer_norm_kernel");
+  EXPECT_EQ(j["origin"]["kernel"], true);
+  EXPECT_EQ(j["origin"]["produced_by_collective"], false);
+  EXPECT_EQ(j["origin"]["call_number"], 90211);
+  EXPECT_EQ(j["origin"]["communicator"], "0");
+
+  // Kernels only: two ranks' kernels are two launches (a launch is its rank's own), the earlier record first; an
+  // input of a kernel is no send.
+  const std::vector<FirstNonfinite> kernels = {kernel_first(1, NonfiniteWhere::kInput, 5002, "softmax_kernel"),
+                                               kernel_first(0, NonfiniteWhere::kOutput, 5000, "gemm_kernel"),
+                                               kernel_first(3, NonfiniteWhere::kOutput, 5000, "gemm_kernel", 13)};
+  EXPECT_EQ(format_origin_text(kernels),
+            "rank 0 first saw inf in the output of kernel gemm_kernel (launch record #5000) in batch 12\n"
+            "rank 1 first saw inf in the input of kernel softmax_kernel (launch record #5002) in batch 12\n"
+            "rank 3 first saw inf in the output of kernel gemm_kernel (launch record #5000) in batch 13\n");
+}
+
 TEST(FrameReportTest, OriginIssueExample) {
   std::vector<FirstNonfinite> firsts;
   for (int32_t rank = 7; rank >= 0; --rank)
