@@ -3,7 +3,7 @@
 //
 // - cuInit loads CUDA_INJECTION64_PATH and calls its InitializeInjection, once, as the real driver does.
 // - There is no device (cuDeviceGetCount says 0), so trainscope's statistics take the host path; "device" memory
-//   from cuMemAlloc is host memory the driver knows the range of (cuPointerGetAttribute answers for it as host
+//   from cuMemAlloc is host memory the driver knows the range of (cuPointerGetAttribute answers for it as device
 //   memory, and CUDA_ERROR_INVALID_VALUE for anything else, like the real driver).
 // - Modules are text: cuModuleLoadData takes lines "<mangled name> <param sizes, comma separated> [fault|hang]";
 //   cuModuleGetFunction finds a kernel by name and cuFuncGetParamInfo answers from the sizes. A kernel runs (does
@@ -332,7 +332,9 @@ TSFAKE_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute att
   if (bytes == 0) return call.finish(CUDA_ERROR_INVALID_VALUE);  // memory the driver never saw
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned int*>(data) = CU_MEMORYTYPE_HOST;
+      // cuMemAlloc's memory is device memory to the job; with no GPU here (cuDeviceGetCount: 0) trainscope's
+      // statistics read it on the host, as they read every buffer of a process without a GPU.
+      *static_cast<unsigned int*>(data) = CU_MEMORYTYPE_DEVICE;
       return call.finish(CUDA_SUCCESS);
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = base;
