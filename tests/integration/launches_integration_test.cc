@@ -2,9 +2,10 @@
 // (tests/fakes/cuda) and NCCL. The job (tests/programs/cuda_launches_program.cc) initialises CUDA, launches named
 // kernels on two streams with NCCL calls between them, captures and launches a graph, and makes a synchronisation fail
 // with 700 after a faulting kernel. What is checked: the recorder holds the launches in order with the NCCL calls
-// (from the first cuInit on, through InitializeInjection), kernel names interned once, the capture flag, the first
-// error and its report, `trainscope report`'s last launches per stream, CUPTI held by another tool, and
-// TRAINSCOPE_LAUNCHES=off / calls. Every wait is bounded (the process timeout).
+// (from the first cuInit on, through InitializeInjection), runtime launches once with the driver launch inside, kernel
+// names interned once, the capture flag, the first error and its report, a watched kernel's frames,
+// `trainscope report`'s last launches per stream, CUPTI held by another tool, TRAINSCOPE_LAUNCHES=off / calls, and the
+// Python twin. Every wait is bounded (the process timeout).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -181,6 +182,29 @@ TEST(Launches, RuntimeLaunchesAreRecordedOnceWithTheDriverLaunchInside) {
   // Kernel activity carries the runtime call's correlation id: the launches before the first sync finished.
   EXPECT_EQ(file.launch_progress(launches[0]->record).state, recorder::LaunchState::kFinished);
   EXPECT_EQ(file.launch_progress(launches[1]->record).state, recorder::LaunchState::kFinished);
+}
+
+TEST(Launches, AWatchedKernelThatWritesInfIsTheLastFrameOfTheNonfiniteReport) {
+  TempDir dir;
+  ProcessOptions options = cuda_job_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "kernels:add_kernel|inf_kernel";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:1";
+  const ProcessResult result = run_job(options, {"--train", "6", "3"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  int reports = 0;
+  const std::string text = report(dir, "nonfinite-rank0", &reports);
+  ASSERT_EQ(reports, 1) << log_of(dir);
+  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=")) << text;
+  // Seed format: the kernel's short name as the frame header, its buffers by parameter index.
+  EXPECT_TRUE(contains(text, "                  add_kernel kernel\n0.00e+00 0.00e+00 output[0]\n")) << text;
+  const std::string last_frame = "                  inf_kernel kernel\n     inf      inf output[0]\n";
+  ASSERT_GE(text.size(), last_frame.size());
+  EXPECT_EQ(text.substr(text.size() - last_frame.size()), last_frame) << text;
+  const RecorderFile file = recorder_of(dir);
+  size_t watched = 0;
+  for (const RecordedCall* launch : with_op(file, Op::kKernelLaunch))
+    if ((launch->record.flags & recorder::kFlagWatched) != 0) ++watched;
+  EXPECT_EQ(watched, 7u) << "six add_kernel launches and the inf_kernel one";
 }
 
 TEST(Launches, FirstCudaErrorHasAReportNamingTheCallAndTheKernelBeforeIt) {

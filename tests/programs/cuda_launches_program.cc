@@ -10,6 +10,8 @@
 // Options: --profiler-first subscribes to CUPTI before cuInit, as torch.profiler or Nsight Systems would hold it;
 // --no-fault stops before the faulting kernel; --spin ends with a kernel that never finishes on B (not waited for);
 // --loop N only launches scale_kernel N times on A (synchronised every 1024) and prints the time per launch;
+// --train STEPS INF_STEP instead runs STEPS steps of add_kernel on A, an all-reduce and a synchronisation, with
+// inf_kernel (its buffer becomes +inf) after add_kernel at step INF_STEP;
 // --runtime launches and synchronises streams through the CUDA runtime (cudaLaunchKernel, cudaStreamSynchronize:
 // runtime callbacks around the driver's), the kernel's host handle being its CUfunction as the stand-in runtime takes.
 // The modules are the stand-in driver's text modules ("<mangled name> <parameter sizes> [fault|hang]").
@@ -32,7 +34,8 @@ const char kModule[] =
     "_Z12scale_kernelPfPKfi 8,8,4\n"
     "_Z10add_kernelPfPKfS1_i 8,8,8,4\n"
     "_Z12fault_kernelPf 8 fault\n"
-    "_Z11spin_kernelPi 8 hang\n";
+    "_Z11spin_kernelPi 8 hang\n"
+    "_Z10inf_kernelPf 8 inf\n";
 
 void check_cu(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) tsprog::fail(what, static_cast<int>(result));
@@ -56,6 +59,7 @@ struct Kernels {
   CUfunction add = nullptr;
   CUfunction fault = nullptr;
   CUfunction spin = nullptr;
+  CUfunction inf = nullptr;
 };
 
 bool g_runtime_api = false;  // --runtime
@@ -80,6 +84,8 @@ int main(int argc, char** argv) {
   bool fault = true;
   bool spin = false;
   long loop = 0;
+  int train_steps = 0;
+  int inf_step = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--profiler-first") == 0) {
       profiler_first = true;
@@ -87,13 +93,17 @@ int main(int argc, char** argv) {
       fault = false;
     } else if (std::strcmp(argv[i], "--spin") == 0) {
       spin = true;
+    } else if (std::strcmp(argv[i], "--train") == 0 && i + 2 < argc) {
+      train_steps = std::atoi(argv[++i]);
+      inf_step = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--runtime") == 0) {
       g_runtime_api = true;
     } else if (std::strcmp(argv[i], "--loop") == 0 && i + 1 < argc) {
       loop = std::atol(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--runtime] [--loop N]\n");
+                   "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--runtime] [--loop N] "
+                   "[--train STEPS INF_STEP]\n");
       return 2;
     }
   }
@@ -106,6 +116,7 @@ int main(int argc, char** argv) {
   check_cu(cuModuleGetFunction(&k.add, module, "_Z10add_kernelPfPKfS1_i"), "cuModuleGetFunction add");
   check_cu(cuModuleGetFunction(&k.fault, module, "_Z12fault_kernelPf"), "cuModuleGetFunction fault");
   check_cu(cuModuleGetFunction(&k.spin, module, "_Z11spin_kernelPi"), "cuModuleGetFunction spin");
+  check_cu(cuModuleGetFunction(&k.inf, module, "_Z10inf_kernelPf"), "cuModuleGetFunction inf");
   CUstream a = nullptr;
   CUstream b = nullptr;
   check_cu(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), "cuStreamCreate a");
@@ -140,6 +151,17 @@ int main(int argc, char** argv) {
                   "ncclAllReduce");
   };
 
+  if (train_steps > 0) {
+    for (int step = 0; step < train_steps; ++step) {
+      check_cu(launch(k.add, 8, 32, 0, a, {&y, &x, &x, &n}), "add on a");
+      if (step == inf_step) check_cu(launch(k.inf, 1, 32, 0, a, {&y}), "inf on a");
+      all_reduce(a);
+      check_cu(synchronize(a), "cuStreamSynchronize a");
+    }
+    tsprog::check(ncclCommDestroy(comm), "ncclCommDestroy");
+    std::printf("trained %d steps\n", train_steps);
+    return 0;
+  }
   check_cu(launch(k.add, 8, 32, 128, b, {&y, &x, &x, &n}), "add on b");
   all_reduce(a);
   check_cu(synchronize(a), "cuStreamSynchronize a");

@@ -5,9 +5,10 @@
 // - There is no device (cuDeviceGetCount says 0), so trainscope's statistics take the host path; "device" memory
 //   from cuMemAlloc is host memory the driver knows the range of (cuPointerGetAttribute answers for it as device
 //   memory, and CUDA_ERROR_INVALID_VALUE for anything else, like the real driver).
-// - Modules are text: cuModuleLoadData takes lines "<mangled name> <param sizes, comma separated> [fault|hang]";
+// - Modules are text: cuModuleLoadData takes lines "<mangled name> <param sizes, comma separated> [fault|hang|inf]";
 //   cuModuleGetFunction finds a kernel by name and cuFuncGetParamInfo answers from the sizes. A kernel runs (does
-//   nothing) and finishes at its launch; a `fault` kernel leaves the context with the sticky error 700
+//   nothing but for `inf`, which fills the floats of the allocation its first parameter points into with +inf) and
+//   finishes at its launch; a `fault` kernel leaves the context with the sticky error 700
 //   (CUDA_ERROR_ILLEGAL_ADDRESS), returned by every later call that touches it; a `hang` kernel never finishes, nor
 //   anything after it on its stream, and synchronising that stream blocks forever, as on a GPU.
 // - Every API call is reported to the installed tool (fake_cuda_tool.h: the stand-in CUPTI) on enter and exit with
@@ -40,6 +41,7 @@ struct FakeFunction {
   std::vector<size_t> param_sizes;
   bool fault = false;
   bool hang = false;
+  bool inf = false;
 };
 
 struct FakeModule {
@@ -95,6 +97,19 @@ void kernel_ran(uint32_t correlation, FakeStream* stream, const char* name, bool
                            name, now, now);
 }
 
+// An `inf` kernel's work: every float of the allocation its first (pointer) argument points into becomes +inf.
+void fill_with_inf(void* first_argument) {
+  uintptr_t address = 0;
+  memcpy(&address, first_argument, sizeof(address));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto next = g_allocations.upper_bound(address);
+  if (next == g_allocations.begin()) return;
+  const auto found = std::prev(next);
+  if (address >= found->first + found->second) return;
+  auto* floats = reinterpret_cast<float*>(address);
+  for (size_t i = 0; i < (found->first + found->second - address) / sizeof(float); ++i) floats[i] = __builtin_inff();
+}
+
 [[noreturn]] void block_forever() {
   for (;;) pause();
 }
@@ -111,7 +126,8 @@ bool parse_function(const std::string& line, FakeFunction* out) {
     out->param_sizes.push_back(static_cast<size_t>(strtoull(token, nullptr, 10)));
   out->fault = strcmp(behaviour, "fault") == 0;
   out->hang = strcmp(behaviour, "hang") == 0;
-  return fields < 3 || out->fault || out->hang;
+  out->inf = strcmp(behaviour, "inf") == 0;
+  return fields < 3 || out->fault || out->hang || out->inf;
 }
 
 }  // namespace
@@ -357,6 +373,7 @@ TSFAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigne
                function != nullptr ? function->name.c_str() : nullptr);
   if (function == nullptr) return call.finish(CUDA_ERROR_INVALID_HANDLE);
   if (sticky() != CUDA_SUCCESS) return call.finish(sticky());
+  if (function->inf && kernel_params != nullptr && !stream_of(stream)->capturing) fill_with_inf(kernel_params[0]);
   kernel_ran(call.correlation(), stream_of(stream), function->name.c_str(), function->hang);
   const CUresult result = call.finish(CUDA_SUCCESS);
   // The fault surfaces later, at the next call that touches the context, as on a GPU.
