@@ -467,6 +467,13 @@ bool capturing_at(const ApiCall& call) {
   return capturing;
 }
 
+// Whether a launch is still open on this thread (the runtime launch around a driver launch that just returned).
+bool outer_launch_open() {
+  for (const bool open : t_capture.open)
+    if (open) return true;
+  return false;
+}
+
 // ---- The collector's state ------------------------------------------------------------------------------------------
 struct Launches {
   LaunchesSetup setup;
@@ -524,7 +531,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   if (call.klass == CallClass::kLaunch) {
     if (cb->symbolName != nullptr) call.symbol = cb->symbolName;
     call.capturing = capturing_at(call);
-    if (call.phase == launches::Phase::kExit && call.result == 0 && !call.capturing)
+    // Counted once per launch, at the outermost exit (its kernel activity carries that call's correlation id).
+    if (call.phase == launches::Phase::kExit && call.result == 0 && !call.capturing && !outer_launch_open())
       l->launched.fetch_add(1, std::memory_order_relaxed);
   }
   try {
@@ -624,7 +632,8 @@ void thread_loop(Launches* l) {
     if (l->stopping) break;
     lock.unlock();
     if (error_report_due(*l)) write_error_report(*l);
-    // Only while some launch is not known finished: an idle process is never woken for nothing.
+    // Only while some launch is not known finished: a process whose kernels all finished costs a wake-up and two
+    // loads every period, never a CUPTI flush.
     if (l->activity && l->launched.load(std::memory_order_relaxed) > l->completed.load(std::memory_order_relaxed))
       flush_activity(*l);
     lock.lock();
