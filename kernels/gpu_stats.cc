@@ -56,6 +56,7 @@ struct Driver {
 #define TRAINSCOPE_CU_MEMBER(name) decltype(&::name) name = nullptr;
   TRAINSCOPE_CU_FUNCTIONS(TRAINSCOPE_CU_MEMBER)
 #undef TRAINSCOPE_CU_MEMBER
+  void* handle = nullptr;  // libcuda.so.1, open for the life of the process
 
   std::string error_text(CUresult result) const {
     const char* text = nullptr;
@@ -172,6 +173,7 @@ std::string load_driver(Driver& driver, bool* host_only) {
     const char* error = dlerror();
     return std::string("no CUDA driver: cannot open libcuda.so.1 (") + (error != nullptr ? error : "?") + ")";
   }
+  driver.handle = handle;
   std::string missing;
 #define TRAINSCOPE_CU_RESOLVE(name)                                                                 \
   driver.name = reinterpret_cast<decltype(driver.name)>(dlsym(handle, TRAINSCOPE_CU_STRING(name))); \
@@ -246,6 +248,8 @@ GpuStats::State* GpuStats::state() {
 }
 
 bool GpuStats::available() { return state()->unavailable.empty(); }
+
+void* GpuStats::driver_library() { return state()->driver.handle; }
 
 MemoryKind GpuStats::memory_kind(const void* address) {
   State* s = state();

@@ -94,6 +94,10 @@ class GpuStats {
   bool available();
   std::string unavailable_reason();
 
+  // The libcuda.so.1 handle the statistics kernel uses (loading the driver on first use), for the engine's other
+  // driver questions (the launch collector's), so that the process has one way into the driver; nullptr without one.
+  void* driver_library();
+
   // Where `address` lives (a driver query, no synchronisation); kHost whenever the GPU side is unavailable.
   MemoryKind memory_kind(const void* address);
 

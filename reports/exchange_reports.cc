@@ -91,6 +91,21 @@ nlohmann::json call_json(const Fingerprint& f) {
           {"caller", hex_address(f.caller)}};
 }
 
+// A rank's last launch per stream under its line in a desync report, one line each: "      last launch on stream ...".
+std::string launches_text(const std::vector<recorder::StreamLastLaunch>& launches) {
+  std::string out;
+  for (const recorder::StreamLastLaunch& launch : launches)
+    out += "      last launch on " + recorder::stream_last_launch_text(launch) + "\n";
+  return out;
+}
+
+void add_launches_json(nlohmann::json& entry, bool read, const std::vector<recorder::StreamLastLaunch>& launches) {
+  if (!read) return;  // not looked at (another host, no recorder): the key is absent, as in reports before launches
+  nlohmann::json list = nlohmann::json::array();
+  for (const recorder::StreamLastLaunch& launch : launches) list.push_back(recorder::stream_last_launch_json(launch));
+  entry["last_launches"] = std::move(list);
+}
+
 std::string since_text(uint64_t since_ns, uint64_t now_ns) {
   if (since_ns == 0) return "since an unknown time";
   std::string text = "since " + recorder::utc_date_time(since_ns);
@@ -222,6 +237,7 @@ std::string format_desync_text(const DesyncReport& report) {
            (report.point_to_point ? p2p_call_text(report, w.op, w.seq, p2p_other(report))
                                   : "call #" + std::to_string(w.seq)) +
            " `" + op_text(w.op) + "` " + since_text(w.since_ns, report.detected_ns) + "\n";
+    out += launches_text(w.launches);
   }
   out += "Not arrived:\n";
   for (const MissingRank& m : report.missing) {
@@ -242,6 +258,7 @@ std::string format_desync_text(const DesyncReport& report) {
     }
     out += "; " + std::string(laggard_state_text(m.state)) + "; process " +
            (m.process_gone ? "gone" : "still running") + "\n";
+    out += launches_text(m.launches);
   }
   if (!report.note.empty()) out += "Note: " + report.note + "\n";
   if (!report.waiting.empty()) {
@@ -276,6 +293,7 @@ nlohmann::json desync_json(const DesyncReport& report) {
     if (report.point_to_point) entry["peer"] = p2p_other(report);
     add_stack_json(entry, w.stack);
     entry["caller"] = hex_address(w.caller);
+    add_launches_json(entry, w.launches_read, w.launches);
     waiting.push_back(std::move(entry));
   }
   nlohmann::json missing = nlohmann::json::array();
@@ -297,6 +315,7 @@ nlohmann::json desync_json(const DesyncReport& report) {
     } else {
       entry["last_call"] = nullptr;
     }
+    add_launches_json(entry, m.launches_read, m.launches);
     missing.push_back(std::move(entry));
   }
   const auto rank_or_null = [&](int32_t rank) { return report.point_to_point ? nlohmann::json(rank) : nullptr; };

@@ -14,6 +14,7 @@
 
 #include "collectors/exchange/call_stack.h"
 #include "collectors/exchange/fingerprint.h"
+#include "reports/cuda_launches.h"
 
 namespace trainscope::reports {
 
@@ -57,6 +58,9 @@ struct WaitingRank {
   uint64_t since_ns = 0;        // CLOCK_REALTIME of the rank, when that call started
   exchange::CallStack stack{};  // of the call it waits in (may be empty)
   uint64_t caller = 0;          // that call's site, shown when no stack was captured; 0 when not known
+  // The last launch on each stream and whether it finished, from its flight recorder (launches_read: it was read).
+  bool launches_read = false;
+  std::vector<recorder::StreamLastLaunch> launches;
 };
 
 struct MissingRank {
@@ -76,6 +80,9 @@ struct MissingRank {
   bool last_call_returned = true;
   LaggardState state = LaggardState::kUnknown;
   bool process_gone = false;
+  // As WaitingRank's: what its GPU streams were doing (a kernel that never finished keeps a rank from arriving).
+  bool launches_read = false;
+  std::vector<recorder::StreamLastLaunch> launches;
 };
 
 // A collective some members reached and others did not, or (point_to_point) a send or receive whose other side has

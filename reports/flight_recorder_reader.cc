@@ -86,11 +86,11 @@ bool fail(std::string* error, const std::string& path, const std::string& what) 
 
 }  // namespace
 
-bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error) {
+bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error, const ReadLimits& limits) {
   *out = RecorderFile{};
   out->path = path;
   // O_NONBLOCK: a FIFO named *.tsrec must not hang the reader.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (limits.follow_links ? 0 : O_NOFOLLOW)));
   if (fd.get() < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
@@ -292,7 +292,8 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   // what the file really holds rather than what its header claims.
   const uint64_t capacity = h.capacity;
   const uint64_t next_before = h.next;
-  const uint64_t lo_before = next_before > capacity ? next_before - capacity : 0;
+  const uint64_t window = std::min(capacity, limits.max_records);
+  const uint64_t lo_before = next_before > window ? next_before - window : 0;
   std::vector<Record> chunk;
   uint64_t chunk_first = 0;
   for (uint64_t index = lo_before; index < next_before; ++index) {
@@ -325,7 +326,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   // Claims made after the first look at `next` were not read; they are in flight, not torn.
   const uint64_t next_after = std::max(next_before, load_next(fd.get()));
   h.next = next_after;
-  const uint64_t lo_after = std::max(lo_before, next_after > capacity ? next_after - capacity : 0);
+  const uint64_t lo_after = std::max(lo_before, next_after > window ? next_after - window : 0);
   if (lo_after > lo_before) {
     const auto kept = std::lower_bound(out->records.begin(), out->records.end(), lo_after,
                                        [](const RecordedCall& c, uint64_t i) { return c.index < i; });
@@ -336,18 +337,6 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     out->records.erase(out->records.begin(), kept);
   }
   return true;
-}
-
-const char* launch_state_name(LaunchState state) {
-  switch (state) {
-    case LaunchState::kFinished:
-      return "finished";
-    case LaunchState::kNotFinished:
-      return "not finished";
-    case LaunchState::kNotKnown:
-      break;
-  }
-  return "unknown";
 }
 
 std::string launch_mode_name(uint32_t mode) {

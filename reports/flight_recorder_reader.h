@@ -29,8 +29,6 @@ struct LaunchProgress {
   LaunchState state = LaunchState::kNotKnown;
   uint64_t at_ns = 0;  // kFinished: known done by then; kNotFinished: not done as of then; kUnknown: 0
 };
-// "finished", "not finished", "unknown".
-const char* launch_state_name(LaunchState state);
 
 // Everything trustworthy in one recorder file, of format version 1, 2 or 3, in version 3's terms: a version 1 file
 // has no sites (every record's site is 0, its redop read from the old int32 field) and zeros in the header's version 2
@@ -83,9 +81,16 @@ struct RecorderFile {
 // "none", "callbacks", "completions", "unavailable", or "unknown (N)".
 std::string launch_mode_name(uint32_t mode);
 
+// What read_recorder_file() reads of a file: by default all of it.
+struct ReadLimits {
+  uint64_t max_records = UINT64_MAX;  // only the newest this many claims of the ring (older ones are neither read nor
+                                      // counted torn): a live process's tail, read quickly
+  bool follow_links = true;           // false: a symbolic link is refused (O_NOFOLLOW)
+};
+
 // Reads and validates one file. On failure returns false and sets `error` to "<path>: <what is wrong>";
 // `out` is then unspecified.
-bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error);
+bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error, const ReadLimits& limits = {});
 
 struct FileError {
   std::string path;

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <vector>
 
+#include "reports/cuda_error_report.h"
+#include "reports/cuda_launches.h"
 #include "reports/printable.h"
 
 namespace trainscope::recorder {
@@ -97,10 +99,35 @@ std::vector<std::string> flag_names(uint8_t flags) {
   return names;
 }
 
-// The records the report shows for one file are the newest `last` ones, oldest first: records[first_shown()...].
+// A call the process waits in: an NCCL call without a result. A launch collector's record is appended at its API
+// call's exit; one without a result is a process that died between the two stores, not a wait.
+bool waits(const RecordedCall& call) { return call.pending() && !is_cuda_record(static_cast<Op>(call.record.op)); }
+
+bool is_nccl_call(const RecordedCall& call) { return !is_cuda_record(static_cast<Op>(call.record.op)); }
+
+// The calls the report shows for one file are its newest `last` NCCL calls (the launches have a section of their
+// own), oldest first: those of records[first_shown()...] for which is_nccl_call().
 size_t first_shown(const RecorderFile& file, size_t last) {
-  return file.records.size() - std::min(last, file.records.size());
+  size_t k = file.records.size();
+  for (size_t found = 0; k > 0 && found < last; --k) found += is_nccl_call(file.records[k - 1]) ? 1 : 0;
+  return k;
 }
+
+size_t nccl_calls_held(const RecorderFile& file) {
+  return static_cast<size_t>(std::count_if(file.records.begin(), file.records.end(), is_nccl_call));
+}
+
+// Whether a rank's section shows launches: the launch collector ran (or said why it could not), or left records.
+bool shows_launches(const RecorderFile& file) {
+  return file.header.launch_mode != static_cast<uint32_t>(LaunchMode::kNone) || !file.streams.empty() ||
+         file.header.cuda_errors != 0 ||
+         std::any_of(file.records.begin(), file.records.end(),
+                     [](const RecordedCall& c) { return is_launch(c.record); });
+}
+
+// The launches shown per stream: as many as calls are shown, at least one, and with `--last all` no more than a
+// thousand (the report is built whole per rank, not streamed as the calls are).
+size_t launches_per_stream(size_t last) { return std::clamp<size_t>(last, 1, 1000); }
 
 // Aligned columns: numbers right, text left, two spaces between. Every row is measured first (the header is), then
 // rendered one at a time, so that a table of many rows is never held whole.
@@ -372,7 +399,7 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
     detail.stop_batch = h.stop_batch;
     detail.stop_report_missing = (h.end_flags & kEndReportMissing) != 0;
     for (const RecordedCall& call : file.records) {
-      if (!call.pending()) continue;
+      if (!waits(call)) continue;
       ++detail.pending_calls;
       detail.newest_pending = call;  // records are in index order: the last one is the newest
     }
@@ -382,6 +409,12 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
     detail.reports_unwritten = h.reports_unwritten;
     detail.unwritten_report = h.unwritten_report;
     detail.unwritten_cause = h.unwritten_cause;
+    detail.launch_mode = h.launch_mode;
+    detail.launch_note = h.launch_note;
+    detail.cuda_errors = h.cuda_errors;
+    if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
+      detail.first_cuda_error = reports::cuda_error_summary(error);
+    }
     overview.details.push_back(std::move(detail));
     if (state.key == "stopped") {
       overview.stopped.push_back(who);
@@ -396,12 +429,74 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
     } else {
       ++overview.unknown_state;
     }
-    const bool pending =
-        std::any_of(file.records.begin(), file.records.end(), [](const RecordedCall& call) { return call.pending(); });
+    const bool pending = std::any_of(file.records.begin(), file.records.end(), waits);
     if (pending) (state.gone ? overview.did_not_return : overview.pending).push_back(who);
   }
   return overview;
 }
+
+namespace {
+
+// One rank's last NCCL calls.
+void write_calls(const RecorderFile& file, const RankState& state, const ReportOptions& options, std::string& out,
+                 const std::function<void()>& flush_lines) {
+  const size_t first = first_shown(file, options.last);
+  const size_t held = nccl_calls_held(file);
+  const size_t shown = static_cast<size_t>(
+      std::count_if(file.records.begin() + static_cast<std::ptrdiff_t>(first), file.records.end(), is_nccl_call));
+  if (shown == 0) {
+    out += "  calls: none held\n";
+    return;
+  }
+  out += "  last " + std::to_string(shown) + " of " + std::to_string(held) + " held calls\n";
+  // The innermost Python location of each call's site, in a last column that is there only when some call shown
+  // has one (a job that runs no Python keeps the table it always had). Measured in a first pass over the calls,
+  // rendered in a second.
+  Table table({"index", "time (UTC)", "op", "comm", "seq", "count", "dtype", "redop", "root/peer", "group", "result",
+               "duration", "python (the job's own line)"},
+              {true, false, false, false, true, true, false, false, true, true, false, true, false});
+  std::vector<std::string> row;
+  bool any_location = false;
+  for (size_t k = first; k < file.records.size(); ++k) {
+    if (!is_nccl_call(file.records[k])) continue;
+    any_location |= call_row(file, file.records[k], state, &row);
+    table.measure(row);
+  }
+  if (!any_location) table.keep_columns(kCallColumns - 1);
+  table.render_header("    ", out);
+  for (size_t k = first; k < file.records.size(); ++k) {
+    if (!is_nccl_call(file.records[k])) continue;
+    call_row(file, file.records[k], state, &row);
+    table.render(row, "    ", out);
+    flush_lines();
+  }
+}
+
+// One rank's launch mode, its last launches per stream and whether they finished, and its first CUDA error.
+void write_launches(const RecorderFile& file, const ReportOptions& options, std::string& out) {
+  const FileHeader& h = file.header;
+  out += "  launches: " + reports::launch_mode_text(h.launch_mode, h.launch_note);
+  if (h.completions_ns != 0) out += "; completion known as of " + utc_time_of_day(h.completions_ns);
+  if (h.dropped_launches != 0) out += "; " + std::to_string(h.dropped_launches) + " launches not recorded";
+  out += "\n";
+  const std::vector<StreamLaunches> streams = last_launches_per_stream(file, launches_per_stream(options.last));
+  for (const StreamLaunches& s : streams) {
+    out += "    stream " + stream_text(s.stream) + " (context " + hex_id(s.context) + "): last " +
+           std::to_string(s.last.size()) + " of " + std::to_string(s.held) + " held launches";
+    if (s.entry == nullptr) out += " (not in the stream table: completion unknown)";
+    out += "\n";
+    std::vector<std::vector<std::string>> rows{launch_row_header()};
+    for (const LaunchLine& line : s.last) rows.push_back(launch_row(line));
+    out += aligned_table(rows, "      ");
+  }
+  if (streams.empty()) out += "    no launch held\n";
+  if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
+    out += "  first CUDA error: " + reports::cuda_error_summary(error) + " (" + reports::cuda_error_base_name(error) +
+           ")\n";
+  }
+}
+
+}  // namespace
 
 void write_text_report(const RunDirectory& run, const ReportOptions& options,
                        const std::function<void(std::string_view)>& sink) {
@@ -450,7 +545,7 @@ void write_text_report(const RunDirectory& run, const ReportOptions& options,
     constexpr size_t kPendingShown = 3;
     std::vector<const RecordedCall*> pending;
     for (const RecordedCall& call : file.records) {
-      if (call.pending()) pending.push_back(&call);
+      if (waits(call)) pending.push_back(&call);
     }
     if (pending.size() > kPendingShown) {
       attention.push_back(who + ": " + std::to_string(pending.size() - kPendingShown) +
@@ -469,6 +564,12 @@ void write_text_report(const RunDirectory& run, const ReportOptions& options,
       if (const std::string location = python_location(file.site(r.site)); !location.empty())
         what += ", called from " + location;
       attention.push_back(what);
+    }
+    if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
+      attention.push_back(who + ": first CUDA error: " + reports::cuda_error_summary(error));
+    } else if (h.cuda_errors > 0) {
+      attention.push_back(who + ": " + std::to_string(h.cuda_errors) +
+                          " CUDA error(s), the first one's record no longer held");
     }
     if (file.torn_records > 0) {
       attention.push_back(who + ": " + std::to_string(file.torn_records) + " torn record(s) skipped");
@@ -518,34 +619,20 @@ void write_text_report(const RunDirectory& run, const ReportOptions& options,
     }
     flush_lines();
 
-    const size_t first = first_shown(file, options.last);
-    const size_t shown = file.records.size() - first;
-    if (shown == 0) {
-      out += "  calls: none held\n";
-      continue;
-    }
-    out += "  last " + std::to_string(shown) + " of " + std::to_string(file.records.size()) + " held calls\n";
-    // The innermost Python location of each call's site, in a last column that is there only when some call shown
-    // has one (a job that runs no Python keeps the table it always had). Measured in a first pass over the calls,
-    // rendered in a second.
-    Table table({"index", "time (UTC)", "op", "comm", "seq", "count", "dtype", "redop", "root/peer", "group", "result",
-                 "duration", "python (the job's own line)"},
-                {true, false, false, false, true, true, false, false, true, true, false, true, false});
-    std::vector<std::string> row;
-    bool any_location = false;
-    for (size_t k = first; k < file.records.size(); ++k) {
-      any_location |= call_row(file, file.records[k], states[i], &row);
-      table.measure(row);
-    }
-    if (!any_location) table.keep_columns(kCallColumns - 1);
-    table.render_header("    ", out);
-    for (size_t k = first; k < file.records.size(); ++k) {
-      call_row(file, file.records[k], states[i], &row);
-      table.render(row, "    ", out);
-      flush_lines();
-    }
+    write_calls(file, states[i], options, out, flush_lines);
+    if (shows_launches(file)) write_launches(file, options, out);
+    flush_lines();
   }
   if (!out.empty()) sink(out);
+}
+
+std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+  if (rows.empty()) return "";
+  Table table(rows.front(), std::vector<bool>(rows.front().size(), false));
+  for (const std::vector<std::string>& row : rows) table.measure(row);
+  std::string out;
+  for (const std::vector<std::string>& row : rows) table.render(row, indent, out);
+  return out;
 }
 
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options) {
@@ -589,8 +676,38 @@ json record_json(const RecorderFile& file, const RecordedCall& call, const RankS
           {"python_own", std::move(python_own)}};
 }
 
+// A rank's launch collector in the JSON report: its mode, last launches per stream, first CUDA error.
+json launches_json(const RecorderFile& file, const ReportOptions& options) {
+  const FileHeader& h = file.header;
+  json streams = json::array();
+  for (const StreamLaunches& s : last_launches_per_stream(file, launches_per_stream(options.last))) {
+    json launches = json::array();
+    for (const LaunchLine& line : s.last) launches.push_back(launch_json(line));
+    json entry = {
+        {"stream", s.stream}, {"context", s.context}, {"held", s.held}, {"in_stream_table", s.entry != nullptr}};
+    if (s.entry != nullptr) {
+      entry["launched_seq"] = s.entry->launched_seq;
+      entry["completed_seq"] = s.entry->completed_seq;
+      entry["completed_ns"] = s.entry->completed_ns;
+    }
+    entry["launches"] = std::move(launches);
+    streams.push_back(std::move(entry));
+  }
+  json first_error = nullptr;
+  if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
+    first_error = reports::cuda_error_json(error);
+  }
+  return {{"mode", launch_mode_name(h.launch_mode)},
+          {"note", h.launch_note},
+          {"completions_ns", h.completions_ns == 0 ? json(nullptr) : json(h.completions_ns)},
+          {"dropped", h.dropped_launches},
+          {"cuda_errors", h.cuda_errors},
+          {"streams", std::move(streams)},
+          {"first_cuda_error", std::move(first_error)}};
+}
+
 // One rank as the JSON report shows it, but for its "records".
-json rank_json(const RecorderFile& file, const RankState& state) {
+json rank_json(const RecorderFile& file, const RankState& state, const ReportOptions& options) {
   const FileHeader& h = file.header;
   json comms = json::array();
   for (const CommEntry& c : file.comms) {
@@ -641,6 +758,7 @@ json rank_json(const RecorderFile& file, const RankState& state) {
           {"torn_sites", file.torn_sites},
           {"python", std::move(python_version)},
           {"python_note", h.python_note},
+          {"launches", launches_json(file, options)},
           {"communicators", std::move(comms)}};
 }
 
@@ -656,10 +774,10 @@ json make_json_report(const RunDirectory& run, const ReportOptions& options) {
   json ranks = json::array();
   for (const RecorderFile& file : run.files) {
     const RankState state = rank_state(file, options);
-    json rank = rank_json(file, state);
+    json rank = rank_json(file, state, options);
     json records = json::array();
     for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
-      records.push_back(record_json(file, file.records[k], state));
+      if (is_nccl_call(file.records[k])) records.push_back(record_json(file, file.records[k], state));
     rank["records"] = std::move(records);
     ranks.push_back(std::move(rank));
   }
@@ -676,10 +794,10 @@ void write_json_report(const RunDirectory& run, const ReportOptions& options, js
     for (const RecorderFile& file : run.files) {
       const RankState state = rank_state(file, options);
       out.begin_object();
-      out.members(rank_json(file, state), "records", [&] {
+      out.members(rank_json(file, state, options), "records", [&] {
         out.begin_array();
         for (size_t k = first_shown(file, options.last); k < file.records.size(); ++k)
-          out.value(record_json(file, file.records[k], state));
+          if (is_nccl_call(file.records[k])) out.value(record_json(file, file.records[k], state));
         out.end_array();
       });
       out.end_object();

@@ -73,6 +73,10 @@ struct ProcessDetail {
   uint32_t reports_unwritten = 0;    // reports it could not write
   std::string unwritten_report;      // the first of them
   std::string unwritten_cause;       // and why ("" when not known)
+  uint32_t launch_mode = 0;          // LaunchMode: what the launch collector could do
+  std::string launch_note;           // why not more
+  uint32_t cuda_errors = 0;          // CUDA API calls that returned an error
+  std::string first_cuda_error;      // reports::cuda_error_summary() of the first, "" when none (or its record is gone)
 };
 
 struct ProcessOverview {
@@ -100,6 +104,8 @@ std::string stop_text(const FileHeader& header);
 void write_text_report(const RunDirectory& run, const ReportOptions& options,
                        const std::function<void(std::string_view)>& sink);
 std::string format_text_report(const RunDirectory& run, const ReportOptions& options = {});  // the same, whole
+// `rows` (the first one the header) as left-aligned columns, two spaces apart, each line starting with `indent`.
+std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::string& indent);
 // Header strings come from files as they are: dump with error_handler_t::replace, they may not be UTF-8.
 nlohmann::json make_json_report(const RunDirectory& run, const ReportOptions& options = {});
 // The same report written into `out` a record at a time (no more than one record is held as JSON), with the members

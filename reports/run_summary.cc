@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <string_view>
 #include <tuple>
 #include <utility>
 
+#include "reports/cuda_error_report.h"
 #include "reports/frame_report.h"
 
 namespace trainscope::reports {
@@ -46,6 +48,7 @@ constexpr KindInfo kKinds[] = {
     {ReportKind::kOverflowStreak, "overflow-streak-rank", "overflow_streak", "overflow_streak", "rank"},
     {ReportKind::kNearOverflow, "near-overflow-rank", "near_overflow", "near_overflow", "rank"},
     {ReportKind::kStop, "stop-rank", "stop", "stop", "rank"},
+    {ReportKind::kCudaError, "cuda-error-rank", "cuda_error", "cuda_error", "process"},
 };
 
 const KindInfo& info_of(ReportKind kind) {
@@ -1447,6 +1450,94 @@ bool only_requested_stops(const RunSummary& summary) {
   return any;
 }
 
+// "rank 3: first CUDA error: <what, when, after which kernel>", one line per process that had one: from its recorder,
+// else (its recorder gone or unreadable) from its cuda-error report's JSON "summary" or its text's first line.
+void cuda_error_lines(const RunSummary& summary, Analysis* a) {
+  std::vector<std::pair<int32_t, std::string>> errors;  // rank, what
+  json items = json::array();
+  std::set<int32_t> ranks_said;
+  if (summary.processes) {
+    for (const recorder::ProcessDetail& d : summary.processes->details) {
+      if (d.first_cuda_error.empty()) continue;
+      errors.emplace_back(d.who.rank, d.first_cuda_error);
+      ranks_said.insert(d.who.rank);
+      items.push_back({{"rank", rank_json(d.who.rank)},
+                       {"pid", d.who.pid},
+                       {"file", nullptr},
+                       {"cuda_errors", d.cuda_errors},
+                       {"first", d.first_cuda_error}});
+    }
+  }
+  for (const ReportFiles* r : reports_of(summary, ReportKind::kCudaError)) {
+    if (r->rank >= 0 && ranks_said.count(r->rank) != 0) continue;
+    std::string what = r->has_json ? string_member(r->json, "summary") : std::string();
+    if (what.empty() && r->has_text) {
+      const std::vector<std::string> lines = non_empty_lines(r->text);
+      if (!lines.empty()) what = lines.front();
+    }
+    if (what.empty()) what = "see " + source_file(*r);
+    errors.emplace_back(r->rank, what);
+    items.push_back(
+        {{"rank", rank_json(r->rank)},
+         {"pid", r->has_json ? json(int_member(r->json, "pid").value_or(0)) : json(nullptr)},
+         {"file", source_file(*r)},
+         {"cuda_errors", r->has_json ? json(uint_member(r->json, "cuda_errors").value_or(0)) : json(nullptr)},
+         {"first", what}});
+  }
+  a->fields["cuda_errors"] = std::move(items);
+  if (errors.empty()) return;
+  a->nothing_wrong = false;
+  // By rank, unknown ranks last.
+  std::stable_sort(errors.begin(), errors.end(), [](const auto& x, const auto& y) {
+    return std::make_pair(x.first < 0, x.first) < std::make_pair(y.first < 0, y.first);
+  });
+  a->lines.push_back("first CUDA errors: " + std::to_string(errors.size()));
+  size_t shown = 0;
+  for (const auto& [rank, what] : errors) {
+    if (shown++ == kShownProcessLines) {
+      a->lines.push_back("  and " + std::to_string(errors.size() - kShownProcessLines) + " more");
+      break;
+    }
+    a->lines.push_back("  " + (rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?")) +
+                       ": first CUDA error: " + what);
+  }
+}
+
+// What each process's launch collector could do, processes alike on one part: "launches: callbacks and kernel
+// completion on ranks 0–3; unavailable on rank 4: CUPTI is in use by another tool". Only when one of them ran or said
+// why it could not.
+void launches_line(const RunSummary& summary, Analysis* a) {
+  if (!summary.processes) {
+    a->fields["launches"] = json::array();
+    return;
+  }
+  std::vector<std::pair<std::string, std::vector<ProcessRef>>> modes;  // text -> processes, in order of appearance
+  bool any = false;
+  json items = json::array();
+  for (const recorder::ProcessDetail& d : summary.processes->details) {
+    any |= d.launch_mode != static_cast<uint32_t>(recorder::LaunchMode::kNone) || !d.launch_note.empty();
+    const std::string text = launch_mode_text(d.launch_mode, d.launch_note);
+    auto it = std::find_if(modes.begin(), modes.end(), [&](const auto& m) { return m.first == text; });
+    if (it == modes.end()) it = modes.insert(modes.end(), {text, {}});
+    it->second.push_back(d.who);
+    items.push_back({{"rank", rank_json(d.who.rank)},
+                     {"pid", d.who.pid},
+                     {"mode", recorder::launch_mode_name(d.launch_mode)},
+                     {"note", string_or_null(d.launch_note)}});
+  }
+  a->fields["launches"] = std::move(items);
+  if (!any) return;
+  std::vector<std::string> parts;
+  for (const auto& [text, who] : modes) {
+    // "unavailable: <why>" reads "unavailable on rank 4: <why>".
+    const size_t colon = text.find(": ");
+    parts.push_back(colon == std::string::npos
+                        ? text + " on " + processes_phrase(who)
+                        : text.substr(0, colon) + " on " + processes_phrase(who) + text.substr(colon));
+  }
+  a->lines.push_back("launches: " + join_capped(parts, "; "));
+}
+
 Analysis analyse(const RunSummary& summary) {
   Analysis a;
   const bool any_nonfinite = !reports_of(summary, ReportKind::kNonfinite).empty();
@@ -1458,6 +1549,8 @@ Analysis analyse(const RunSummary& summary) {
   streak_line(summary, &a);
   near_overflow_line(summary, &a);
   stop_line(summary, &a);
+  cuda_error_lines(summary, &a);
+  launches_line(summary, &a);
   job_line(summary, only_requested_stops(summary), &a);
   processes_line(summary, &a);
   unwritten_line(summary, &a);

@@ -2,9 +2,10 @@
 //
 // The files are the ones the coordinator and the ranks write (each text report has a JSON twin of the same base
 // name): origin, mismatch-*, desync-*, vanished-rank*, nonfinite-rank*, overflow-streak-rank*,
-// near-overflow-rank*, stop-rank*, trace-rank*, manifest.json. Nothing in them is trusted: a file that is missing,
-// truncated (a crash mid-write) or not what its name says is named in the summary as unreadable, and the rest goes
-// on; where a report's JSON is gone, what its name and text still tell (rank, communicator, call, batch) is used.
+// near-overflow-rank*, stop-rank*, cuda-error-rank*, trace-rank*, manifest.json. Nothing in them is trusted: a file
+// that is missing, truncated (a crash mid-write) or not what its name says is named in the summary as unreadable, and
+// the rest goes on; where a report's JSON is gone, what its name and text still tell (rank, communicator, call, batch)
+// is used.
 //
 // Summary text (one line per kind, the most important first, "none" where nothing was found):
 //   Summary of run <directory name>
@@ -17,6 +18,12 @@
 //     overflow streaks: rank 2, batches 40–44 (5 in a row)
 //     near overflow: 2 warnings on rank 1 (first: batch 3, <frame> output 6.27e+04 = 96% of float16's max)
 //     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH); ranks 1–3 by trainscope (mismatch, status 86)
+//     first CUDA errors: 1                           (only when a process had one: from its recorder, else its
+//                                                   cuda-error-rank<R> report; a line per process below)
+//       rank 3: first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an illegal memory
+//               access was encountered) at 2026-12-01 12:00:01.123456 UTC, after kernel K on stream 0x7f3a5c001200
+//     launches: callbacks and kernel completion on ranks 0–2; unavailable on rank 3: CUPTI is in use by another tool
+//                                                   (only when some process's launch collector ran or said why not)
 //     job: exited with status 137 (128 + 9: a process was killed by SIGKILL)   (only when `trainscope run` started it)
 //     processes: 4 recorded: 3 exited, 1 crashed or killed (rank 2); a call never returned on rank 2
 //       rank 2: crashed or killed (no clean exit; its process is gone); was waiting in ncclAllReduce (communicator
@@ -54,6 +61,7 @@ enum class ReportKind : uint8_t {
   kOverflowStreak,
   kNearOverflow,
   kStop,
+  kCudaError,  // cuda-error-rank<R>: a process's first CUDA error (reports/cuda_error_report.h)
 };
 const char* report_kind_name(ReportKind kind);  // "origin", "mismatch", ..., "near_overflow", "stop"
 
@@ -164,7 +172,8 @@ void note_recorders(RunSummary* summary, const recorder::RunDirectory& run,
 // The summary text above, every line '\n'-terminated.
 std::string format_summary_text(const RunSummary& summary);
 // The same as JSON: {"run", "run_dir", "nothing_wrong", "lines", "origin", "first_nonfinite", "mismatches",
-// "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "job", "processes", "unwritten", "setup",
+// "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "cuda_errors" ([{"rank", "pid", "file",
+// "cuda_errors", "first"}]), "launches" ([{"rank", "pid", "mode", "note"}]), "job", "processes", "unwritten", "setup",
 // "traces", "unreadable"}.
 nlohmann::json summary_json(const RunSummary& summary);
 

@@ -12,13 +12,14 @@ cd "$(dirname "$0")/.."
 kit="${1:-gpu-kit}"
 build="${TRAINSCOPE_GPU_KIT_BUILD:-build-gpu-kit}"
 binaries=(shim/libtrainscope.so shim/libtrainscope-engine.so tools/trainscope tests/gpu/stats_gpu_tests
-  tests/gpu/stats_gpu_bench tests/gpu/watch_gpu_program tests/programs/nccl_probe_program)
+  tests/gpu/stats_gpu_bench tests/gpu/watch_gpu_program tests/gpu/launches_gpu_program
+  tests/programs/nccl_probe_program)
 
 bash scripts/setup.sh
 mkdir -p "$build"
 bash scripts/build.sh "$build" -DTRAINSCOPE_BUILD_KERNELS=ON -DTRAINSCOPE_BUILD_TESTS=ON -DTRAINSCOPE_BUILD_BENCH=ON \
   --target trainscope_shim --target trainscope_engine --target trainscope_tool --target stats_gpu_tests \
-  --target stats_gpu_bench --target watch_gpu_program --target nccl_probe_program
+  --target stats_gpu_bench --target watch_gpu_program --target launches_gpu_program --target nccl_probe_program
 
 rm -rf "$kit"
 mkdir -p "$kit/lib" "$kit/lib-fallback"

@@ -14,8 +14,9 @@ namespace trainscope {
 
 // 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
 // parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames). 6: batch_call and batch_marker.
-// 7: job_key; the exchange waits for it when no TRAINSCOPE_TOKEN is set.
-inline constexpr uint32_t kEngineAbiVersion = 7;
+// 7: job_key; the exchange waits for it when no TRAINSCOPE_TOKEN is set. 8: start_launches (CUDA launches, from
+// InitializeInjection).
+inline constexpr uint32_t kEngineAbiVersion = 8;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -110,6 +111,10 @@ int trainscope_engine_step_marker_matches(const char* name);
 // one given, stops the rank (its reports written, exit status 87) and never returns.
 void trainscope_engine_batch_call(const trainscope::recorder::Record* record);
 void trainscope_engine_batch_marker(void);
+// The CUDA driver loaded libtrainscope.so as its injection library (CUDA_INJECTION64_PATH) and is initialising: start
+// the launch collector (CUPTI) now, if the engine's start did not already (it does when libcuda.so.1 is loaded then).
+// Called from InitializeInjection, inside the job's cuInit; at most one start per process.
+void trainscope_engine_start_launches(void);
 // Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
 void trainscope_engine_fork_prepare(void);
 void trainscope_engine_fork_parent(void);

@@ -145,6 +145,8 @@ void start_engine(int run_dir_error) {
     load_symbol(handle, "trainscope_engine_batch_call", &rt.engine_batch_call);
     load_symbol(handle, "trainscope_engine_batch_marker", &rt.engine_batch_marker);
   }
+  if (rt.config.launches != LaunchesMode::kOff)
+    load_symbol(handle, "trainscope_engine_start_launches", &rt.engine_start_launches);
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
@@ -298,6 +300,7 @@ void forget_engine(Runtime& rt) {
   rt.engine_job_key = nullptr;
   rt.engine_batch_call = nullptr;
   rt.engine_batch_marker = nullptr;
+  rt.engine_start_launches = nullptr;
 }
 
 // ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).
@@ -468,6 +471,16 @@ void fork_child() {
   memcpy(&g_start_lock, &fresh, sizeof(fresh));
 }
 
+// Names this library in an injection variable (NVTX_INJECTION64_PATH, CUDA_INJECTION64_PATH), so the library that
+// reads it loads us as its tool. A tool the job chose itself (Nsight Systems sets both) is left alone; the engine says
+// so when it starts.
+void claim_injection_variable(const char* variable) {
+  if (getenv(variable) != nullptr) return;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) != 0 && info.dli_fname != nullptr)
+    setenv(variable, info.dli_fname, 0);
+}
+
 // Parses the configuration once, when the library is loaded: an invalid value stops the process with status 2
 // before the job runs, because a debugging run with the wrong settings wastes the job.
 __attribute__((constructor)) void load_configuration() {
@@ -482,13 +495,10 @@ __attribute__((constructor)) void load_configuration() {
   rt.global_rank.store(-1, std::memory_order_relaxed);  // "rank ?" in what is logged before the start
   if (!rt.enabled) return;
   pthread_atfork(fork_prepare, fork_parent, fork_child);
-  // Batches counted at NVTX ranges need us to be the job's NVTX tool. A tool the job chose itself (Nsight Systems
-  // sets the same variable) is left alone; the engine says so when it starts.
-  if (rt.config.step_marker_form == StepMarkerForm::kNvtx && getenv("NVTX_INJECTION64_PATH") == nullptr) {
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&own_directory), &info) != 0 && info.dli_fname != nullptr)
-      setenv("NVTX_INJECTION64_PATH", info.dli_fname, 0);
-  }
+  // Batches counted at NVTX ranges need us to be the job's NVTX tool; launches before the first NCCL call need us to
+  // be the CUDA driver's injection library (cuda_injection.cc).
+  if (rt.config.step_marker_form == StepMarkerForm::kNvtx) claim_injection_variable("NVTX_INJECTION64_PATH");
+  if (rt.config.launches != LaunchesMode::kOff) claim_injection_variable("CUDA_INJECTION64_PATH");
 }
 
 // Whether a recorder of launcher rank `rank` is in the run directory: a process of that rank did use NCCL, so this

@@ -59,6 +59,8 @@ struct Runtime {
   // TRAINSCOPE_ABORT_AFTER_BATCH only; null otherwise (a hook's whole cost then is loading this pointer).
   decltype(&trainscope_engine_batch_call) engine_batch_call;
   decltype(&trainscope_engine_batch_marker) engine_batch_marker;
+  // TRAINSCOPE_LAUNCHES on or calls only: InitializeInjection starts the launch collector through it.
+  decltype(&trainscope_engine_start_launches) engine_start_launches;
 };
 
 extern Runtime g_runtime;

@@ -1,5 +1,6 @@
 // `trainscope report RUN_DIR [--json] [--summary] [--last N]`: what went wrong in one run (the summary), then what
 // the flight recorders hold, then every report in full.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/json_stream.h"
 #include "reports/printable.h"
@@ -25,9 +27,28 @@ constexpr const char* kUsage =
     "  --summary  print only the summary: what went wrong (inf/nan origin, first batch, mismatches, desyncs,\n"
     "             vanished ranks, ...), where and when\n"
     "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n"
-    "Prints the summary, then the recorders' table (ranks, communicators, last calls), then every report in full.\n";
+    "Prints the summary, then the recorders' table (ranks, communicators, last calls, last launches per stream), then\n"
+    "every report in full, with the first CUDA error of each process that had one (rebuilt from its flight recorder\n"
+    "when the process did not write its cuda-error-rank<R> report).\n";
 
 void print(std::string_view text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+// The first CUDA error of every process that had one but whose cuda-error report is not in the run directory (it died
+// before writing it, or could not), rebuilt from its flight recorder, as format_report_texts() shows the others.
+std::string rebuilt_cuda_error_texts(const recorder::RunDirectory& run, const reports::RunSummary& summary) {
+  std::string out;
+  for (const recorder::RecorderFile& file : run.files) {
+    reports::CudaErrorReport report;
+    if (!reports::build_cuda_error_report(file, &report)) continue;
+    const std::string base = reports::cuda_error_base_name(report);
+    const bool written = std::any_of(summary.reports.begin(), summary.reports.end(),
+                                     [&](const reports::ReportFiles& r) { return r.base_name == base; });
+    if (written) continue;
+    out += "\n=== " + base + " (rebuilt from " + reports::printable(file.path) + ": not written by the process) ===\n";
+    out += reports::format_cuda_error_text(report);
+  }
+  return out;
+}
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "trainscope report: %s\n", message.c_str());
@@ -137,6 +158,7 @@ int cmd_report(int argc, char** argv) {
                                     [](std::string_view lines) { print(reports::printable_text(lines)); });
       }
       print(reports::printable_text(reports::format_report_texts(summary)));
+      print(reports::printable_text(rebuilt_cuda_error_texts(run, summary)));
     }
   }
   if (has_recorders && run.files.empty()) {

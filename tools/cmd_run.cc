@@ -273,7 +273,17 @@ int cmd_run(int argc, char** argv) {
   // The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
   std::vector<std::string> env;
   std::string preload = library;
-  bool nvtx_tool_set = false;
+  // The tool variables that make trainscope the job's NVTX tool (batches at the framework's own NVTX ranges) and the
+  // CUDA driver's injection library (launches from cuInit on). Another tool the job set (Nsight Systems sets both)
+  // keeps its place, and what that costs is said.
+  struct ToolVariable {
+    std::string prefix;
+    const char* cost;
+    bool set;
+  };
+  ToolVariable tools[] = {
+      {"NVTX_INJECTION64_PATH=", "TRAINSCOPE_STEP_MARKER=nvtx:... will see no NVTX range", false},
+      {"CUDA_INJECTION64_PATH=", "CUDA launches are recorded from the first NCCL call on, not from cuInit", false}};
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     if (entry.rfind("LD_PRELOAD=", 0) == 0) {
@@ -283,18 +293,16 @@ int cmd_run(int argc, char** argv) {
     bool ours = false;
     for (const char* name : {"TRAINSCOPE_COORDINATOR=", "TRAINSCOPE_TOKEN=", "TRAINSCOPE_DIR=", "TRAINSCOPE_RUN_ID="})
       if (entry.rfind(name, 0) == 0) ours = true;
-    if (entry.rfind("NVTX_INJECTION64_PATH=", 0) == 0) {
-      // Another NVTX tool (Nsight Systems) keeps its place; nvtx: step markers then need it gone.
-      std::fprintf(stderr,
-                   "[trainscope][run] NVTX_INJECTION64_PATH is set (%s): TRAINSCOPE_STEP_MARKER=nvtx:... "
-                   "will see no NVTX range\n",
-                   entry.c_str() + 22);
-      nvtx_tool_set = true;
+    for (ToolVariable& tool : tools) {
+      if (entry.rfind(tool.prefix, 0) != 0) continue;
+      std::fprintf(stderr, "[trainscope][run] %.*s is set (%s): %s\n", static_cast<int>(tool.prefix.size() - 1),
+                   tool.prefix.c_str(), entry.c_str() + tool.prefix.size(), tool.cost);
+      tool.set = true;
     }
     if (!ours) env.push_back(entry);
   }
-  // trainscope is the job's NVTX tool, so batches can start at the framework's own NVTX ranges (nvtx: markers).
-  if (!nvtx_tool_set) env.push_back("NVTX_INJECTION64_PATH=" + library);
+  for (const ToolVariable& tool : tools)
+    if (!tool.set) env.push_back(tool.prefix + library);
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back("TRAINSCOPE_COORDINATOR=" + host_port_of(server.endpoint()));
   env.push_back("TRAINSCOPE_TOKEN=" + token);

@@ -270,8 +270,26 @@ void CoordinatorServer::run() {
     }
   };
 
+  // What the GPU streams of a desync's ranks were doing, from their flight recorders where readable from here: the
+  // last launch on each stream and whether it finished (a rank stuck behind a kernel that never ends is a GPU hang,
+  // not a missing collective call).
+  auto read_launches_from_recorders = [&](CoreVerdict& verdict) {
+    auto* desync = std::get_if<reports::DesyncReport>(&verdict.report);
+    if (desync == nullptr || own_host[0] == '\0') return;
+    const auto read = [&](int32_t global_rank, bool* launches_read, std::vector<recorder::StreamLastLaunch>* out) {
+      const Hello* hello = s.core.hello_of(global_rank);
+      *launches_read =
+          hello != nullptr && hello->host == own_host && recorded_last_launches(hello->flight_recorder_path, out);
+    };
+    for (reports::WaitingRank& w : desync->waiting) read(w.global_rank, &w.launches_read, &w.launches);
+    for (reports::MissingRank& m : desync->missing) read(m.global_rank, &m.launches_read, &m.launches);
+  };
+
   auto deliver = [&](std::vector<CoreVerdict> verdicts) {
-    for (CoreVerdict& verdict : verdicts) read_missing_from_recorders(verdict);
+    for (CoreVerdict& verdict : verdicts) {
+      read_missing_from_recorders(verdict);
+      read_launches_from_recorders(verdict);
+    }
     for (const CoreVerdict& verdict : verdicts) {
       const RenderedReport rendered = render_report(verdict);
       // The report is on disk before any rank hears of the verdict (and may abort).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reports/flight_record_format.h"
+#include "reports/flight_recorder_reader.h"
 
 namespace trainscope::exchange {
 
@@ -77,6 +78,20 @@ bool latest_recorded_collective(const std::string& path, uint64_t comm_id, Recor
     index -= kChunk - count;  // a chunk cut at the wrap: go on from where it stopped
   }
   return found;
+}
+
+bool recorded_last_launches(const std::string& path, std::vector<recorder::StreamLastLaunch>* out,
+                            uint64_t max_records) {
+  out->clear();
+  if (path.empty()) return false;
+  recorder::RecorderFile file;
+  std::string error;
+  recorder::ReadLimits limits;
+  limits.max_records = max_records;
+  limits.follow_links = false;
+  if (!recorder::read_recorder_file(path, &file, &error, limits)) return false;
+  *out = recorder::last_launch_per_stream(file);
+  return true;
 }
 
 }  // namespace trainscope::exchange

@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "reports/cuda_launches.h"
 
 namespace trainscope::exchange {
 
@@ -23,5 +26,13 @@ struct RecordedCall {
 // Never follows a link; reads at most max_records records.
 bool latest_recorded_collective(const std::string& path, uint64_t comm_id, RecordedCall* out,
                                 uint64_t max_records = 65536);
+
+// The last launch on each stream among the last `max_records` records of the recorder at `path`, with whether it had
+// finished (the stream table: finished / not finished as of the engine's last completion check / unknown), for the
+// desync report of a rank that waits or did not arrive: a kernel that never finished is why a rank hangs. False when
+// the file cannot be read or is not a flight recorder; true with `out` empty when it holds no launch. Never follows a
+// link.
+bool recorded_last_launches(const std::string& path, std::vector<recorder::StreamLastLaunch>* out,
+                            uint64_t max_records = 65536);
 
 }  // namespace trainscope::exchange

@@ -18,6 +18,7 @@
 
 #include "collectors/launches/kernel_buffers.h"
 #include "collectors/launches/kernel_names.h"
+#include "reports/thread_fence.h"
 
 namespace trainscope::launches {
 
@@ -259,7 +260,7 @@ struct LaunchCollector::State {
     if (correlation == 0) return;
     CorrelationSlot& entry = correlations[correlation & (kCorrelationSlots - 1)];
     entry.correlation.store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    TS_THREAD_FENCE(__ATOMIC_RELEASE);
     entry.seq.store(seq, std::memory_order_relaxed);
     entry.stream.store(slot, std::memory_order_relaxed);
     entry.correlation.store(correlation, std::memory_order_release);
@@ -270,7 +271,7 @@ struct LaunchCollector::State {
     if (entry.correlation.load(std::memory_order_acquire) != correlation) return false;
     *seq = entry.seq.load(std::memory_order_relaxed);
     *slot = entry.stream.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    TS_THREAD_FENCE(__ATOMIC_ACQUIRE);
     return entry.correlation.load(std::memory_order_relaxed) == correlation;
   }
 
@@ -396,12 +397,10 @@ void LaunchCollector::State::on_call(const ApiCall& call) {
     t.watched = false;
     switch (call.klass) {
       case CallClass::kLaunch:
-        if (call.kind != LaunchKind::kGraph) {
-          if (call.function_handle != 0) {
-            t.kernel = s.kernel(call.function_handle, call.symbol);
-          } else if (!call.symbol.empty()) {
-            t.kernel = s.kernel(hash_text(call.symbol), call.symbol);
-          }
+        // Without a CUfunction (the runtime callback), the nested driver launch names the kernel by its handle;
+        // naming it here by its symbol as well would intern it twice. The exit falls back on the symbol.
+        if (call.kind != LaunchKind::kGraph && call.function_handle != 0) {
+          t.kernel = s.kernel(call.function_handle, call.symbol);
           maybe_watch();
         }
         break;
@@ -448,6 +447,15 @@ void LaunchCollector::State::on_call(const ApiCall& call) {
   }
   switch (t.outer.klass) {
     case CallClass::kLaunch:
+      if (t.kernel == nullptr && t.outer.kind != LaunchKind::kGraph) {
+        // No driver launch inside said which kernel it was: the exit's own handle, else its symbol.
+        if (call.function_handle != 0) {
+          t.outer.function_handle = call.function_handle;
+          t.kernel = s.kernel(call.function_handle, call.symbol);
+        } else if (!call.symbol.empty()) {
+          t.kernel = s.kernel(hash_text(call.symbol), call.symbol);
+        }
+      }
       record_launch(call);
       break;
     case CallClass::kStreamSync:

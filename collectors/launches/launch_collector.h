@@ -7,7 +7,10 @@
 //   - Each stream gets a stream table entry at its first launch; a successful synchronisation of a stream (or of its
 //     context) marks every launch before it finished.
 //   - The first call that returns an error (sticky or not) is recorded as a kCudaError record and handed to the
-//     first-error handler (the engine writes the cuda-error report from it); later errors are counted only.
+//     first-error handler (the engine writes the cuda-error report from it); later errors are counted only. A call
+//     nested in another on the thread (the driver call inside a runtime call) reports through the outer call's
+//     result: the runtime call that fails is the error, and a driver call failing inside a runtime call that
+//     succeeds (the runtime handled it) is no error of the job.
 //   - Launches into a capturing stream are recorded with kFlagCapturing and never watched.
 //   - TRAINSCOPE_WATCH=kernels:REGEX: a launch whose demangled name matches is handed to the LaunchWatcher before
 //     (kEnter) and after (kExit) the real launch, with the buffers its pointer parameters reach (kernel_buffers.h).

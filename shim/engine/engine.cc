@@ -6,6 +6,7 @@
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_launches.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_watch.h"
@@ -55,6 +56,12 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     frames.run_dir = setup.run_dir;
     trainscope::engine::start_frames(frames);
     trainscope::engine::start_batch_gate(*args->config);
+    trainscope::engine::LaunchesSetup launches;
+    launches.config = args->config;
+    launches.recorder = args->recorder;
+    launches.run_dir = setup.run_dir;
+    launches.recorder_path = setup.recorder_path;
+    trainscope::engine::prepare_launches(launches);
     return 0;
   } catch (...) {
     return 1;
@@ -85,6 +92,7 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
     trainscope::engine::skip_all_parked();  // before the frame thread's last pass, so it does not wait on them
   } catch (...) {
   }
+  trainscope::engine::stop_launches();
   trainscope::engine::stop_frames();
   trainscope::engine::stop_exchange();
   trainscope::engine::flush_logs();
@@ -165,10 +173,20 @@ TS_ENGINE_EXPORT void trainscope_engine_batch_marker(void) {
   }
 }
 
+TS_ENGINE_EXPORT void trainscope_engine_start_launches(void) {
+  if (!g_started) return;
+  try {
+    trainscope::engine::start_launches();
+  } catch (...) {
+    // Never an exception into the job's cuInit: launches are then not recorded.
+  }
+}
+
 TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
 TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
+  trainscope::engine::abandon_launches();
   trainscope::engine::abandon_batch_gate();
   trainscope::engine::abandon_frames();
   trainscope::engine::abandon_exchange();

@@ -176,4 +176,64 @@ if [ -n "$nccl_dir" ]; then
     say "pytorch-python-stack: skipped (no torch in this machine's python3)"
   fi
 fi
+
+# CUDA launches (issue 12): a CUDA runtime program with no NCCL under the shim, so the collector starts from the
+# driver's injection (CUDA_INJECTION64_PATH, set by the shim at load). One rank, no coordinator.
+launches="$work/launch-runs"
+program="$build/tests/gpu/launches_gpu_program"
+job=(env TRAINSCOPE_DIR="$launches" RANK=0 WORLD_SIZE=1 TRAINSCOPE_COORDINATOR=off LD_PRELOAD="$shim")
+if [ -x "$program" ]; then
+  # Kernel frames: grow_kernel overflows fp16 at step 3; the optimizer kernel ends each batch (auto markers).
+  step launches-chain 120 "${job[@]}" TRAINSCOPE_RUN_ID=chain TRAINSCOPE_WATCH=kernels:grow_kernel \
+    TRAINSCOPE_STEP_MARKER=auto "$program" chain 6
+  nonfinite="$launches/chain/nonfinite-rank0.txt"
+  if grep -q "Detected inf/nan during batch_number=3" "$nonfinite" 2>/dev/null && grep -q "grow_kernel" "$nonfinite"
+  then
+    say "kernel-frames (fp16 overflow in grow_kernel at batch 3): OK"
+  else
+    say "kernel-frames (fp16 overflow in grow_kernel at batch 3): FAILED (see launch-runs/chain)"
+    status=1
+  fi
+  sed 's/^/    /' "$nonfinite" 2>/dev/null | head -n 20 | tee -a "$summary"
+  timeout 60 "$build/tools/trainscope" report "$launches/chain" >"$work/launches-chain-report.txt" 2>&1
+  if grep -q "multi_tensor_apply_kernel" "$work/launches-chain-report.txt"; then
+    say "launches-in-report (last launches per stream): OK"
+  else
+    say "launches-in-report (last launches per stream): FAILED (see launches-chain-report.txt)"
+    status=1
+  fi
+  # Did it finish: a kernel still spinning when its process is SIGKILLed is not finished in the report.
+  "${job[@]}" TRAINSCOPE_RUN_ID=spin timeout 60 "$program" spin >"$work/launches-spin.log" 2>&1
+  timeout 60 "$build/tools/trainscope" report "$launches/spin" >"$work/launches-spin-report.txt" 2>&1
+  if grep -q "spin_kernel" "$work/launches-spin-report.txt" && grep -q "not finished" "$work/launches-spin-report.txt"
+  then
+    say "unfinished-launch (spin_kernel of a killed process): OK"
+  else
+    say "unfinished-launch (spin_kernel of a killed process): FAILED (see launches-spin-report.txt)"
+    status=1
+  fi
+  # The first CUDA error: an out-of-bounds write surfaces at cudaStreamSynchronize, reported with the kernel before.
+  step launches-oob 60 "${job[@]}" TRAINSCOPE_RUN_ID=oob "$program" oob
+  error_report="$launches/oob/cuda-error-rank0.txt"
+  if grep -q "cudaStreamSynchronize" "$error_report" 2>/dev/null && grep -q "oob_write_kernel" "$error_report"; then
+    say "cuda-error-report (oob_write_kernel, then cudaStreamSynchronize): OK"
+  else
+    say "cuda-error-report (oob_write_kernel, then cudaStreamSynchronize): FAILED (see launch-runs/oob)"
+    status=1
+  fi
+  sed 's/^/    /' "$error_report" 2>/dev/null | head -n 20 | tee -a "$summary"
+  # Calling-thread cost per launch: a launch-bound loop without the shim, and with TRAINSCOPE_LAUNCHES off/calls/on.
+  for mode in none off calls on; do
+    preload="$shim"
+    [ "$mode" = none ] && preload=""
+    env TRAINSCOPE_DIR="$launches" TRAINSCOPE_RUN_ID="bench-$mode" RANK=0 WORLD_SIZE=1 TRAINSCOPE_COORDINATOR=off \
+      TRAINSCOPE_LAUNCHES="${mode/none/off}" LD_PRELOAD="$preload" timeout 120 "$program" bench 200000 \
+      >"$work/launches-bench-$mode.log" 2>&1 || status=1
+    say "launches_gpu_program bench 200000, $([ "$mode" = none ] && echo 'without the shim' ||
+      echo "TRAINSCOPE_LAUNCHES=$mode"): $(grep -o 'launch loop: .*' "$work/launches-bench-$mode.log" || echo 'failed')"
+  done
+else
+  say "launches: $program was not built (it needs nvcc): FAILED"
+  status=1
+fi
 finish

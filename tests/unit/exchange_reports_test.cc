@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "collectors/exchange/recorder_tail.h"
 #include "reports/exchange_reports.h"
 #include "reports/recorder_report.h"
+#include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::reports {
@@ -466,6 +468,89 @@ TEST(ExchangeReportsTest, TheRunDirectoryMustBePrivate) {
     EXPECT_EQ(refused.error.rfind("cannot use the run directory " + run, 0), 0u) << refused.error;
     EXPECT_TRUE(std::filesystem::is_empty(run)) << "nothing written into it";
   }
+}
+
+// A desync's waiting and missing ranks with what their GPU streams were doing, read from their flight recorders.
+TEST(ExchangeReportsTest, DesyncShowsTheLastLaunchOnEachStreamAndWhetherItFinished) {
+  const std::string dir = ::testing::TempDir() + "/desync-launches-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  constexpr uint64_t kCompute = 0x7f3a5c001200;
+  constexpr uint64_t kCopy = 0x7f3a5c009900;
+  {
+    testing::LaunchRecorder rec(dir + "/rank1.tsrec", 1);
+    rec.writer().set_launch_mode(recorder::LaunchMode::kCompletions, "");
+    const uint64_t gemm = rec.launch("gemm", kCompute, 10);
+    rec.launch("copy_in", kCopy, 15);
+    rec.completed(kCopy, 0, 0, 50);  // checked, nothing finished on the copy stream yet
+    rec.completed(kCompute, gemm, 20, 50);
+    rec.launch("void spin_forever<int>(int*)", kCompute, 40);
+    rec.launch("copy_out", kCopy, 60);  // after the check: unknown
+  }
+  {
+    testing::LaunchRecorder rec(dir + "/rank0.tsrec", 0);
+    rec.collective(0xabc, 1, 1);  // no launch at all
+  }
+  std::vector<recorder::StreamLastLaunch> missing_launches;
+  ASSERT_TRUE(exchange::recorded_last_launches(dir + "/rank1.tsrec", &missing_launches));
+  ASSERT_EQ(missing_launches.size(), 2u);
+  std::vector<recorder::StreamLastLaunch> waiting_launches;
+  ASSERT_TRUE(exchange::recorded_last_launches(dir + "/rank0.tsrec", &waiting_launches));
+  EXPECT_TRUE(waiting_launches.empty());
+  std::vector<recorder::StreamLastLaunch> none;
+  EXPECT_FALSE(exchange::recorded_last_launches(dir + "/missing.tsrec", &none));
+  std::filesystem::create_symlink(dir + "/rank1.tsrec", dir + "/link.tsrec");
+  EXPECT_FALSE(exchange::recorded_last_launches(dir + "/link.tsrec", &none)) << "never through a link";
+  // Only the newest records are read: the newest one alone holds no compute-stream launch.
+  ASSERT_TRUE(exchange::recorded_last_launches(dir + "/rank1.tsrec", &none, 1));
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].kernel, "copy_out");
+
+  DesyncReport report;
+  report.comm_id = 0x3f2a9c0011223344ull;
+  report.seq = 9;
+  report.op = static_cast<uint16_t>(Op::kAllReduce);
+  report.detected_ns = testing::LaunchRecorder::at(2000);
+  report.stuck_since_ns = testing::LaunchRecorder::at(1000);
+  WaitingRank waiting;
+  waiting.global_rank = 0;
+  waiting.comm_rank = 0;
+  waiting.seq = 9;
+  waiting.op = report.op;
+  waiting.since_ns = testing::LaunchRecorder::at(1000);
+  waiting.launches_read = true;
+  waiting.launches = waiting_launches;
+  report.waiting.push_back(waiting);
+  MissingRank missing;
+  missing.global_rank = 1;
+  missing.comm_rank = 1;
+  missing.host = "node-1";
+  missing.pid = 4001;
+  missing.state = LaggardState::kAlive;
+  missing.launches_read = true;
+  missing.launches = missing_launches;
+  report.missing.push_back(missing);
+  const std::string text = format_desync_text(report);
+  EXPECT_NE(text.find("Not arrived:\n"
+                      "  - Process 1 (communicator rank 1, host node-1, pid 4001): no call on this communicator seen; "
+                      "alive, not arrived; process still running\n"
+                      "      last launch on stream 0x7f3a5c001200: void spin_forever<int>(int*) launched "
+                      "12:00:00.040000, not finished as of 12:00:00.050000\n"
+                      "      last launch on stream 0x7f3a5c009900: copy_out launched 12:00:00.060000, unknown\n"),
+            std::string::npos)
+      << text;
+  const nlohmann::json json = desync_json(report);
+  EXPECT_EQ(json["waiting"][0]["last_launches"], nlohmann::json::array());
+  ASSERT_EQ(json["missing"][0]["last_launches"].size(), 2u);
+  EXPECT_EQ(json["missing"][0]["last_launches"][0]["kernel"], "void spin_forever<int>(int*)");
+  EXPECT_EQ(json["missing"][0]["last_launches"][0]["finished"], "not_finished");
+  EXPECT_EQ(json["missing"][0]["last_launches"][0]["finished_at_ns"], testing::LaunchRecorder::at(50));
+  EXPECT_EQ(json["missing"][0]["last_launches"][1]["finished"], "unknown");
+  // Not read (another host): no key, no line, as before launches were collected.
+  report.missing[0].launches_read = false;
+  report.missing[0].launches.clear();
+  EXPECT_FALSE(desync_json(report)["missing"][0].contains("last_launches"));
+  EXPECT_EQ(format_desync_text(report).find("last launch"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectors/launches/kernel_buffers.h"
+#include "collectors/launches/kernel_names.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
 #include "support/subprocess.h"
@@ -253,6 +254,45 @@ TEST_F(LaunchCollectorTest, EachKernelAndApiNameIsInternedOnce) {
                                           "add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_"
                                           "add<float>, at::detail::Array<char*, 3>)"}));
   EXPECT_EQ(file.streams.size(), 2u);
+}
+
+TEST_F(LaunchCollectorTest, ARuntimeCallbackWithTheSymbolDoesNotNameTheKernelTwice) {
+  start();
+  // The runtime callbacks carry the symbol but no CUfunction; the driver launch inside carries both.
+  for (uint32_t correlation : {10u, 12u}) {
+    on(Call(Phase::kEnter, CudaDomain::kRuntime, CallClass::kLaunch, kCudaLaunchKernel, "cudaLaunchKernel", correlation,
+            100)
+           .stream(kStreamA)
+           .kernel(0, kScaleSymbol));
+    on(Call(Phase::kEnter, CudaDomain::kDriver, CallClass::kLaunch, kCuLaunchKernel, "cuLaunchKernel", correlation + 1,
+            101)
+           .stream(kStreamA)
+           .kernel(kScale, kScaleSymbol));
+    on(Call(Phase::kExit, CudaDomain::kDriver, CallClass::kLaunch, kCuLaunchKernel, "cuLaunchKernel", correlation + 1,
+            102)
+           .stream(kStreamA)
+           .kernel(kScale, kScaleSymbol));
+    on(Call(Phase::kExit, CudaDomain::kRuntime, CallClass::kLaunch, kCudaLaunchKernel, "cudaLaunchKernel", correlation,
+            103)
+           .stream(kStreamA)
+           .kernel(0, kScaleSymbol));
+  }
+  // A runtime launch with no driver callback inside (driver callbacks not subscribed): named by its symbol.
+  on(Call(Phase::kEnter, CudaDomain::kRuntime, CallClass::kLaunch, kCudaLaunchKernel, "cudaLaunchKernel", 20, 200)
+         .stream(kStreamA)
+         .kernel(0, kAddSymbol));
+  on(Call(Phase::kExit, CudaDomain::kRuntime, CallClass::kLaunch, kCudaLaunchKernel, "cudaLaunchKernel", 20, 201)
+         .stream(kStreamA)
+         .kernel(0, kAddSymbol));
+  const RecorderFile file = read();
+  EXPECT_EQ(file.header.names_used, 2u);
+  const std::vector<RecordedCall> launches = of_op(file, Op::kKernelLaunch);
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0].record.peer, launches[1].record.peer);
+  EXPECT_EQ(launches[1].record.caller, kScale);
+  EXPECT_EQ(launches[2].record.caller, 0u);
+  EXPECT_EQ(kernel_short_name(file.name(static_cast<uint32_t>(launches[2].record.peer))),
+            "vectorized_elementwise_kernel");
 }
 
 TEST_F(LaunchCollectorTest, GraphAndCooperativeLaunches) {

@@ -26,6 +26,7 @@
 #include "reports/json_stream.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
+#include "tests/support/launch_recorder.h"
 
 extern char** environ;
 
@@ -949,6 +950,111 @@ TEST(RecorderReport, ToolOutputMatchesTheGoldenFiles) {
       EXPECT_EQ(parsed, json::parse(golden));
     }
   }
+}
+
+// ---- Launches (the launch collector's records) --------------------------------------------------------------------
+
+constexpr uint64_t kComputeStream = 0x7f3a5c001200;
+constexpr uint64_t kCopyStream = 0x7f3a5c009900;
+
+// Rank 0: NCCL calls and launches on two streams, completion checked at 12:00:00.060, a first CUDA error. Rank 1: an
+// older-format-like process whose launch collector never ran (no launch section).
+void make_launch_run(const std::string& dir) {
+  {
+    testing::LaunchRecorder rec(dir + "/rank0.tsrec", 0);
+    rec.writer().set_launch_mode(LaunchMode::kCompletions, "");
+    rec.collective(0xabc, 1, 1);
+    rec.launch("gemm_a", kComputeStream, 10);
+    const uint64_t b = rec.launch("gemm_b", kComputeStream, 20);
+    rec.launch("copy_kernel", kCopyStream, 21);
+    rec.collective(0xabc, 2, 30);
+    rec.launch("softmax", kComputeStream, 40);
+    rec.launch("late", kComputeStream, 70);  // after the last completion check: unknown
+    rec.completed(kComputeStream, b, 35, 60);
+    rec.error("cudaStreamSynchronize", kComputeStream, 80, 700);
+  }
+  {
+    testing::LaunchRecorder rec(dir + "/rank1.tsrec", 1);
+    rec.collective(0xabc, 1, 1);
+  }
+}
+
+TEST(RecorderReport, LaunchesPerStreamBesideTheCallsWithWhetherTheyFinished) {
+  TempDir dir;
+  make_launch_run(dir.path());
+  ReportOptions options = test_options();
+  options.last = 3;
+  const std::string text = format_text_report(read_run(dir), options);
+  // The calls table holds the NCCL calls only, counted among themselves.
+  EXPECT_TRUE(contains(text, "  last 2 of 2 held calls\n")) << text;
+  EXPECT_FALSE(contains(text, "kernel launch")) << text;
+  EXPECT_TRUE(contains(text, "  launches: callbacks and kernel completion; completion known as of 12:00:00.060000\n"))
+      << text;
+  EXPECT_TRUE(contains(text, "    stream 0x7f3a5c001200 (context 0000000000c0ffee): last 3 of 4 held launches\n"))
+      << text;
+  EXPECT_TRUE(contains(text, "    stream 0x7f3a5c009900 (context 0000000000c0ffee): last 1 of 1 held launches\n"))
+      << text;
+  EXPECT_FALSE(contains(text, "gemm_a")) << "beyond --last 3 on its stream";
+  const std::vector<std::string> lines = lines_of(text);
+  const auto line_with = [&](const std::string& part) {
+    for (const std::string& line : lines)
+      if (contains(line, part)) return line;
+    return std::string();
+  };
+  EXPECT_TRUE(
+      contains(line_with("gemm_b"), "1024   256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035"))
+      << line_with("gemm_b");
+  EXPECT_TRUE(contains(line_with("softmax"), "not finished as of 12:00:00.060000")) << line_with("softmax");
+  EXPECT_TRUE(contains(line_with(" late "), "unknown")) << text;
+  EXPECT_TRUE(contains(line_with("copy_kernel"), "not finished as of")) << "checked at 60, started at 21, never done";
+  EXPECT_TRUE(contains(text,
+                       "  first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an "
+                       "illegal memory access was encountered) at 2025-12-01 12:00:00.080000 UTC, after kernel "
+                       "late on stream 0x7f3a5c001200 (cuda-error-rank0)\n"))
+      << text;
+  EXPECT_TRUE(contains(text, "  ! rank 0 (pid 4000, node-1): first CUDA error: cudaStreamSynchronize returned 700"))
+      << text;
+  // Rank 1's collector never ran and it launched nothing: its section is as it always was.
+  const size_t rank1 = text.find("=== rank 1");
+  ASSERT_NE(rank1, std::string::npos);
+  EXPECT_FALSE(contains(text.substr(rank1), "launches:")) << text.substr(rank1);
+
+  const json j = make_json_report(read_run(dir), options);
+  const json& rank0 = j["ranks"][0];
+  ASSERT_EQ(rank0["records"].size(), 2u) << "NCCL calls only";
+  EXPECT_EQ(rank0["launches"]["mode"], "completions");
+  EXPECT_EQ(rank0["launches"]["cuda_errors"], 1);
+  ASSERT_EQ(rank0["launches"]["streams"].size(), 2u);
+  const json& compute = rank0["launches"]["streams"][1];  // the one launched on most recently is last
+  EXPECT_EQ(compute["stream"], kComputeStream);
+  EXPECT_EQ(compute["held"], 4);
+  ASSERT_EQ(compute["launches"].size(), 3u);
+  EXPECT_EQ(compute["launches"][0]["kernel"], "gemm_b");
+  EXPECT_EQ(compute["launches"][0]["finished"], "finished");
+  EXPECT_EQ(compute["launches"][1]["finished"], "not_finished");
+  EXPECT_EQ(compute["launches"][2]["finished"], "unknown");
+  EXPECT_EQ(rank0["launches"]["first_cuda_error"]["result_name"], "cudaErrorIllegalAddress");
+  EXPECT_TRUE(j["ranks"][1]["launches"]["first_cuda_error"].is_null());
+  EXPECT_EQ(j["ranks"][1]["launches"]["mode"], "none");
+}
+
+TEST(RecorderReport, ALaunchRecordWithoutAResultIsNoWait) {
+  TempDir dir;
+  {
+    testing::LaunchRecorder rec(dir.file("rank0.tsrec"), 0);
+    Record r{};
+    r.op = static_cast<uint16_t>(Op::kKernelLaunch);
+    r.start_ns = testing::LaunchRecorder::at(5);
+    rec.writer().append(r);  // the process died between the append and its result
+  }
+  const RunDirectory run = read_run(dir);
+  const ProcessOverview overview = process_overview(run, test_options());
+  ASSERT_EQ(overview.details.size(), 1u);
+  EXPECT_EQ(overview.details[0].pending_calls, 0u);
+  EXPECT_TRUE(overview.pending.empty());
+  const std::string text = format_text_report(run, test_options());
+  EXPECT_FALSE(contains(text, "pending")) << text;
+  EXPECT_TRUE(contains(text, "no result")) << text;
 }
 
 }  // namespace
