@@ -6,6 +6,7 @@
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"
+#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_launches.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_stacks.h"
@@ -61,6 +62,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     launches.recorder = args->recorder;
     launches.run_dir = setup.run_dir;
     launches.recorder_path = setup.recorder_path;
+    launches.watcher = trainscope::engine::kernel_watcher();  // null unless TRAINSCOPE_WATCH names kernels
     trainscope::engine::prepare_launches(launches);
     return 0;
   } catch (...) {
