@@ -62,7 +62,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     launches.recorder = args->recorder;
     launches.run_dir = setup.run_dir;
     launches.recorder_path = setup.recorder_path;
-    launches.watcher = trainscope::engine::kernel_watcher();  // set by start_frames when kernels are watched
+    launches.watcher = trainscope::engine::kernel_watcher();  // null unless TRAINSCOPE_WATCH names kernels
     trainscope::engine::prepare_launches(launches);
     return 0;
   } catch (...) {

@@ -718,10 +718,10 @@ void start_locked() {
   options.watch_kernels = l.setup.config->watch_kernels[0] != '\0' ? l.setup.config->watch_kernels : nullptr;
   options.kernel_dtype = l.setup.config->kernel_dtype[0] != '\0' ? l.setup.config->kernel_dtype : nullptr;
   l.collector = new launches::LaunchCollector(&l.writer, &l.queries, l.setup.watcher, options);  // leaked with l
-  // TRAINSCOPE_STEP_MARKER=auto: optimizer kernels end batches (engine_kernel_frames.h, engine_batches.h).
-  set_optimizer_kernel_predicate(
-      [collector = l.collector](uint64_t function) { return collector->is_optimizer_kernel(function); });
-  l.collector->set_launch_handler(batch_gate_launch);
+  // TRAINSCOPE_STEP_MARKER=auto: optimizer kernels end batches, for the frame thread and the batch gate.
+  const launches::LaunchCollector* collector = l.collector;
+  set_optimizer_kernel_predicate([collector](uint64_t f) { return collector->is_optimizer_kernel(f); });
+  l.collector->set_launch_handler(&batch_gate_launch);
   subscribe(l);
 }
 
