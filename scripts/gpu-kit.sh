@@ -19,7 +19,8 @@ bash scripts/setup.sh
 mkdir -p "$build"
 bash scripts/build.sh "$build" -DTRAINSCOPE_BUILD_KERNELS=ON -DTRAINSCOPE_BUILD_TESTS=ON -DTRAINSCOPE_BUILD_BENCH=ON \
   --target trainscope_shim --target trainscope_engine --target trainscope_tool --target stats_gpu_tests \
-  --target stats_gpu_bench --target watch_gpu_program --target launches_gpu_program --target nccl_probe_program
+  --target stats_gpu_bench --target watch_gpu_program --target launches_gpu_program_build \
+  --target nccl_probe_program
 
 rm -rf "$kit"
 mkdir -p "$kit/lib" "$kit/lib-fallback"
