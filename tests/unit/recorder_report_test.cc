@@ -1001,11 +1001,11 @@ TEST(RecorderReport, LaunchesPerStreamBesideTheCallsWithWhetherTheyFinished) {
       if (contains(line, part)) return line;
     return std::string();
   };
-  EXPECT_TRUE(
-      contains(line_with("gemm_b"), "1024   256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035"))
+  EXPECT_TRUE(contains(line_with("gemm_b"),
+                       "gemm_b   1024  256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035000"))
       << line_with("gemm_b");
   EXPECT_TRUE(contains(line_with("softmax"), "not finished as of 12:00:00.060000")) << line_with("softmax");
-  EXPECT_TRUE(contains(line_with(" late "), "unknown")) << text;
+  EXPECT_TRUE(contains(line_with("  late  "), "cudaSuccess  unknown")) << text;
   EXPECT_TRUE(contains(line_with("copy_kernel"), "not finished as of")) << "checked at 60, started at 21, never done";
   EXPECT_TRUE(contains(text,
                        "  first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an "
