@@ -1271,5 +1271,32 @@ TEST(FlightRecorderV3, AVersionTwoFileHasNoLaunchFields) {
   expect_same_call(f.records[0].record, sample(0));
 }
 
+TEST(FlightRecorderV3, ReadLimitsReadTheNewestRecordsAndRefuseLinks) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 16)), 0);
+  for (uint64_t i = 0; i < 20; ++i) w.append(sample(i));
+  w.close(1);
+  ReadLimits limits;
+  limits.max_records = 3;
+  RecorderFile f;
+  std::string error;
+  ASSERT_TRUE(read_recorder_file(path, &f, &error, limits)) << error;
+  ASSERT_EQ(f.records.size(), 3u);
+  EXPECT_EQ(f.records[0].index, 17u);
+  EXPECT_EQ(f.torn_records, 0u) << "older records are not read, not torn";
+  EXPECT_EQ(f.records_total(), 20u);
+  limits.max_records = 100;  // more than the ring: the ring
+  ASSERT_TRUE(read_recorder_file(path, &f, &error, limits)) << error;
+  EXPECT_EQ(f.records.size(), 16u);
+  const std::string link = dir.file("link.tsrec");
+  fs::create_symlink(path, link);
+  EXPECT_TRUE(read_recorder_file(link, &f, &error)) << "links are followed by default";
+  limits.follow_links = false;
+  EXPECT_FALSE(read_recorder_file(link, &f, &error, limits));
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace trainscope::recorder

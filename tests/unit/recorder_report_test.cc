@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
 #include "reports/json_stream.h"
@@ -1001,11 +1002,11 @@ TEST(RecorderReport, LaunchesPerStreamBesideTheCallsWithWhetherTheyFinished) {
       if (contains(line, part)) return line;
     return std::string();
   };
-  EXPECT_TRUE(
-      contains(line_with("gemm_b"), "1024   256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035"))
+  EXPECT_TRUE(contains(line_with("gemm_b"),
+                       "gemm_b   1024  256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035000"))
       << line_with("gemm_b");
   EXPECT_TRUE(contains(line_with("softmax"), "not finished as of 12:00:00.060000")) << line_with("softmax");
-  EXPECT_TRUE(contains(line_with(" late "), "unknown")) << text;
+  EXPECT_TRUE(contains(line_with("  late  "), "cudaSuccess  unknown")) << text;
   EXPECT_TRUE(contains(line_with("copy_kernel"), "not finished as of")) << "checked at 60, started at 21, never done";
   EXPECT_TRUE(contains(text,
                        "  first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an "
@@ -1055,6 +1056,37 @@ TEST(RecorderReport, ALaunchRecordWithoutAResultIsNoWait) {
   const std::string text = format_text_report(run, test_options());
   EXPECT_FALSE(contains(text, "pending")) << text;
   EXPECT_TRUE(contains(text, "no result")) << text;
+}
+
+TEST(RecorderReport, ToolShowsTheFirstCudaErrorRebuiltWhenTheProcessDidNotWriteIt) {
+  TempDir dir;
+  make_launch_run(dir.path());
+  ToolRun text = run_tool({"report", dir.path()});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out,
+                       "  first CUDA errors: 1\n    rank 0: first CUDA error: cudaStreamSynchronize returned "
+                       "700 cudaErrorIllegalAddress"))
+      << text.out;
+  EXPECT_TRUE(contains(text.out, "\n=== cuda-error-rank0 (rebuilt from " + dir.file("rank0.tsrec") +
+                                     ": not written by the process) ===\nFirst CUDA error on rank 0 (pid 4000, host "
+                                     "node-1): cudaStreamSynchronize returned 700 cudaErrorIllegalAddress"))
+      << text.out;
+  // Once the process wrote it, the report on disk is shown, once.
+  RecorderFile file;
+  std::string error;
+  ASSERT_TRUE(read_recorder_file(dir.file("rank0.tsrec"), &file, &error)) << error;
+  ASSERT_EQ(reports::write_cuda_error_report(dir.path(), file).error, "");
+  text = run_tool({"report", dir.path()});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "\n=== cuda-error-rank0.txt ===\nFirst CUDA error on rank 0")) << text.out;
+  EXPECT_FALSE(contains(text.out, "rebuilt from")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  first CUDA errors: 1\n")) << "one line per process, not per source";
+  const ToolRun j = run_tool({"report", dir.path(), "--json"});
+  const json parsed = json::parse(j.out, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << j.out;
+  EXPECT_EQ(parsed["ranks"][0]["launches"]["first_cuda_error"]["api"], "cudaStreamSynchronize");
+  ASSERT_EQ(parsed["reports"].size(), 1u);
+  EXPECT_EQ(parsed["reports"][0]["kind"], "cuda_error");
 }
 
 }  // namespace
