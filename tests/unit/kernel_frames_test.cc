@@ -18,6 +18,7 @@
 #include "shim/engine/engine_frame_feed.h"
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_watch.h"
+#include "support/launch_recorder.h"
 #include "support/subprocess.h"
 #include "tests/unit/fake_cuda_queries.h"
 
@@ -57,23 +58,7 @@ struct Seen {
 class KernelFramesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = dir_.path() + "/rank0.tsrec";
-    recorder::WriterOptions o{};
-    o.path = path_.c_str();
-    o.capacity = 4096;
-    o.max_comms = 4;
-    o.max_sites = 4;
-    o.max_names = 64;
-    o.max_streams = 16;
-    o.pid = 4242;
-    o.launcher_rank = 0;
-    o.launcher_world = 1;
-    o.local_rank = 0;
-    o.host = "node";
-    o.run_id = "run";
-    o.exe = "/usr/bin/python3";
-    o.start_ns = 1;
-    ASSERT_EQ(writer_.open(o), 0);
+    ASSERT_TRUE(recorder_.opened());
     start_kernel_frames();
     // The parameters of scale(float* out, float const* in, int n) and fill(float* out, int n); the buffers are this
     // test's host vectors, which the fake driver calls device memory and the statistics (no GPU) read on the host.
@@ -93,7 +78,6 @@ class KernelFramesTest : public ::testing::Test {
     }
     collector_.reset();
     set_optimizer_kernel_predicate(nullptr);
-    writer_.close(2);
   }
 
   void start(const char* marker, const char* watch_kernels, frames::FrameWindowOptions window = {}) {
@@ -179,8 +163,8 @@ class KernelFramesTest : public ::testing::Test {
   void pass() { feed_->pass(writer_.header()); }
 
   trainscope::testing::TempDir dir_;
-  std::string path_;
-  recorder::Writer writer_;
+  trainscope::testing::LaunchRecorder recorder_{dir_.path() + "/rank0.tsrec", 0, 4096};
+  recorder::Writer& writer_ = recorder_.writer();
   launches::FakeCudaQueries queries_;
   std::unique_ptr<launches::LaunchCollector> collector_;
   std::unique_ptr<FrameFeed> feed_;
