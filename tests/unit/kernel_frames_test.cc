@@ -134,10 +134,12 @@ class KernelFramesTest : public ::testing::Test {
   }
 
   // One driver launch of `function`, through the collector (its record, then the watcher, on this thread).
-  void launch(uint64_t function, const char* symbol) {
+  void launch(uint64_t function, const char* symbol, int32_t result = 0) {
     const uint32_t correlation = next_correlation_++;
     collector_->on_call(launch_call(Phase::kEnter, function, symbol, correlation));
-    collector_->on_call(launch_call(Phase::kExit, function, symbol, correlation));
+    ApiCall exit = launch_call(Phase::kExit, function, symbol, correlation);
+    exit.result = result;
+    collector_->on_call(exit);
   }
 
   // A collective on host buffers: its record, watched (kFlagWatched, as the shim does it) or not.
@@ -356,6 +358,18 @@ TEST_F(KernelFramesTest, OptimizerKernelsEndBatchesUnderAuto) {
   EXPECT_EQ(batches, (std::vector<uint64_t>{0, 1, 2, 3})) << "no collective at all: the optimizer ends each step";
   ASSERT_TRUE(seen_.detection.has_value());
   EXPECT_EQ(seen_.detection->batch, 2u);
+}
+
+TEST_F(KernelFramesTest, AFailedLaunchMakesNoFrameAndLeavesNothingOnTheBoard) {
+  start("auto", "^scale\\(");
+  out_[0] = kInf;                              // never written: the launch failed
+  launch(kScale, kScaleSymbol, /*result=*/1);  // CUDA_ERROR_INVALID_VALUE
+  out_[0] = 2.0f;
+  launch(kScale, kScaleSymbol);
+  EXPECT_FALSE(feed_->pass(writer_.header()));
+  ASSERT_EQ(seen_.frames.size(), 1u);
+  EXPECT_FALSE(seen_.frames[0].has_nonfinite());
+  EXPECT_EQ(watch_board().size(), 0u) << "the failed launch's skipped buffers were taken off the board";
 }
 
 std::vector<uint64_t> g_handled;  // what the launch handler was called with
