@@ -218,10 +218,13 @@ void FrameFeed::on_record(uint64_t index, const Record& r) {
     event = tracker_.on_marker();
   } else if ((recorder::is_collective(op) || recorder::is_point_to_point(op)) && r.comm_id != 0) {
     event = tracker_.on_collective({r.op, r.comm_id, r.count, r.dtype});
-  } else if (launch && (r.flags & recorder::kFlagCapturing) == 0) {
-    // A launch into a capturing stream runs later, in its graph: it is no work of this moment. A graph launch may
-    // hold the optimizer, but which of its kernels do is not known: it counts as other work.
-    if (options_.is_optimizer_kernel && tracker_.marker().kind == batch::MarkerKind::kAuto) {
+  } else if (launch) {
+    // A launch into a capturing stream runs later, in its graph, and a failed one never ran: neither is work of this
+    // moment (the batch gate, fed by the collector's launch handler, skips them too; a failed watched launch still
+    // takes its skipped buffers off the board below). A graph launch may hold the optimizer, but which of its
+    // kernels do is not known: it counts as other work.
+    const bool ran = (r.flags & recorder::kFlagCapturing) == 0 && r.result == 0;
+    if (ran && options_.is_optimizer_kernel && tracker_.marker().kind == batch::MarkerKind::kAuto) {
       event = tracker_.on_launch(op == Op::kKernelLaunch && options_.is_optimizer_kernel(r.caller));
     }
   } else {

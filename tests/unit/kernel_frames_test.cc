@@ -18,6 +18,7 @@
 #include "shim/engine/engine_frame_feed.h"
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_watch.h"
+#include "support/launch_recorder.h"
 #include "support/subprocess.h"
 #include "tests/unit/fake_cuda_queries.h"
 
@@ -57,23 +58,7 @@ struct Seen {
 class KernelFramesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = dir_.path() + "/rank0.tsrec";
-    recorder::WriterOptions o{};
-    o.path = path_.c_str();
-    o.capacity = 4096;
-    o.max_comms = 4;
-    o.max_sites = 4;
-    o.max_names = 64;
-    o.max_streams = 16;
-    o.pid = 4242;
-    o.launcher_rank = 0;
-    o.launcher_world = 1;
-    o.local_rank = 0;
-    o.host = "node";
-    o.run_id = "run";
-    o.exe = "/usr/bin/python3";
-    o.start_ns = 1;
-    ASSERT_EQ(writer_.open(o), 0);
+    ASSERT_TRUE(recorder_.opened());
     start_kernel_frames();
     // The parameters of scale(float* out, float const* in, int n) and fill(float* out, int n); the buffers are this
     // test's host vectors, which the fake driver calls device memory and the statistics (no GPU) read on the host.
@@ -93,7 +78,6 @@ class KernelFramesTest : public ::testing::Test {
     }
     collector_.reset();
     set_optimizer_kernel_predicate(nullptr);
-    writer_.close(2);
   }
 
   void start(const char* marker, const char* watch_kernels, frames::FrameWindowOptions window = {}) {
@@ -150,10 +134,12 @@ class KernelFramesTest : public ::testing::Test {
   }
 
   // One driver launch of `function`, through the collector (its record, then the watcher, on this thread).
-  void launch(uint64_t function, const char* symbol) {
+  void launch(uint64_t function, const char* symbol, int32_t result = 0) {
     const uint32_t correlation = next_correlation_++;
     collector_->on_call(launch_call(Phase::kEnter, function, symbol, correlation));
-    collector_->on_call(launch_call(Phase::kExit, function, symbol, correlation));
+    ApiCall exit = launch_call(Phase::kExit, function, symbol, correlation);
+    exit.result = result;
+    collector_->on_call(exit);
   }
 
   // A collective on host buffers: its record, watched (kFlagWatched, as the shim does it) or not.
@@ -179,8 +165,8 @@ class KernelFramesTest : public ::testing::Test {
   void pass() { feed_->pass(writer_.header()); }
 
   trainscope::testing::TempDir dir_;
-  std::string path_;
-  recorder::Writer writer_;
+  trainscope::testing::LaunchRecorder recorder_{dir_.path() + "/rank0.tsrec", 0, 4096};
+  recorder::Writer& writer_ = recorder_.writer();
   launches::FakeCudaQueries queries_;
   std::unique_ptr<launches::LaunchCollector> collector_;
   std::unique_ptr<FrameFeed> feed_;
@@ -372,6 +358,18 @@ TEST_F(KernelFramesTest, OptimizerKernelsEndBatchesUnderAuto) {
   EXPECT_EQ(batches, (std::vector<uint64_t>{0, 1, 2, 3})) << "no collective at all: the optimizer ends each step";
   ASSERT_TRUE(seen_.detection.has_value());
   EXPECT_EQ(seen_.detection->batch, 2u);
+}
+
+TEST_F(KernelFramesTest, AFailedLaunchMakesNoFrameAndLeavesNothingOnTheBoard) {
+  start("auto", "^scale\\(");
+  out_[0] = kInf;                              // never written: the launch failed
+  launch(kScale, kScaleSymbol, /*result=*/1);  // CUDA_ERROR_INVALID_VALUE
+  out_[0] = 2.0f;
+  launch(kScale, kScaleSymbol);
+  EXPECT_FALSE(feed_->pass(writer_.header()));
+  ASSERT_EQ(seen_.frames.size(), 1u);
+  EXPECT_FALSE(seen_.frames[0].has_nonfinite());
+  EXPECT_EQ(watch_board().size(), 0u) << "the failed launch's skipped buffers were taken off the board";
 }
 
 std::vector<uint64_t> g_handled;  // what the launch handler was called with
