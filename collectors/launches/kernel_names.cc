@@ -275,21 +275,17 @@ ParameterType describe_parameter(std::string_view type) {
 }
 
 bool is_optimizer_kernel_name(std::string_view demangled) {
-  // PyTorch: foreach and fused optimizers run in multi_tensor_apply_kernel (FusedAdamMathFunctor, FusedSgdMathFunctor
-  // ...); apex: multi_tensor_apply_kernel with AdamFunctor, LAMBStage1Functor ..., and its older adam_cuda_kernel.
+  // Fused optimizers only: PyTorch's fused=True Adam/AdamW/SGD/Adagrad run multi_tensor_apply_kernel with their own
+  // functors (FusedAdamMathFunctor ...); apex's with AdamFunctor, LAMBStage1Functor ..., and its older
+  // adam_cuda_kernel. Not multi_tensor_apply_kernel itself: foreach gradient clipping (LpNormFunctor), GradScaler's
+  // unscale and every torch._foreach_* op run it too, several times a step, and a batch boundary at each would number
+  // batches wrongly. PyTorch's default foreach (not fused) optimizers are therefore not recognised: their functors are
+  // the generic foreach ones; batches then come from the collectives' period.
   static constexpr std::string_view kParts[] = {
-      "multi_tensor_apply_kernel",
-      "FusedAdamMathFunctor",
-      "FusedSgdMathFunctor",
-      "FusedAdagradMathFunctor",
-      "fused_adam",
-      "fused_adamw",
-      "fused_sgd",
-      "adam_cuda_kernel",
-      "AdamFunctor",
-      "LAMBStage1Functor",
-      "LAMBStage2Functor",
-      "lamb_cuda_kernel",
+      "FusedAdamMathFunctor", "FusedSgdMathFunctor", "FusedAdagradMathFunctor", "fused_adam",
+      "fused_adamw",          "fused_sgd",           "adam_cuda_kernel",        "AdamFunctor",
+      "SGDFunctor",           "NovoGradFunctor",     "AdagradFunctor",          "LAMBStage1Functor",
+      "LAMBStage2Functor",    "lamb_cuda_kernel",
   };
   for (const std::string_view part : kParts) {
     if (contains(demangled, part)) return true;
