@@ -161,6 +161,8 @@ std::string launch_progress_text(const LaunchProgress& progress) {
       return progress.at_ns != 0 ? "finished by " + utc_time_of_day(progress.at_ns) : "finished";
     case LaunchState::kNotFinished:
       return "not finished as of " + utc_time_of_day(progress.at_ns);
+    case LaunchState::kNotLaunched:
+      return "not launched (the call failed)";
     case LaunchState::kNotKnown:
       break;
   }
@@ -173,6 +175,8 @@ const char* launch_progress_key(LaunchState state) {
       return "finished";
     case LaunchState::kNotFinished:
       return "not_finished";
+    case LaunchState::kNotLaunched:
+      return "not_launched";
     case LaunchState::kNotKnown:
       break;
   }

@@ -361,6 +361,7 @@ const StreamEntry* RecorderFile::stream_entry(uint64_t stream, uint64_t context)
 }
 
 LaunchProgress RecorderFile::launch_progress(const Record& launch) const {
+  if (launch.result != 0 && launch.result != kResultPending) return {LaunchState::kNotLaunched, 0};
   const StreamEntry* entry = stream_entry(launch.stream, launch.aux);
   if (entry == nullptr) return {};
   if (entry->completed_seq != 0 && launch.seq <= entry->completed_seq) {

@@ -24,6 +24,7 @@ enum class LaunchState {
                  // was not done then
   kNotKnown,     // nothing says: no completion tracking (launch mode), its stream not in the table, or it started
                  // after the last update
+  kNotLaunched,  // the launch call returned an error: no kernel was queued, so none can finish
 };
 struct LaunchProgress {
   LaunchState state = LaunchState::kNotKnown;

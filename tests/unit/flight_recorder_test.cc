@@ -1204,6 +1204,9 @@ TEST(FlightRecorderV3, ReaderReadsNamesStreamsAndLaunchHeader) {
   EXPECT_EQ(f.launch_progress(f.records[2].record).state, LaunchState::kNotFinished);
   EXPECT_EQ(f.launch_progress(f.records[3].record).state, LaunchState::kNotKnown) << "started after the update";
   EXPECT_EQ(f.launch_progress(launch_record(1, 1, 0x9999, kernel)).state, LaunchState::kNotKnown) << "no entry";
+  Record failed = f.records[0].record;
+  failed.result = 98;  // cudaErrorInvalidDeviceFunction: nothing was queued, so it never ran, whatever its stream did
+  EXPECT_EQ(f.launch_progress(failed).state, LaunchState::kNotLaunched);
   ASSERT_NE(f.first_error(), nullptr);
   EXPECT_EQ(f.first_error()->record.result, 700);
   EXPECT_EQ(f.first_error()->index, 4u);
