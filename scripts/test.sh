@@ -30,6 +30,8 @@ bash tests/bench/frames_end_to_end.sh build-ci 500 65536 3 || echo "end-to-end f
 echo "-- the launch collector on the launching thread: per launch (runtime + nested driver) and per other API call"
 build-ci/tests/bench/launch_bench --benchmark_min_time=0.2 --benchmark_format=console ||
   echo "launch figures failed (not a test)"
+echo "-- the whole launch path per launch on the stand-in CUDA driver and CUPTI: none, off, calls, on"
+bash tests/bench/launches_end_to_end.sh build-ci 200000 5 || echo "launch path figures failed (not a test)"
 echo "-- trainscope report --last all on 4 recorders x 40k calls: peak RSS and time"
 build-ci/tests/bench/report_bench --benchmark_format=console || echo "report figures failed (not a test)"
 echo "-- the shim for a Python caller 30 frames deep (every CPython 3.9-3.13 found)"
