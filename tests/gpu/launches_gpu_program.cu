@@ -3,7 +3,7 @@
 // collector starts from the driver's injection (CUDA_INJECTION64_PATH) at cuInit:
 //
 //   launches_gpu_program chain STEPS   fp16 chain per step: embed_kernel, grow_kernel, then the optimizer
-//                                      (multi_tensor_apply_kernel, the batch boundary); grow_kernel overflows fp16
+//                                      (fused_adam_kernel, the batch boundary); grow_kernel overflows fp16
 //                                      at step 3 (TRAINSCOPE_WATCH=kernels:grow_kernel reports batch 3)
 //   launches_gpu_program spin          spin_kernel that runs for 30 s, the process SIGKILLs itself after 2 s: its
 //                                      launch must show as not finished
@@ -32,8 +32,8 @@ __global__ void grow_kernel(const __half* in, __half* out, int n, float factor) 
   if (i < n) out[i] = __float2half(__half2float(in[i]) * factor);
 }
 
-// Named as PyTorch's fused optimizers' kernel is: the collector takes it for the end of a step.
-__global__ void multi_tensor_apply_kernel(float* params, const __half* grads, int n) {
+// Named as apex's and PyTorch's fused Adam kernels are: the collector takes it for the end of a step.
+__global__ void fused_adam_kernel(float* params, const __half* grads, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) params[i] -= 1e-3f * __half2float(grads[i]);
 }
@@ -73,7 +73,7 @@ int chain(int steps) {
     const float factor = step == 3 ? 1e5f : 2.0f;  // 1e5 * 1..7 is past fp16's 65504 only at step 3
     embed_kernel<<<kCount / 256, 256, 0, stream>>>(params, activations, kCount);
     grow_kernel<<<kCount / 256, 256, 0, stream>>>(activations, grown, kCount, factor);
-    multi_tensor_apply_kernel<<<kCount / 256, 256, 0, stream>>>(params, grown, kCount);
+    fused_adam_kernel<<<kCount / 256, 256, 0, stream>>>(params, grown, kCount);
     check(cudaGetLastError(), "launch");
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

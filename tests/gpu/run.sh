@@ -196,7 +196,7 @@ if [ -x "$program" ]; then
   fi
   sed 's/^/    /' "$nonfinite" 2>/dev/null | head -n 20 | tee -a "$summary"
   timeout 60 "$build/tools/trainscope" report "$launches/chain" >"$work/launches-chain-report.txt" 2>&1
-  if grep -q "multi_tensor_apply_kernel" "$work/launches-chain-report.txt"; then
+  if grep -q "fused_adam_kernel" "$work/launches-chain-report.txt"; then
     say "launches-in-report (last launches per stream): OK"
   else
     say "launches-in-report (last launches per stream): FAILED (see launches-chain-report.txt)"

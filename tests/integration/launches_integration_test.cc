@@ -207,6 +207,22 @@ TEST(Launches, AWatchedKernelThatWritesInfIsTheLastFrameOfTheNonfiniteReport) {
   EXPECT_EQ(watched, 7u) << "six add_kernel launches and the inf_kernel one";
 }
 
+// The GPU check's story on the stand-ins: batches counted without a marker, from the fused optimizer kernel that ends
+// each step (TRAINSCOPE_STEP_MARKER=auto), and the kernel that made the inf named with its batch.
+TEST(Launches, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithItsBatch) {
+  TempDir dir;
+  ProcessOptions options = cuda_job_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "kernels:add_kernel|inf_kernel";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "auto";
+  const ProcessResult result = run_job(options, {"--train", "6", "3", "--optimizer"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  int reports = 0;
+  const std::string text = report(dir, "nonfinite-rank0", &reports);
+  ASSERT_EQ(reports, 1) << log_of(dir);
+  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=3\n")) << text;
+  EXPECT_TRUE(contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
+}
+
 TEST(Launches, FirstCudaErrorHasAReportNamingTheCallAndTheKernelBeforeIt) {
   TempDir dir;
   const ProcessResult result = run_job(cuda_job_options(dir));

@@ -11,7 +11,8 @@
 // --no-fault stops before the faulting kernel; --spin ends with a kernel that never finishes on B (not waited for);
 // --loop N only launches scale_kernel N times on A (synchronised every 1024) and prints the time per launch;
 // --train STEPS INF_STEP instead runs STEPS steps of add_kernel on A, an all-reduce and a synchronisation, with
-// inf_kernel (its buffer becomes +inf) after add_kernel at step INF_STEP;
+// inf_kernel (its buffer becomes +inf) after add_kernel at step INF_STEP; --optimizer ends each of those steps with
+// fused_adam_kernel (named as fused Adam kernels are: the collector takes it for the end of a step);
 // --runtime launches and synchronises streams through the CUDA runtime (cudaLaunchKernel, cudaStreamSynchronize:
 // runtime callbacks around the driver's), the kernel's host handle being its CUfunction as the stand-in runtime takes.
 // The modules are the stand-in driver's text modules ("<mangled name> <parameter sizes> [fault|hang]").
@@ -35,7 +36,8 @@ const char kModule[] =
     "_Z10add_kernelPfPKfS1_i 8,8,8,4\n"
     "_Z12fault_kernelPf 8 fault\n"
     "_Z11spin_kernelPi 8 hang\n"
-    "_Z10inf_kernelPf 8 inf\n";
+    "_Z10inf_kernelPf 8 inf\n"
+    "_Z17fused_adam_kernelPfPKfi 8,8,4\n";
 
 void check_cu(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) tsprog::fail(what, static_cast<int>(result));
@@ -60,6 +62,7 @@ struct Kernels {
   CUfunction fault = nullptr;
   CUfunction spin = nullptr;
   CUfunction inf = nullptr;
+  CUfunction adam = nullptr;
 };
 
 bool g_runtime_api = false;  // --runtime
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
   long loop = 0;
   int train_steps = 0;
   int inf_step = -1;
+  bool optimizer = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--profiler-first") == 0) {
       profiler_first = true;
@@ -96,6 +100,8 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--train") == 0 && i + 2 < argc) {
       train_steps = std::atoi(argv[++i]);
       inf_step = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--optimizer") == 0) {
+      optimizer = true;
     } else if (std::strcmp(argv[i], "--runtime") == 0) {
       g_runtime_api = true;
     } else if (std::strcmp(argv[i], "--loop") == 0 && i + 1 < argc) {
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_launches_program [--profiler-first] [--no-fault] [--spin] [--runtime] [--loop N] "
-                   "[--train STEPS INF_STEP]\n");
+                   "[--train STEPS INF_STEP [--optimizer]]\n");
       return 2;
     }
   }
@@ -117,6 +123,7 @@ int main(int argc, char** argv) {
   check_cu(cuModuleGetFunction(&k.fault, module, "_Z12fault_kernelPf"), "cuModuleGetFunction fault");
   check_cu(cuModuleGetFunction(&k.spin, module, "_Z11spin_kernelPi"), "cuModuleGetFunction spin");
   check_cu(cuModuleGetFunction(&k.inf, module, "_Z10inf_kernelPf"), "cuModuleGetFunction inf");
+  check_cu(cuModuleGetFunction(&k.adam, module, "_Z17fused_adam_kernelPfPKfi"), "cuModuleGetFunction adam");
   CUstream a = nullptr;
   CUstream b = nullptr;
   check_cu(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), "cuStreamCreate a");
@@ -156,6 +163,7 @@ int main(int argc, char** argv) {
       check_cu(launch(k.add, 8, 32, 0, a, {&y, &x, &x, &n}), "add on a");
       if (step == inf_step) check_cu(launch(k.inf, 1, 32, 0, a, {&y}), "inf on a");
       all_reduce(a);
+      if (optimizer) check_cu(launch(k.adam, 4, 64, 0, a, {&x, &y, &n}), "fused_adam on a");
       check_cu(synchronize(a), "cuStreamSynchronize a");
     }
     tsprog::check(ncclCommDestroy(comm), "ncclCommDestroy");
