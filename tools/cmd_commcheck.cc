@@ -176,9 +176,11 @@ void start_watchdog(Clock::time_point deadline, int timeout_seconds) {
   std::thread([deadline, timeout_seconds] {
     std::this_thread::sleep_until(deadline);
     if (g_done.exchange(true)) return;
-    fail_line("timed out after " + std::to_string(timeout_seconds) + " s " + g_phase.load() +
-              ": another rank did not take part (its own line says why), or the network between the ranks is "
-              "blocked");
+    fail_line("still " + std::string(g_phase.load()) + " when --timeout " + std::to_string(timeout_seconds) +
+              " s (and " + std::to_string(kWatchdogGrace.count()) +
+              " s of grace) ran out: the ranks did not all make this call alike (a rank that failed "
+              "before it says why in its own line; ranks given different --count), or the network between them "
+              "is blocked");
     _exit(1);
   }).detach();
 }

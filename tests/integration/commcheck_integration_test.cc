@@ -106,6 +106,25 @@ TEST(Commcheck, ARankThatCannotLoadNcclIsNamedToAll) {
   EXPECT_EQ(2u, count) << r.err;
 }
 
+// Rank 1 all-reduces more elements than rank 0: like real NCCL, the stand-in waits forever; the watchdog ends both.
+TEST(Commcheck, CallsThatDoNotMatchEndWithWhereEachRankWasWithinTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult r = run_process(
+      {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", "/bin/sh", "-c",
+       std::string("exec ") + TS_TOOL + " commcheck --buffers host --timeout 2 --count $((1000 + RANK * 5000))"},
+      rank_options());
+  EXPECT_EQ(1, r.exit_code) << r.out << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string label =
+        "[" + host_name() + "-" + std::to_string(rank) + "] FAILED (global rank: " + std::to_string(rank) + "/2): ";
+    EXPECT_NE(std::string::npos,
+              r.err.find(label + "still in ncclAllReduce when --timeout 2 s (and 3 s of grace) ran out: the ranks did "
+                                 "not all make this call alike"))
+        << r.err;
+  }
+}
+
 TEST(Commcheck, BadArgumentsAndEnvironmentAreClearErrors) {
   ProcessResult r = run_process({TS_TOOL, "commcheck", "--timeout", "0"}, rank_options());
   EXPECT_EQ(2, r.exit_code);
