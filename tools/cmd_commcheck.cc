@@ -17,6 +17,7 @@
 
 #include "shim/identity.h"
 #include "tools/commands.h"
+#include "tools/commcheck_relay.h"
 #include "tools/commcheck_rendezvous.h"
 #include "tools/doctor_checks.h"
 
@@ -164,6 +165,7 @@ struct Driver {
 // What the rank is doing now, for the watchdog's message. Static strings only.
 std::atomic<const char*> g_phase{"starting"};
 std::atomic<bool> g_done{false};
+std::atomic<commcheck::FailureRelay*> g_relay{nullptr};  // once the rendezvous connected the ranks
 std::string g_label;  // "[host-localrank] FAILED (global rank: r/world)", set before the watchdog starts
 
 void fail_line(const std::string& what) {
@@ -176,11 +178,14 @@ void start_watchdog(Clock::time_point deadline, int timeout_seconds) {
   std::thread([deadline, timeout_seconds] {
     std::this_thread::sleep_until(deadline);
     if (g_done.exchange(true)) return;
-    fail_line("still " + std::string(g_phase.load()) + " when --timeout " + std::to_string(timeout_seconds) +
-              " s (and " + std::to_string(kWatchdogGrace.count()) +
-              " s of grace) ran out: the ranks did not all make this call alike (a rank that failed "
-              "before it says why in its own line; ranks given different --count), or the network between them "
-              "is blocked");
+    const std::string what =
+        "still " + std::string(g_phase.load()) + " when --timeout " + std::to_string(timeout_seconds) + " s (and " +
+        std::to_string(kWatchdogGrace.count()) +
+        " s of grace) ran out: the ranks did not all make this call alike (a rank that failed before it says why in "
+        "its own line; ranks given different --count), or the network between them is blocked";
+    // The others hear it from this rank rather than see its connection drop as if it had crashed.
+    if (commcheck::FailureRelay* relay = g_relay.load()) relay->report_failure(what);
+    fail_line(what);
     _exit(1);
   }).detach();
 }
@@ -316,14 +321,27 @@ int cmd_commcheck(int argc, char** argv) {
     fail_line(met.error);
     return 1;
   }
+  // From here a rank that breaks tells the others through rank 0, and they stop waiting for it in NCCL at once.
+  commcheck::FailureRelay relay(rank,
+                                "rank " + std::to_string(rank) + " (" + host + "-" + std::to_string(local_rank) + ")",
+                                std::move(met.links));
+  g_relay = &relay;
+  relay.start([](const std::string& what) {
+    fail_line(what);
+    _exit(1);
+  });
+  auto fail = [&relay](const std::string& what) {
+    relay.report_failure(what);
+    fail_line(what);
+    return 1;
+  };
 
   g_phase = "waiting in ncclCommInitRank for the other ranks";
   ncclUniqueId unique_id;
   std::memcpy(&unique_id, met.unique_id.data(), sizeof(unique_id));
   ncclComm_t comm = nullptr;
   if (const ncclResult_t r = nccl.init_rank(&comm, world, unique_id, rank); r != ncclSuccess) {
-    fail_line(nccl.failure("ncclCommInitRank", r, nullptr) + " (NCCL " + nccl.version() + ")");
-    return 1;
+    return fail(nccl.failure("ncclCommInitRank", r, nullptr) + " (NCCL " + nccl.version() + ")");
   }
 
   // The all-reduce, then a one-element all-reduce as the barrier (what torch.distributed's NCCL barrier does).
@@ -389,13 +407,13 @@ int cmd_commcheck(int argc, char** argv) {
   }
   g_done = true;
   if (!error.empty()) {
-    fail_line(error + " (NCCL " + nccl.version() + ", " +
-              (on_device           ? "device buffers"
-               : no_device.empty() ? "host buffers"
-                                   : "host buffers: " + no_device) +
-              ")");
-    return 1;
+    return fail(error + " (NCCL " + nccl.version() + ", " +
+                (on_device           ? "device buffers"
+                 : no_device.empty() ? "host buffers"
+                                     : "host buffers: " + no_device) +
+                ")");
   }
+  relay.finish();
   std::printf("[%s-%d] is OK (global rank: %d/%d)\n", host, local_rank, rank, world);
   return 0;
 }

@@ -27,14 +27,6 @@ int ms_until(Clock::time_point deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000));
 }
 
-// Tabs and line ends would break the protocol's fields; they become spaces.
-std::string one_field(std::string text) {
-  for (char& c : text)
-    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
-  if (text.size() > 1024) text.resize(1024);
-  return text;
-}
-
 std::vector<std::string> split_tabs(const std::string& line) {
   std::vector<std::string> fields;
   size_t start = 0;
@@ -59,23 +51,6 @@ bool parse_int(const std::string& text, long lo, long hi, long* out) {
 std::string where(const RendezvousRequest& r) {
   const bool v6 = r.address.find(':') != std::string::npos;
   return (v6 ? "[" + r.address + "]" : r.address) + ":" + std::to_string(r.port);
-}
-
-// Sends all of `text`, waiting at most two seconds for room (a line is far smaller than any socket buffer).
-bool send_all(int fd, const std::string& text) {
-  size_t sent = 0;
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(2);
-  while (sent < text.size()) {
-    const ssize_t n = send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    pollfd pfd{fd, POLLOUT, 0};
-    if (ms_until(deadline) == 0 || poll(&pfd, 1, ms_until(deadline)) < 0) return false;
-  }
-  return true;
 }
 
 std::string hex(const UniqueId& id) {
@@ -116,7 +91,8 @@ struct AddrInfo {
 struct Client {
   int fd = -1;
   std::string buffer;
-  int rank = -1;  // once its hello was accepted
+  int rank = -1;      // once its hello was accepted
+  std::string label;  // "rank 2 (node3-2)"
 };
 
 int listen_socket(const RendezvousRequest& r, std::string* error) {
@@ -178,6 +154,7 @@ RendezvousResult serve(const RendezvousRequest& r) {
       return refusal;
     }
     c.rank = static_cast<int>(rank);
+    c.label = label;
     joined[c.rank] = f[4] + "-" + f[3];
     if (!f[5].empty()) problems.push_back(label + " cannot take part: " + f[5]);
     return "";
@@ -192,7 +169,7 @@ RendezvousResult serve(const RendezvousRequest& r) {
       for (;;) {
         const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
-        clients.push_back({fd, {}, -1});
+        clients.push_back({fd, {}, -1, {}});
       }
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -235,14 +212,17 @@ RendezvousResult serve(const RendezvousRequest& r) {
   if (result.error.empty()) {
     result.ok = true;
     result.unique_id = r.unique_id;
-    answer = "ID\t" + hex(r.unique_id) + "\n";
+    answer = "ID\t" + hex(r.unique_id) + "\t" + protocol_field(r.host + "-" + std::to_string(r.local_rank)) + "\n";
   } else {
-    answer = "FAIL\t" + one_field(result.error) + "\t" +
+    answer = "FAIL\t" + protocol_field(result.error) + "\t" +
              (result.missing.empty() ? "-" : exchange::rank_ranges(result.missing)) + "\n";
   }
   for (Client& c : clients) {
-    if (c.rank > 0) send_all(c.fd, answer);
-    close(c.fd);
+    if (c.rank > 0 && send_all(c.fd, answer) && result.ok) {
+      result.links.push_back({c.rank, c.fd, c.label, c.buffer.substr(c.buffer.find('\n') + 1)});  // for the relay
+    } else {
+      close(c.fd);
+    }
   }
   return result;
 }
@@ -292,8 +272,8 @@ RendezvousResult join(const RendezvousRequest& r) {
   const int fd = connect_to_rank0(r, &result.error);
   if (fd < 0) return result;
   const std::string hello = std::string(kHello) + "\t" + std::to_string(r.rank) + "\t" + std::to_string(r.world) +
-                            "\t" + std::to_string(r.local_rank) + "\t" + one_field(r.host) + "\t" +
-                            one_field(r.own_error) + "\n";
+                            "\t" + std::to_string(r.local_rank) + "\t" + protocol_field(r.host) + "\t" +
+                            protocol_field(r.own_error) + "\n";
   std::string line;
   if (!send_all(fd, hello)) {
     result.error = "lost the connection to rank 0's rendezvous at " + where(r) + " while saying hello";
@@ -309,16 +289,20 @@ RendezvousResult join(const RendezvousRequest& r) {
       if (n > 0) line.append(chunk, static_cast<size_t>(n));
     }
   }
-  close(fd);
-  if (!result.error.empty()) return result;
-  const size_t newline = line.find('\n');
-  if (newline == std::string::npos) {
-    result.error = "rank 0 at " + where(r) + " took this rank's hello but gave no answer in time";
+  if (!result.error.empty()) {
+    close(fd);
     return result;
   }
-  const std::vector<std::string> f = split_tabs(line.substr(0, newline));
-  if (f.size() == 2 && f[0] == "ID" && unhex(f[1], &result.unique_id)) {
+  const size_t newline = line.find('\n');
+  const std::vector<std::string> f = split_tabs(line.substr(0, newline == std::string::npos ? 0 : newline));
+  if (newline != std::string::npos && f.size() == 3 && f[0] == "ID" && unhex(f[1], &result.unique_id)) {
     result.ok = true;
+    result.links.push_back({0, fd, "rank 0 (" + f[2] + ")", line.substr(newline + 1)});  // for the failure relay
+    return result;
+  }
+  close(fd);
+  if (newline == std::string::npos) {
+    result.error = "rank 0 at " + where(r) + " took this rank's hello but gave no answer in time";
     return result;
   }
   if (f.size() == 3 && f[0] == "FAIL") {
@@ -343,6 +327,29 @@ RendezvousResult join(const RendezvousRequest& r) {
 }
 
 }  // namespace
+
+std::string protocol_field(std::string text) {
+  for (char& c : text)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  if (text.size() > 1024) text.resize(1024);
+  return text;
+}
+
+bool send_all(int fd, const std::string& text) {
+  size_t sent = 0;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(2);
+  while (sent < text.size()) {
+    const ssize_t n = send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    if (ms_until(deadline) == 0 || poll(&pfd, 1, ms_until(deadline)) < 0) return false;
+  }
+  return true;
+}
 
 RendezvousResult rendezvous(const RendezvousRequest& request) {
   return request.rank == 0 ? serve(request) : join(request);

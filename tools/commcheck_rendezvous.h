@@ -3,7 +3,9 @@
 //
 // Protocol (text lines, tab-separated fields, at most kMaxLine bytes each):
 //   rank r -> rank 0:  "TSCOMMCHECK1 <rank> <world> <local rank> <host> <error, empty when the rank can take part>"
-//   rank 0 -> rank r:  "ID <256 hex digits>"  or  "FAIL <what broke> <missing ranks as 0-3,5 or ->"
+//   rank 0 -> rank r:  "ID <256 hex digits> <rank 0's host-localrank>"
+//                      or  "FAIL <what broke> <missing ranks as 0-3,5 or ->"
+// On success the connections stay open for the FailureRelay (commcheck_relay.h).
 // Every wait is bounded by the request's deadlines; nothing here blocks without one.
 #pragma once
 
@@ -12,6 +14,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "tools/commcheck_relay.h"
 
 namespace trainscope::tools::commcheck {
 
@@ -38,9 +42,15 @@ struct RendezvousResult {
   UniqueId unique_id{};
   std::string error;             // what broke, in words, when !ok
   std::vector<int32_t> missing;  // ranks that never joined (known to rank 0, told to the others)
+  std::vector<Link> links;       // when ok: rank 0's connection to every other rank, or this rank's to rank 0
 };
 
 RendezvousResult rendezvous(const RendezvousRequest& request);
+
+// Tabs and line ends would break the protocol's fields: they become spaces (and the text is cut at 1024 bytes).
+std::string protocol_field(std::string text);
+// Sends all of `text` on a non-blocking socket, waiting at most two seconds for room.
+bool send_all(int fd, const std::string& text);
 
 // "HOST:PORT" or "[IPv6]:PORT" (port 1-65535). False with a reason otherwise.
 bool parse_endpoint(const std::string& text, std::string* host, int* port, std::string* reason);

@@ -106,6 +106,25 @@ TEST(Commcheck, ARankThatCannotLoadNcclIsNamedToAll) {
   EXPECT_EQ(2u, count) << r.err;
 }
 
+// Rank 1 runs a no-op NCCL: its all-reduce "succeeds" without reducing, so its sum is wrong; it says so, and rank 0,
+// waiting for it in the stand-in NCCL, is told through the rendezvous's connection at once, not at the timeout.
+TEST(Commcheck, ARankThatBreaksAfterTheRendezvousIsNamedByTheOthersAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult r = run_process({TS_LAUNCH, "-n", "2", "--timeout", "60", "--", "/bin/sh", "-c",
+                                       std::string("if [ \"$RANK\" = 1 ]; then n=") + TS_NOOP_NCCL_DIR +
+                                           "/libnccl.so.2; else n=libnccl.so.2; fi; exec " + TS_TOOL +
+                                           " commcheck --buffers host --timeout 30 --count 1000 --nccl $n"},
+                                      rank_options());
+  EXPECT_EQ(1, r.exit_code) << r.out << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  const std::string why = "rank 1 (" + host_name() + "-1): ncclAllReduce returned a wrong sum: element 0 is";
+  EXPECT_NE(std::string::npos, r.err.find("[" + host_name() + "-0] FAILED (global rank: 0/2): " + why)) << r.err;
+  EXPECT_NE(std::string::npos, r.err.find("[" + host_name() +
+                                          "-1] FAILED (global rank: 1/2): ncclAllReduce returned "
+                                          "a wrong sum: element 0 is"))
+      << r.err;
+}
+
 // Rank 1 all-reduces more elements than rank 0: like real NCCL, the stand-in waits forever; the watchdog ends both.
 TEST(Commcheck, CallsThatDoNotMatchEndWithWhereEachRankWasWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
@@ -115,14 +134,19 @@ TEST(Commcheck, CallsThatDoNotMatchEndWithWhereEachRankWasWithinTheTimeout) {
       rank_options());
   EXPECT_EQ(1, r.exit_code) << r.out << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  // Each rank says it, of itself or as told by the other, whose watchdog fired first.
   for (int rank = 0; rank < 2; ++rank) {
     const std::string label =
         "[" + host_name() + "-" + std::to_string(rank) + "] FAILED (global rank: " + std::to_string(rank) + "/2): ";
-    EXPECT_NE(std::string::npos,
-              r.err.find(label + "still in ncclAllReduce when --timeout 2 s (and 3 s of grace) ran out: the ranks did "
-                                 "not all make this call alike"))
-        << r.err;
+    EXPECT_NE(std::string::npos, r.err.find(label)) << r.err;
   }
+  const std::string why =
+      "still in ncclAllReduce when --timeout 2 s (and 3 s of grace) ran out: the ranks did not all "
+      "make this call alike";
+  size_t count = 0;
+  for (size_t at = r.err.find(why); at != std::string::npos; at = r.err.find(why, at + 1)) ++count;
+  EXPECT_EQ(2u, count) << r.err;
+  EXPECT_EQ(std::string::npos, r.err.find("crashed")) << r.err;
 }
 
 TEST(Commcheck, BadArgumentsAndEnvironmentAreClearErrors) {

@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -47,6 +51,62 @@ TEST(CommcheckRendezvous, EveryRankGetsRankZerosId) {
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_EQ(requests.back().unique_id, r.unique_id);
   }
+  // The connections stay open for the failure relay: rank 0 holds one to each rank, each rank one to rank 0.
+  ASSERT_EQ(3u, results.back().links.size());
+  for (size_t i = 0; i + 1 < results.size(); ++i) {
+    ASSERT_EQ(1u, results[i].links.size());
+    EXPECT_EQ(0, results[i].links[0].rank);
+    EXPECT_EQ("rank 0 (h-0)", results[i].links[0].label);
+  }
+  for (const RendezvousResult& r : results)
+    for (const Link& link : r.links) close(link.fd);
+}
+
+// Rank 0 and two ranks joined by socket pairs, as the rendezvous leaves them.
+struct RelayedRanks {
+  std::vector<std::promise<std::string>> said{3};     // what each rank's relay said broke
+  std::vector<std::unique_ptr<FailureRelay>> relays;  // after `said`: their threads end before it goes
+
+  RelayedRanks() {
+    int to1[2];
+    int to2[2];
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, to1);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, to2);
+    relays.push_back(std::make_unique<FailureRelay>(
+        0, "rank 0 (h-0)", std::vector<Link>{{1, to1[0], "rank 1 (h-1)", ""}, {2, to2[0], "rank 2 (h-2)", ""}}));
+    relays.push_back(
+        std::make_unique<FailureRelay>(1, "rank 1 (h-1)", std::vector<Link>{{0, to1[1], "rank 0 (h-0)", ""}}));
+    relays.push_back(
+        std::make_unique<FailureRelay>(2, "rank 2 (h-2)", std::vector<Link>{{0, to2[1], "rank 0 (h-0)", ""}}));
+    for (size_t i = 0; i < 3; ++i) relays[i]->start([this, i](const std::string& what) { said[i].set_value(what); });
+  }
+  std::string heard(size_t rank) {
+    auto future = said[rank].get_future();
+    return future.wait_for(std::chrono::seconds(5)) == std::future_status::ready ? future.get() : "(nothing)";
+  }
+};
+
+TEST(CommcheckRelay, ARanksFailureReachesEveryOtherRank) {
+  RelayedRanks ranks;
+  ranks.relays[2]->report_failure("ncclCommInitRank returned 1 (unhandled cuda error)");
+  const std::string what = "rank 2 (h-2): ncclCommInitRank returned 1 (unhandled cuda error)";
+  EXPECT_EQ(what, ranks.heard(0));
+  EXPECT_EQ(what, ranks.heard(1));
+}
+
+TEST(CommcheckRelay, AConnectionThatEndsWithoutDoneIsARankThatDied) {
+  RelayedRanks ranks;
+  ranks.relays[1]->finish();  // rank 1 passed: its end closes after DONE, which is no failure
+  ranks.relays[2].reset();    // rank 2's process ends: its end closes without DONE
+  const std::string what = "rank 2 (h-2) ended before the check finished (its process crashed or was killed)";
+  EXPECT_EQ(what, ranks.heard(0));
+}
+
+TEST(CommcheckRelay, RankZerosFailureReachesEveryRankAndDoneIsQuiet) {
+  RelayedRanks ranks;
+  ranks.relays[0]->report_failure("ncclAllReduce returned a wrong sum");
+  EXPECT_EQ("rank 0 (h-0): ncclAllReduce returned a wrong sum", ranks.heard(1));
+  EXPECT_EQ("rank 0 (h-0): ncclAllReduce returned a wrong sum", ranks.heard(2));
 }
 
 TEST(CommcheckRendezvous, ARankThatNeverCameIsNamedToEveryRankByTheDeadline) {
