@@ -166,6 +166,25 @@ TEST(CmdDoctor, TorchBuiltForAnotherCudaThanNvccAndTheDriver) {
   EXPECT_NE(std::string::npos, r.out.find("worst finding: error (exit status 3)")) << r.out;
 }
 
+TEST(CmdDoctor, ToolkitsOfCondaAndThePipNvccWheelAreListed) {
+  FakeMachine m;
+  const std::string cuda = m.toolkit("12.1", 12);
+  const std::string conda = m.dir.path() + "/conda-env";
+  const std::string wheel = m.site + "/nvidia/cuda_nvcc";
+  for (const auto& [dir, version] : {std::pair<std::string, std::string>{conda, "12.4"}, {wheel, "12.6"}})
+    write(dir + "/bin/nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release " + version + ", V" + version + ".1'\n",
+          true);
+  m.options.env["CONDA_PREFIX"] = conda;
+  m.options.env["CUDA_HOME"] = cuda;
+  const ProcessResult r = m.doctor({"--json"});
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const std::string found = finding(report, "toolkits")["found"];
+  EXPECT_NE(std::string::npos, found.find("3 CUDA toolkits: " + cuda + " (CUDA 12.1, CUDA_HOME); " + conda +
+                                          " (CUDA 12.4, conda); " + wheel + " (CUDA 12.6, pip nvidia-cuda-nvcc)"))
+      << found;
+  EXPECT_NE(std::string::npos, found.find("builds use " + cuda + " (CUDA_HOME)")) << found;
+}
+
 TEST(CmdDoctor, NoDriverNoGpuNoTorchIsInfoOnly) {
   FakeMachine m;
   std::filesystem::remove_all(m.site + "/torch");
