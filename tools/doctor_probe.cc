@@ -22,6 +22,8 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/cuda_devices.h"
+
 extern char** environ;
 
 namespace trainscope::tools::doctor {
@@ -160,48 +162,15 @@ void probe_driver(const ProbeOptions& o, Facts* f) {
     static const std::regex kModule(R"(Kernel Module(?: for [A-Za-z0-9_]+)?\s+([0-9]+\.[0-9.]+))");
     if (std::regex_search(*text, m, kModule)) f->driver_version = m[1].str();
   }
-  void* cuda = dlopen(o.libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (cuda == nullptr) {
-    const char* why = dlerror();
-    f->driver_note = o.libcuda + " cannot be loaded: " + (why != nullptr ? why : "?");
-    f->gpu_note = "no driver";
-    return;
-  }
-  using IntFn = int (*)(int*);
-  using InitFn = int (*)(unsigned);
-  using DeviceGetFn = int (*)(int*, int);
-  using NameFn = int (*)(char*, int, int);
-  using AttrFn = int (*)(int*, int, int);
-  auto driver_version = reinterpret_cast<IntFn>(dlsym(cuda, "cuDriverGetVersion"));
-  auto init = reinterpret_cast<InitFn>(dlsym(cuda, "cuInit"));
-  auto device_count = reinterpret_cast<IntFn>(dlsym(cuda, "cuDeviceGetCount"));
-  auto device_get = reinterpret_cast<DeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
-  auto name = reinterpret_cast<NameFn>(dlsym(cuda, "cuDeviceGetName"));
-  auto attribute = reinterpret_cast<AttrFn>(dlsym(cuda, "cuDeviceGetAttribute"));
-  int version = 0;
-  if (driver_version != nullptr && driver_version(&version) == 0) f->driver_cuda = cuda_version_text(version);
-  if (f->driver_cuda.empty()) f->driver_note = o.libcuda + " did not tell its CUDA version";
-  int count = 0;
-  if (init == nullptr || device_count == nullptr || device_get == nullptr || name == nullptr || attribute == nullptr) {
-    f->gpu_note = o.libcuda + " lacks the device functions";
-  } else if (const int rc = init(0); rc != 0) {
-    f->gpu_note = "cuInit failed with CUDA error " + std::to_string(rc);
-  } else if (device_count(&count) != 0 || count <= 0) {
-    f->gpu_note = "the driver sees no GPU (CUDA_VISIBLE_DEVICES='" + env("CUDA_VISIBLE_DEVICES") + "')";
-  }
-  constexpr int kComputeCapabilityMajor = 75;
-  constexpr int kComputeCapabilityMinor = 76;
-  for (int i = 0; i < count; ++i) {
-    int device = 0;
-    char text[256] = {};
-    Gpu gpu;
-    if (device_get(&device, i) != 0 || name(text, sizeof(text) - 1, device) != 0 ||
-        attribute(&gpu.major, kComputeCapabilityMajor, device) != 0 ||
-        attribute(&gpu.minor, kComputeCapabilityMinor, device) != 0)
-      continue;
-    gpu.name = text;
-    f->gpus.push_back(gpu);
-  }
+  const stats::CudaDriver driver = stats::query_cuda_driver(o.libcuda, -1);
+  f->driver_cuda = cuda_version_text(driver.version);
+  if (f->driver_cuda.empty())
+    f->driver_note = driver.error.empty() ? o.libcuda + " did not tell its CUDA version" : driver.error;
+  for (const stats::CudaDevice& device : driver.devices) f->gpus.push_back({device.name, device.major, device.minor});
+  const bool loaded = driver.error.rfind(o.libcuda + " cannot be loaded", 0) != 0;
+  if (f->gpus.empty()) f->gpu_note = loaded ? driver.error : "no driver";
+  if (f->gpu_note == "the driver sees no GPU")
+    f->gpu_note += " (CUDA_VISIBLE_DEVICES='" + env("CUDA_VISIBLE_DEVICES") + "')";
 }
 
 void probe_nccl(const ProbeOptions& o, const std::vector<std::string>& site_dirs, const std::string& build_root,
