@@ -13,7 +13,7 @@ kit="${1:-gpu-kit}"
 build="${TRAINSCOPE_GPU_KIT_BUILD:-build-gpu-kit}"
 binaries=(shim/libtrainscope.so shim/libtrainscope-engine.so tools/trainscope tests/gpu/stats_gpu_tests
   tests/gpu/stats_gpu_bench tests/gpu/watch_gpu_program tests/gpu/launches_gpu_program
-  tests/programs/nccl_probe_program)
+  tests/programs/nccl_probe_program tests/programs/ts-launch)
 
 bash scripts/setup.sh
 mkdir -p "$build"

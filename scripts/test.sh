@@ -55,7 +55,8 @@ for sanitizer in address thread; do
   # Optimised: at -O0 under TSan the stand-in NCCL's every-type-every-op tests run past their deadlines.
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
     -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=OFF \
-    --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests
+    --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests \
+    --target trainscope_commcheck_tests
   echo "== $(date -u +%T) tests under the $sanitizer sanitizer"
   # die_after_fork=0: a forked child that uses NCCL starts an engine of its own (threads included) by design, and
   # forgets the parent's locks and threads first; TSan refuses new threads after a fork unless told.

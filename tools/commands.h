@@ -9,5 +9,7 @@ int cmd_report(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_stats(int argc, char** argv);
 int cmd_coordinator(int argc, char** argv);
+int cmd_commcheck(int argc, char** argv);
+int cmd_doctor(int argc, char** argv);
 
 }  // namespace trainscope::tools

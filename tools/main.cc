@@ -16,6 +16,9 @@ constexpr const char* kUsage =
     "  run [options] -- CMD  run a job under trainscope with its own coordinator; prints the run's summary\n"
     "  coordinator --bind ADDR --token TOKEN --dir RUN_DIR [--desync-timeout S]\n"
     "                       run the cross-rank coordinator as its own process (multi-node jobs)\n"
+    "  commcheck [options]  under a launcher: every rank creates an NCCL communicator, all-reduces, barriers, says OK\n"
+    "  doctor [--json]      find set-up problems before a run: CUDA toolkits, nvcc vs torch vs driver, PATH order,\n"
+    "                       gcc, TORCH_CUDA_ARCH_LIST vs the GPUs, kernel, mixed GPUs, NCCL library vs headers\n"
     "  version              print the version\n"
     "  help                 print this help\n"
     "\n"
@@ -34,6 +37,8 @@ int main(int argc, char** argv) {
   if (std::strcmp(command, "stats") == 0) return trainscope::tools::cmd_stats(argc - 1, argv + 1);
   if (std::strcmp(command, "run") == 0) return trainscope::tools::cmd_run(argc - 1, argv + 1);
   if (std::strcmp(command, "coordinator") == 0) return trainscope::tools::cmd_coordinator(argc - 1, argv + 1);
+  if (std::strcmp(command, "commcheck") == 0) return trainscope::tools::cmd_commcheck(argc - 1, argv + 1);
+  if (std::strcmp(command, "doctor") == 0) return trainscope::tools::cmd_doctor(argc - 1, argv + 1);
   if (std::strcmp(command, "version") == 0 || std::strcmp(command, "--version") == 0) {
     std::printf("trainscope %s\n", TRAINSCOPE_VERSION);
     return 0;
@@ -43,7 +48,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::fprintf(stderr,
-               "trainscope: unknown command '%s'; accepted: run, env, report, stats, coordinator, version, help\n",
+               "trainscope: unknown command '%s'; accepted: run, env, report, stats, coordinator, commcheck, doctor, "
+               "version, help\n",
                command);
   return 2;
 }

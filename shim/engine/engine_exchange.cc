@@ -22,6 +22,7 @@
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/job_secret.h"
+#include "kernels/cuda_devices.h"
 #include "reports/run_summary.h"
 #include "shim/engine/engine_frames.h"
 #include "shim/engine/engine_logging.h"
@@ -152,44 +153,16 @@ exchange::LogSink log_sink(recorder::FileHeader* recorder = nullptr) {
 
 // GPU, driver and versions for the hello, through the driver API when a driver is there (never cudart).
 void describe_gpu(int32_t local_rank, exchange::Hello* hello) {
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (cuda == nullptr) return;
-  using InitFn = int (*)(unsigned);
-  using IntFn = int (*)(int*);
-  using DeviceGetFn = int (*)(int*, int);
-  using NameFn = int (*)(char*, int, int);
-  using MemFn = int (*)(size_t*, int);
-  using AttrFn = int (*)(int*, int, int);
-  using BusFn = int (*)(char*, int, int);
-  auto init = reinterpret_cast<InitFn>(dlsym(cuda, "cuInit"));
-  auto driver_version = reinterpret_cast<IntFn>(dlsym(cuda, "cuDriverGetVersion"));
-  auto device_count = reinterpret_cast<IntFn>(dlsym(cuda, "cuDeviceGetCount"));
-  auto device_get = reinterpret_cast<DeviceGetFn>(dlsym(cuda, "cuDeviceGet"));
-  auto name = reinterpret_cast<NameFn>(dlsym(cuda, "cuDeviceGetName"));
-  auto memory = reinterpret_cast<MemFn>(dlsym(cuda, "cuDeviceTotalMem_v2"));
-  auto attribute = reinterpret_cast<AttrFn>(dlsym(cuda, "cuDeviceGetAttribute"));
-  auto bus = reinterpret_cast<BusFn>(dlsym(cuda, "cuDeviceGetPCIBusId"));
-  if (init == nullptr || init(0) != 0) return;
-  int version = 0;
-  if (driver_version != nullptr && driver_version(&version) == 0)
-    hello->driver_version = std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
-  int count = 0;
-  if (device_count == nullptr || device_count(&count) != 0 || count <= 0 || device_get == nullptr) return;
-  int device = 0;
-  if (device_get(&device, local_rank >= 0 ? local_rank % count : 0) != 0) return;
-  char text[256] = {};
-  if (name != nullptr && name(text, sizeof(text) - 1, device) == 0) hello->gpu_name = text;
-  size_t bytes = 0;
-  if (memory != nullptr && memory(&bytes, device) == 0) hello->gpu_memory_bytes = bytes;
-  constexpr int kComputeCapabilityMajor = 75;
-  constexpr int kComputeCapabilityMinor = 76;
-  if (attribute != nullptr) {
-    attribute(&hello->compute_capability_major, kComputeCapabilityMajor, device);
-    attribute(&hello->compute_capability_minor, kComputeCapabilityMinor, device);
-  }
-  std::memset(text, 0, sizeof(text));
-  if (bus != nullptr && bus(text, sizeof(text) - 1, device) == 0) hello->gpu_bus_id = text;
+  const stats::CudaDriver driver = stats::query_cuda_driver("libcuda.so.1", local_rank >= 0 ? local_rank : 0);
+  if (driver.version > 0)
+    hello->driver_version = std::to_string(driver.version / 1000) + "." + std::to_string((driver.version % 1000) / 10);
+  if (driver.devices.empty()) return;
+  const stats::CudaDevice& gpu = driver.devices.front();
+  hello->gpu_name = gpu.name;
+  hello->gpu_memory_bytes = gpu.memory_bytes;
+  hello->compute_capability_major = gpu.major;
+  hello->compute_capability_minor = gpu.minor;
+  hello->gpu_bus_id = gpu.bus_id;
 }
 
 // The CUDA runtime the job loaded, if it loaded one (we never load it ourselves): its cudaRuntimeGetVersion.

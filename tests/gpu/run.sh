@@ -157,6 +157,26 @@ if [ -n "$nccl_dir" ]; then
       echo "TRAINSCOPE_WATCH=$watch"): $(grep -o 'loop .*' "$work/bench-$watch.log" || echo 'failed')"
   done
 fi
+# trainscope doctor (issue 13) on a real driver: the driver's CUDA and every GPU (nvidia-smi's names) are found.
+timeout 120 "$build/tools/trainscope" doctor --json >"$work/doctor.json" 2>"$work/doctor.err"
+gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+if grep -q '"check": "gpus"' "$work/doctor.json" && grep -q -F "$gpu_name" "$work/doctor.json" &&
+  grep -q 'supports CUDA up to' "$work/doctor.json"; then
+  say "doctor (real driver and GPUs): OK"
+else
+  say "doctor (real driver and GPUs): FAILED (see doctor.json, doctor.err)"
+  status=1
+fi
+timeout 60 "$build/tools/trainscope" doctor 2>&1 | sed 's/^/    /' | tee -a "$summary"
+if [ -n "$nccl_dir" ]; then
+  # trainscope commcheck (issue 13) on the real NCCL with device buffers: one rank per GPU (NCCL refuses two ranks on
+  # one GPU), each must say OK.
+  gpus="$(nvidia-smi -L | wc -l)"
+  step commcheck-gpu 120 "$build/tests/programs/ts-launch" -n "$gpus" --timeout 100 -- \
+    "$build/tools/trainscope" commcheck --buffers device --timeout 60
+  say "commcheck ($gpus rank(s), device buffers): $(grep -c 'is OK (global rank' "$work/commcheck-gpu.log") of $gpus OK"
+  sed 's/^/    /' "$work/commcheck-gpu.log" | head -n 16 | tee -a "$summary"
+fi
 if [ -n "$nccl_dir" ]; then
   # Python stacks on a real framework (issue 10): a one-rank PyTorch job whose ncclAllReduce calls must carry the line
   # of torch_job.py that called dist.all_reduce, in `trainscope report`'s list of last calls.

@@ -19,6 +19,7 @@ namespace trainscope {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::free_loopback_port;
 using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
@@ -41,20 +42,6 @@ std::vector<std::string> scenario(const std::string& fault, int rank, int step, 
           std::to_string(rank),
           "--step",
           std::to_string(step)};
-}
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
-    port = ntohs(address.sin_port);
-  close(fd);
-  return port;
 }
 
 // ---- mismatches ----
@@ -271,7 +258,7 @@ TEST(Exchange, CleanJobOfTenThousandCollectivesPerRankProducesNoReport) {
 class ExternalCoordinator : public ::testing::Test {
  protected:
   void start(const std::string& token) {
-    port_ = free_port();
+    port_ = free_loopback_port();
     ASSERT_GT(port_, 0);
     ProcessOptions options;
     options.env["LD_PRELOAD"] = std::nullopt;
@@ -353,7 +340,7 @@ TEST_F(ExternalCoordinator, CoordinatorKilledMidRunLeavesTheJobRunning) {
 TEST(Exchange, NoCoordinatorReachableTheJobRunsOnAndWarnsOnce) {
   TempDir dir;
   ProcessOptions options = job_options(dir);
-  options.env["TRAINSCOPE_COORDINATOR"] = "127.0.0.1:" + std::to_string(free_port());
+  options.env["TRAINSCOPE_COORDINATOR"] = "127.0.0.1:" + std::to_string(free_loopback_port());
   const ProcessResult job = testing::run_process(scenario("none", -1, -1, 20), options);
   EXPECT_EQ(job.exit_code, 0) << job.err;
   std::string all;

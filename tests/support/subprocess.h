@@ -47,6 +47,9 @@ class TempDir {
 };
 
 std::string read_file(const std::string& path);
+
+// A TCP port of 127.0.0.1 that nobody listens on now (the kernel's choice), -1 if none could be had.
+int free_loopback_port();
 std::vector<std::string> split_lines(const std::string& text);
 
 }  // namespace trainscope::testing

@@ -1,0 +1,215 @@
+// Runs the real `trainscope doctor` on fake toolkit trees (nvcc scripts, host_config.h, torch/version.py, nccl.h),
+// with a stand-in libcuda.so.1 for the driver and GPUs, and checks its findings, text, JSON and exit status.
+#include <nccl.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/subprocess.h"
+
+namespace {
+
+using trainscope::testing::ProcessOptions;
+using trainscope::testing::ProcessResult;
+using trainscope::testing::run_process;
+using trainscope::testing::TempDir;
+
+void write(const std::string& path, const std::string& text, bool executable = false) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+  if (executable) chmod(path.c_str(), 0755);
+}
+
+// A fake machine under dir: root/ holds the system folders, bin/ the programs on PATH, site/ Python's packages.
+struct FakeMachine {
+  TempDir dir;
+  std::string root = dir.path() + "/root";
+  std::string bin = dir.path() + "/bin";
+  std::string site = dir.path() + "/site";
+  ProcessOptions options;
+
+  FakeMachine() {
+    write(bin + "/python3", "#!/bin/sh\necho " + site + "\n", true);
+    write(site + "/torch/version.py",
+          "from typing import Optional\n__version__ = '2.3.0+cu121'\ndebug = False\ncuda: Optional[str] = '12.1'\n");
+    write(root + "/proc/sys/kernel/osrelease", "6.1.0-18-amd64\n");
+    for (const char* name : {"CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX", "NCCL_HOME", "NCCL_ROOT", "NCCL_INCLUDE_DIR",
+                             "TORCH_CUDA_ARCH_LIST", "LD_PRELOAD", "CUDA_VISIBLE_DEVICES"})
+      options.env[name] = std::nullopt;
+    options.env["PATH"] = bin;
+    options.env["LD_LIBRARY_PATH"] = "";
+    options.env["TSFAKE_CUDA_DRIVER"] = "12040";
+    options.env["TSFAKE_CUDA_GPUS"] = "NVIDIA A100-SXM4-80GB=8.0;NVIDIA A100-SXM4-80GB=8.0";
+    options.timeout_seconds = 60;
+  }
+
+  std::string toolkit(const std::string& version, int gcc_max) {
+    const std::string cuda = root + "/usr/local/cuda-" + version;
+    write(cuda + "/bin/nvcc",
+          "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\necho 'Cuda compilation tools, release " + version +
+              ", V" + version + ".131'\n",
+          true);
+    write(cuda + "/include/crt/host_config.h", "#if defined(__GNUC__)\n\n#if __GNUC__ > " + std::to_string(gcc_max) +
+                                                   "\n\n#error -- unsupported GNU version!\n\n#endif\n#endif\n");
+    write(cuda + "/lib64/libcudart.so." + version.substr(0, version.find('.')), "");
+    return cuda;
+  }
+
+  void gcc(const std::string& version) { write(bin + "/gcc", "#!/bin/sh\necho " + version + "\n", true); }
+
+  void nccl_header(const std::string& major, const std::string& minor, const std::string& patch) {
+    write(root + "/usr/include/nccl.h",
+          "#define NCCL_MAJOR " + major + "\n#define NCCL_MINOR " + minor + "\n#define NCCL_PATCH " + patch + "\n");
+  }
+
+  ProcessResult doctor(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {TRAINSCOPE_TOOL_PATH, "doctor", "--root",    root, "--libcuda",
+                                     TS_FAKE_CUDA_DRIVER,  "--nccl", TS_FAKE_NCCL};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_process(argv, options);
+  }
+};
+
+nlohmann::json finding(const nlohmann::json& report, const std::string& check) {
+  for (const auto& f : report["findings"])
+    if (f["check"] == check) return f;
+  return nullptr;
+}
+
+TEST(CmdDoctor, AHealthyMachineIsAllOk) {
+  FakeMachine m;
+  const std::string cuda = m.toolkit("12.1", 12);
+  m.gcc("11.4.0");
+  m.nccl_header(std::to_string(NCCL_MAJOR), std::to_string(NCCL_MINOR), std::to_string(NCCL_PATCH));
+  m.options.env["PATH"] = cuda + "/bin:" + m.bin;
+  m.options.env["LD_LIBRARY_PATH"] = cuda + "/lib64";
+  m.options.env["CUDA_HOME"] = cuda;
+  m.options.env["TORCH_CUDA_ARCH_LIST"] = "8.0";
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_EQ(0, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ("ok", report["worst"]);
+  EXPECT_EQ(0, report["exit_status"]);
+  for (const auto& f : report["findings"]) EXPECT_EQ("ok", f["severity"]) << f.dump();
+  EXPECT_NE(std::string::npos,
+            finding(report, "nvcc-vs-torch")["found"].get<std::string>().find(
+                "is CUDA 12.1; PyTorch 2.3.0+cu121 (" + m.site + "/torch) was built with CUDA 12.1"));
+  EXPECT_NE(std::string::npos, finding(report, "gpus")["found"].get<std::string>().find("2 x NVIDIA A100-SXM4-80GB"));
+}
+
+TEST(CmdDoctor, TheSeedsFailuresAreFoundWithTheirRemedies) {
+  FakeMachine m;
+  const std::string old_cuda = m.toolkit("11.8", 11);
+  const std::string cuda = m.toolkit("12.1", 12);
+  m.gcc("13.2.0");
+  m.nccl_header("2", "18", "3");
+  write(m.root + "/proc/sys/kernel/osrelease", "5.4.0-150-generic\n");
+  // The older toolkit comes first on PATH and LD_LIBRARY_PATH, while CUDA_HOME names the one torch matches.
+  m.options.env["PATH"] = old_cuda + "/bin:" + m.bin + ":" + m.root + "/usr/local/cuda-10.2/bin";
+  m.options.env["LD_LIBRARY_PATH"] = old_cuda + "/lib64";
+  m.options.env["CUDA_HOME"] = cuda;
+  m.options.env["TORCH_CUDA_ARCH_LIST"] = "8.6";
+  m.options.env["TSFAKE_CUDA_GPUS"] = "NVIDIA A100-SXM4-80GB=8.0;NVIDIA H100 80GB HBM3=9.0";
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_EQ(3, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ("error", report["worst"]);
+  auto expect = [&](const char* check, const char* severity, const std::string& in_found,
+                    const std::string& in_remedy) {
+    const nlohmann::json f = finding(report, check);
+    ASSERT_FALSE(f.is_null()) << check;
+    EXPECT_EQ(severity, f["severity"]) << f.dump();
+    EXPECT_NE(std::string::npos, f["found"].get<std::string>().find(in_found)) << f.dump();
+    EXPECT_NE(std::string::npos, f["remedy"].get<std::string>().find(in_remedy)) << f.dump();
+  };
+  expect("toolkits", "info", "2 CUDA toolkits: " + cuda + " (CUDA 12.1, CUDA_HOME); " + old_cuda, "export PATH=");
+  expect("nvcc-vs-torch", "ok", "is CUDA 12.1", "");
+  expect("driver", "ok", "supports CUDA up to 12.4", "");
+  expect("path-order", "warning", "the first nvcc on PATH is " + old_cuda + "/bin/nvcc, not the one of " + cuda,
+         "export PATH=" + cuda + "/bin:$PATH; export LD_LIBRARY_PATH=" + cuda + "/lib64:$LD_LIBRARY_PATH");
+  expect("path-order", "warning", "the first libcudart in LD_LIBRARY_PATH is " + old_cuda + "/lib64/libcudart.so.11",
+         "");
+  expect("path-order", "warning", "PATH entry " + m.root + "/usr/local/cuda-10.2/bin does not exist", "");
+  expect("gcc", "error", "gcc 13.2.0 (" + m.bin + "/gcc); CUDA 12.1 of " + cuda + " accepts gcc up to 12",
+         "sudo ln -s /usr/bin/gcc-12 " + cuda + "/bin/gcc");
+  expect("arch-list", "error", "TORCH_CUDA_ARCH_LIST=\"8.6\"; the GPUs here are 8.0;9.0", "\"8.0;9.0\"");
+  expect("kernel", "warning", "Linux 5.4.0-150-generic is older than 5.5", "upgrade your system to a later kernel");
+  expect("gpus", "warning", "mixed GPU models: 1 x NVIDIA A100-SXM4-80GB, 1 x NVIDIA H100 80GB HBM3", "");
+  expect("nccl", "warning", "headers 2.18.3 (" + m.root + "/usr/include/nccl.h)", "NCCL_HOME");
+}
+
+TEST(CmdDoctor, TorchBuiltForAnotherCudaThanNvccAndTheDriver) {
+  FakeMachine m;
+  const std::string cuda = m.toolkit("11.8", 11);
+  m.gcc("11.4.0");
+  m.options.env["PATH"] = cuda + "/bin:" + m.bin;
+  m.options.env["TSFAKE_CUDA_DRIVER"] = "11080";
+  const ProcessResult r = m.doctor();
+  EXPECT_EQ(3, r.exit_code) << r.out << r.err;
+  EXPECT_NE(std::string::npos, r.out.find("[error]   nvcc-vs-torch: nvcc of " + cuda +
+                                          " (the first nvcc on PATH) is CUDA 11.8; PyTorch "
+                                          "2.3.0+cu121 (" +
+                                          m.site + "/torch) was built with CUDA 12.1"))
+      << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("          remedy: PyTorch comes with its own CUDA toolkit")) << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("[error]   driver: the driver supports CUDA up to 11.8; PyTorch needs CUDA "
+                                          "12.1"))
+      << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("[info]    arch-list: TORCH_CUDA_ARCH_LIST is not set")) << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("worst finding: error (exit status 3)")) << r.out;
+}
+
+TEST(CmdDoctor, ToolkitsOfCondaAndThePipNvccWheelAreListed) {
+  FakeMachine m;
+  const std::string cuda = m.toolkit("12.1", 12);
+  const std::string conda = m.dir.path() + "/conda-env";
+  const std::string wheel = m.site + "/nvidia/cuda_nvcc";
+  for (const auto& [dir, version] : {std::pair<std::string, std::string>{conda, "12.4"}, {wheel, "12.6"}})
+    write(dir + "/bin/nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release " + version + ", V" + version + ".1'\n",
+          true);
+  m.options.env["CONDA_PREFIX"] = conda;
+  m.options.env["CUDA_HOME"] = cuda;
+  const ProcessResult r = m.doctor({"--json"});
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const std::string found = finding(report, "toolkits")["found"];
+  EXPECT_NE(std::string::npos, found.find("3 CUDA toolkits: " + cuda + " (CUDA 12.1, CUDA_HOME); " + conda +
+                                          " (CUDA 12.4, conda); " + wheel + " (CUDA 12.6, pip nvidia-cuda-nvcc)"))
+      << found;
+  EXPECT_NE(std::string::npos, found.find("builds use " + cuda + " (CUDA_HOME)")) << found;
+}
+
+TEST(CmdDoctor, NoDriverNoGpuNoTorchIsInfoOnly) {
+  FakeMachine m;
+  std::filesystem::remove_all(m.site + "/torch");
+  m.options.env["TORCH_CUDA_ARCH_LIST"] = "8.6";
+  const ProcessResult r = m.doctor({"--json", "--libcuda", "/nonexistent/libcuda.so.1", "--nccl", "/nonexistent/x.so"});
+  ASSERT_EQ(0, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ("info", report["worst"]);
+  EXPECT_NE(std::string::npos, finding(report, "arch-list")["found"].get<std::string>().find(
+                                   "no GPU visible (no driver): TORCH_CUDA_ARCH_LIST=\"8.6\" not checked"));
+  EXPECT_NE(std::string::npos,
+            finding(report, "driver")["found"].get<std::string>().find("/nonexistent/libcuda.so.1 cannot be loaded"));
+  EXPECT_NE(std::string::npos, finding(report, "nvcc-vs-torch")["found"].get<std::string>().find(
+                                   "PyTorch is not installed for " + m.bin + "/python3"));
+}
+
+TEST(CmdDoctor, BadArgumentsAreClearErrors) {
+  FakeMachine m;
+  ProcessResult r = run_process({TRAINSCOPE_TOOL_PATH, "doctor", "--root"}, m.options);
+  EXPECT_EQ(2, r.exit_code);
+  EXPECT_NE(std::string::npos, r.err.find("trainscope doctor: --root needs a value")) << r.err;
+  r = run_process({TRAINSCOPE_TOOL_PATH, "doctor", "--fix"}, m.options);
+  EXPECT_EQ(2, r.exit_code);
+  EXPECT_NE(std::string::npos, r.err.find("unknown argument '--fix'")) << r.err;
+  EXPECT_NE(std::string::npos, r.err.find("Exit status: 0 nothing worse than info, 1 a warning, 3 an error")) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,456 @@
+// `trainscope doctor`'s findings from what the probes found, and the parsers of version files and outputs.
+#include "tools/doctor_checks.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <set>
+
+#include "collectors/exchange/coordinator_core.h"
+
+namespace trainscope::tools::doctor {
+namespace {
+
+// The seed's advice (the transformers "Debugging" page, DeepSpeed CUDA installation; accelerate "Troubleshooting").
+constexpr const char* kIdenticalToolkits =
+    "PyTorch comes with its own CUDA toolkit, but to build CUDA extensions (DeepSpeed ops) you need an identical "
+    "version of CUDA installed system-wide: if you installed PyTorch with CUDA {torch}, install CUDA {torch} "
+    "everywhere (usually /usr/local/cuda-{torch}) and point CUDA_HOME, PATH and LD_LIBRARY_PATH at it; "
+    "`which nvcc` shows which one is found.";
+constexpr const char* kPathOrder =
+    "Package installers typically set the paths to whatever version was installed last. Put the right toolkit first: "
+    "export PATH={root}/bin:$PATH; export LD_LIBRARY_PATH={root}/lib64:$LD_LIBRARY_PATH (PATH lists where "
+    "executables are, LD_LIBRARY_PATH where shared libraries are; earlier entries win). Also check that the "
+    "folders you name exist.";
+constexpr const char* kOldCompiler =
+    "Older CUDA versions may refuse to build with newer compilers. Install the newest CUDA toolkit that supports your "
+    "framework, or install an older compiler beside the current one and make it the one this CUDA finds: "
+    "sudo ln -s /usr/bin/gcc-{max} {root}/bin/gcc; sudo ln -s /usr/bin/g++-{max} {root}/bin/g++";
+constexpr const char* kArchList =
+    "Set TORCH_CUDA_ARCH_LIST to the architectures of the GPUs that will run the code: \"{list}\" here (for several "
+    "GPUs with different architectures list them all, as in \"6.1;8.6\"). Detecting the architecture at build time "
+    "need not match the GPUs of the machine that runs the job; setting it explicitly is more reliable.";
+constexpr const char* kKernel =
+    "On Linux with a kernel older than 5.5, hanging processes have been reported. To avoid the problem, upgrade your "
+    "system to a later kernel version.";
+constexpr const char* kDriver =
+    "Install an NVIDIA driver that supports CUDA {need} or later (a driver supports the CUDA versions up to the one "
+    "it reports), or use a framework build for the CUDA this driver supports ({have}).";
+constexpr const char* kMixedGpus =
+    "Ranks on different GPU models run at different speeds, and code built for one architecture may not run on the "
+    "other: build for every architecture present (TORCH_CUDA_ARCH_LIST=\"{list}\"), or run on identical GPUs.";
+constexpr const char* kNccl =
+    "Build against the headers of the NCCL the job loads (its include folder first in the compiler's path, or "
+    "NCCL_HOME), or put the lib folder of the NCCL matching the headers first in LD_LIBRARY_PATH.";
+
+std::string substitute(std::string text, const std::string& key, const std::string& value) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
+std::string arch_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+
+// The compute capabilities the GPU names stand for in TORCH_CUDA_ARCH_LIST (torch.utils.cpp_extension's table).
+const std::vector<std::pair<std::string, std::vector<Arch>>>& named_archs() {
+  static const std::vector<std::pair<std::string, std::vector<Arch>>> kNamed = {
+      {"Kepler", {{3, 5, false}, {3, 7, false}}},
+      {"Kepler+Tesla", {{3, 7, false}}},
+      {"Maxwell", {{5, 0, false}, {5, 2, false}}},
+      {"Maxwell+Tegra", {{5, 3, false}}},
+      {"Pascal", {{6, 0, false}, {6, 1, false}}},
+      {"Volta", {{7, 0, false}}},
+      {"Turing", {{7, 5, false}}},
+      {"Ampere", {{8, 0, false}, {8, 6, false}}},
+      {"Ada", {{8, 9, false}}},
+      {"Hopper", {{9, 0, false}}},
+      {"Blackwell", {{10, 0, false}, {12, 0, false}}},
+  };
+  return kNamed;
+}
+
+}  // namespace
+
+const char* severity_name(Severity severity) {
+  switch (severity) {
+    case Severity::kOk:
+      return "ok";
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kError:
+      return "error";
+  }
+  return "?";
+}
+
+int exit_status(Severity worst) {
+  if (worst == Severity::kError) return 3;
+  return worst == Severity::kWarning ? 1 : 0;
+}
+
+Severity worst(const std::vector<Finding>& findings) {
+  Severity w = Severity::kOk;
+  for (const Finding& f : findings) w = std::max(w, f.severity);
+  return w;
+}
+
+std::string parse_nvcc_release(const std::string& nvcc_output) {
+  std::smatch m;
+  static const std::regex kRelease(R"(release ([0-9]+)\.([0-9]+))");
+  if (!std::regex_search(nvcc_output, m, kRelease)) return "";
+  return m[1].str() + "." + m[2].str();
+}
+
+std::string parse_toolkit_version_file(const std::string& text) {
+  std::smatch m;
+  static const std::regex kJson(R"re("cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([0-9]+)\.([0-9]+))re");
+  static const std::regex kTxt(R"(CUDA Version ([0-9]+)\.([0-9]+))");
+  if (std::regex_search(text, m, kJson) || std::regex_search(text, m, kTxt)) return m[1].str() + "." + m[2].str();
+  return "";
+}
+
+bool parse_torch_version_py(const std::string& text, std::string* version, std::optional<std::string>* cuda) {
+  std::smatch m;
+  static const std::regex kVersion(R"re(^__version__\s*(?::\s*\w+\s*)?=\s*['"]([^'"]+)['"])re", std::regex::multiline);
+  static const std::regex kCuda(R"re(^cuda\s*(?::\s*[\w\[\]]+\s*)?=\s*(?:['"]([^'"]*)['"]|None))re",
+                                std::regex::multiline);
+  if (!std::regex_search(text, m, kVersion)) return false;
+  *version = m[1].str();
+  cuda->reset();
+  if (std::regex_search(text, m, kCuda) && m[1].matched && !m[1].str().empty()) *cuda = m[1].str();
+  return true;
+}
+
+int parse_host_config_gcc_max(const std::string& text) {
+  std::smatch m;
+  static const std::regex kGnucMax(R"(#\s*if\s+__GNUC__\s*>\s*([0-9]+))");
+  return std::regex_search(text, m, kGnucMax) ? std::atoi(m[1].str().c_str()) : -1;
+}
+
+std::string parse_nccl_header_version(const std::string& text) {
+  std::smatch major;
+  std::smatch minor;
+  std::smatch patch;
+  static const std::regex kMajor(R"(#define\s+NCCL_MAJOR\s+([0-9]+))");
+  static const std::regex kMinor(R"(#define\s+NCCL_MINOR\s+([0-9]+))");
+  static const std::regex kPatch(R"(#define\s+NCCL_PATCH\s+([0-9]+))");
+  if (!std::regex_search(text, major, kMajor) || !std::regex_search(text, minor, kMinor)) return "";
+  const bool has_patch = std::regex_search(text, patch, kPatch);
+  return major[1].str() + "." + minor[1].str() + "." + (has_patch ? patch[1].str() : std::string("0"));
+}
+
+std::string nccl_version_text(int code) {
+  if (code <= 0) return "";
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? (code / 100) % 100 : (code / 100) % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+std::string cuda_version_text(int code) {
+  if (code <= 0) return "";
+  return std::to_string(code / 1000) + "." + std::to_string((code % 1000) / 10);
+}
+
+bool parse_arch_list(const std::string& text, std::vector<Arch>* archs, std::string* bad) {
+  archs->clear();
+  std::string entry;
+  auto take = [&]() -> bool {
+    if (entry.empty()) return true;
+    std::smatch m;
+    static const std::regex kNumeric(R"(([0-9]+)\.([0-9]+)[af]?(\+PTX)?)");
+    if (std::regex_match(entry, m, kNumeric)) {
+      archs->push_back({std::atoi(m[1].str().c_str()), std::atoi(m[2].str().c_str()), m[3].matched});
+    } else {
+      const bool ptx = entry.size() > 4 && entry.compare(entry.size() - 4, 4, "+PTX") == 0;
+      const std::string name = ptx ? entry.substr(0, entry.size() - 4) : entry;
+      bool known = false;
+      for (const auto& [named, list] : named_archs()) {
+        if (named != name) continue;
+        known = true;
+        for (Arch a : list) archs->push_back({a.major, a.minor, ptx});
+      }
+      if (!known) {
+        *bad = entry;
+        return false;
+      }
+    }
+    entry.clear();
+    return true;
+  };
+  for (char c : text) {
+    if (c == ';' || c == ' ' || c == ',') {
+      if (!take()) return false;
+    } else {
+      entry += c;
+    }
+  }
+  return take();
+}
+
+Coverage arch_coverage(const std::vector<Arch>& archs, int major, int minor) {
+  Coverage best = Coverage::kNone;
+  for (const Arch& a : archs) {
+    if (a.major == major && a.minor == minor) return Coverage::kExact;
+    const bool sass_runs = a.major == major && a.minor < minor;
+    const bool ptx_runs = a.ptx && (a.major < major || (a.major == major && a.minor < minor));
+    if (sass_runs || ptx_runs) best = Coverage::kCompatible;
+  }
+  return best;
+}
+
+int compare_versions(const std::string& a, const std::string& b, bool* major_differs) {
+  int a_major = 0, a_minor = 0, b_major = 0, b_minor = 0;
+  std::sscanf(a.c_str(), "%d.%d", &a_major, &a_minor);
+  std::sscanf(b.c_str(), "%d.%d", &b_major, &b_minor);
+  if (major_differs != nullptr) *major_differs = a_major != b_major;
+  if (a_major != b_major) return a_major < b_major ? -1 : 1;
+  if (a_minor != b_minor) return a_minor < b_minor ? -1 : 1;
+  return 0;
+}
+
+std::vector<Finding> evaluate(const Facts& f) {
+  std::vector<Finding> out;
+  auto add = [&](const char* check, Severity severity, std::string found, std::string remedy = {}) {
+    out.push_back({check, severity, std::move(found), std::move(remedy)});
+  };
+  const Toolkit* build = f.build_toolkit >= 0 ? &f.toolkits[static_cast<size_t>(f.build_toolkit)] : nullptr;
+  auto describe = [](const Toolkit& t) {
+    return t.root + " (" + (t.version.empty() ? "version unknown" : "CUDA " + t.version) + ", " + t.source + ")";
+  };
+
+  // Several toolkits.
+  if (f.toolkits.empty()) {
+    add("toolkits", Severity::kInfo,
+        "no CUDA toolkit (nvcc) found: only needed to build CUDA extensions (DeepSpeed ops, custom kernels)");
+  } else if (f.toolkits.size() == 1) {
+    add("toolkits", Severity::kOk, "one CUDA toolkit: " + describe(f.toolkits[0]));
+  } else {
+    std::string list;
+    for (const Toolkit& t : f.toolkits) list += (list.empty() ? "" : "; ") + describe(t);
+    add("toolkits", Severity::kInfo,
+        std::to_string(f.toolkits.size()) + " CUDA toolkits: " + list + "; builds use " +
+            (build != nullptr ? build->root + " (" + f.build_toolkit_why + ")" : std::string("none of them")),
+        substitute(kPathOrder, "{root}", build != nullptr ? build->root : f.toolkits.back().root));
+  }
+  if (!f.cuda_home.empty() && build == nullptr) {
+    add("toolkits", Severity::kError, f.cuda_home_var + "=" + f.cuda_home + " is not a CUDA toolkit (no bin/nvcc)",
+        "Point " + f.cuda_home_var + " at the folder of the CUDA toolkit that matches your framework, or unset it.");
+  }
+
+  // nvcc vs the CUDA the framework was built with.
+  if (f.torch_dir.empty()) {
+    add("nvcc-vs-torch", Severity::kInfo,
+        f.python.empty() ? "no Python interpreter found on PATH: PyTorch not checked"
+                         : "PyTorch is not installed for " + f.python);
+  } else if (!f.torch_cuda) {
+    add("nvcc-vs-torch", Severity::kInfo,
+        "PyTorch " + f.torch_version + " (" + f.torch_dir + ") is a CPU-only build: it uses no CUDA");
+  } else if (build == nullptr || build->version.empty()) {
+    add("nvcc-vs-torch", Severity::kInfo,
+        "PyTorch " + f.torch_version + " was built with CUDA " + *f.torch_cuda +
+            (build == nullptr ? "; no CUDA toolkit to compare it with"
+                              : "; the version of " + build->root + " could not be told"));
+  } else {
+    bool major_differs = false;
+    const int order = compare_versions(build->version, *f.torch_cuda, &major_differs);
+    const std::string found = "nvcc of " + build->root + " (" + f.build_toolkit_why + ") is CUDA " + build->version +
+                              "; PyTorch " + f.torch_version + " (" + f.torch_dir + ") was built with CUDA " +
+                              *f.torch_cuda;
+    if (order == 0) {
+      add("nvcc-vs-torch", Severity::kOk, found);
+    } else {
+      add("nvcc-vs-torch", major_differs ? Severity::kError : Severity::kWarning,
+          found + (major_differs ? ": extensions built with this nvcc will not load"
+                                 : ": the minor versions differ (builds usually work, but a mismatch is a suspect)"),
+          substitute(kIdenticalToolkits, "{torch}", *f.torch_cuda));
+    }
+  }
+
+  // The driver's CUDA vs the framework's and the toolkit's.
+  if (f.driver_cuda.empty()) {
+    add("driver", Severity::kInfo,
+        "no NVIDIA driver could be asked (" + f.driver_note + ")" +
+            (f.driver_version.empty() ? "" : "; kernel module " + f.driver_version));
+  } else {
+    std::string found = "the driver" + (f.driver_version.empty() ? "" : " " + f.driver_version) +
+                        " supports CUDA up to " + f.driver_cuda;
+    Severity severity = Severity::kOk;
+    std::string need;
+    for (const auto& [who, version] :
+         {std::pair<std::string, std::string>{"PyTorch", f.torch_cuda.value_or("")},
+          std::pair<std::string, std::string>{"nvcc", build != nullptr ? build->version : ""}}) {
+      if (version.empty()) continue;
+      bool major_differs = false;
+      if (compare_versions(f.driver_cuda, version, &major_differs) >= 0) continue;
+      found += "; " + who + " needs CUDA " + version;
+      severity = std::max(severity, major_differs ? Severity::kError : Severity::kWarning);
+      if (need.empty() || compare_versions(version, need) > 0) need = version;
+    }
+    if (severity == Severity::kWarning)
+      found +=
+          " (newer minor versions run on this driver only through CUDA's minor version compatibility: PTX "
+          "and some features are not available)";
+    add("driver", severity, found,
+        severity == Severity::kOk ? "" : substitute(substitute(kDriver, "{need}", need), "{have}", f.driver_cuda));
+  }
+
+  // PATH and LD_LIBRARY_PATH order.
+  {
+    std::vector<std::string> problems;
+    const std::string want = build != nullptr ? build->root : "";
+    if (!want.empty() && !f.path_nvcc.empty() && f.path_nvcc_toolkit != want)
+      problems.push_back("the first nvcc on PATH is " + f.path_nvcc + ", not the one of " + want + " (" +
+                         f.build_toolkit_why + ")");
+    if (!want.empty() && f.path_nvcc.empty() && f.build_toolkit_why != "the first nvcc on PATH")
+      problems.push_back("no nvcc on PATH (" + want + "/bin is not in it)");
+    if (!f.ld_cudart.empty()) {
+      const std::string& other = want.empty() ? f.path_nvcc_toolkit : want;
+      if (!other.empty() && f.ld_cudart_toolkit != other)
+        problems.push_back("the first libcudart in LD_LIBRARY_PATH is " + f.ld_cudart + ", not one of " + other);
+    }
+    for (const std::string& dead : f.dead_dirs) problems.push_back(dead + " does not exist");
+    if (problems.empty()) {
+      add("path-order", Severity::kOk,
+          f.path_nvcc.empty() && f.ld_cudart.empty()
+              ? "no nvcc on PATH and no libcudart in LD_LIBRARY_PATH"
+              : "PATH and LD_LIBRARY_PATH find " + (want.empty() ? f.path_nvcc_toolkit : want) + " first");
+    } else {
+      std::string found;
+      for (const std::string& p : problems) found += (found.empty() ? "" : "; ") + p;
+      add("path-order", Severity::kWarning, found,
+          substitute(kPathOrder, "{root}",
+                     !want.empty()        ? want
+                     : f.toolkits.empty() ? "/usr/local/cuda-X.Y"
+                                          : f.toolkits.front().root));
+    }
+  }
+
+  // gcc within the toolkit's range.
+  if (build != nullptr) {
+    if (f.gcc_version.empty()) {
+      add("gcc", Severity::kInfo, "no gcc found for " + build->root + " (neither its bin/gcc nor one on PATH)");
+    } else if (f.gcc_max_major < 0) {
+      add("gcc", Severity::kInfo,
+          "gcc " + f.gcc_version + " (" + f.gcc + "); " +
+              (f.host_config.empty() ? build->root + " has no include/crt/host_config.h"
+                                     : f.host_config + " states no newest gcc") +
+              ": the range was not checked");
+    } else {
+      const int major = std::atoi(f.gcc_version.c_str());
+      const std::string found = "gcc " + f.gcc_version + " (" + f.gcc + "); CUDA " + build->version + " of " +
+                                build->root + " accepts gcc up to " + std::to_string(f.gcc_max_major) + " (" +
+                                f.host_config + ")";
+      if (major > f.gcc_max_major) {
+        add("gcc", Severity::kError, found + ": nvcc stops with 'unsupported GNU version'",
+            substitute(substitute(kOldCompiler, "{max}", std::to_string(f.gcc_max_major)), "{root}", build->root));
+      } else {
+        add("gcc", Severity::kOk, found);
+      }
+    }
+  }
+
+  // TORCH_CUDA_ARCH_LIST against the GPUs.
+  {
+    std::set<std::pair<int, int>> present;
+    for (const Gpu& g : f.gpus) present.insert({g.major, g.minor});
+    std::string wanted;
+    for (const auto& [major, minor] : present) wanted += (wanted.empty() ? "" : ";") + arch_text(major, minor);
+    std::vector<Arch> archs;
+    std::string bad;
+    if (f.gpus.empty()) {
+      add("arch-list", Severity::kInfo,
+          "no GPU visible (" + f.gpu_note + "): TORCH_CUDA_ARCH_LIST" +
+              (f.arch_list ? "=\"" + *f.arch_list + "\"" : std::string(" (unset)")) +
+              " not checked against the GPUs; run doctor where the job runs");
+    } else if (!f.arch_list) {
+      add("arch-list", Severity::kInfo, "TORCH_CUDA_ARCH_LIST is not set; the GPUs here are " + wanted,
+          substitute(kArchList, "{list}", wanted));
+    } else if (!parse_arch_list(*f.arch_list, &archs, &bad)) {
+      add("arch-list", Severity::kError,
+          "TORCH_CUDA_ARCH_LIST=\"" + *f.arch_list + "\": '" + bad +
+              "' is not an architecture (accepted: 8.6, 8.6+PTX, 9.0a, or Kepler, Maxwell, Pascal, Volta, Turing, "
+              "Ampere, Ada, Hopper, Blackwell)",
+          substitute(kArchList, "{list}", wanted));
+    } else {
+      std::vector<std::string> missing;
+      std::vector<std::string> compatible;
+      for (const auto& [major, minor] : present) {
+        const Coverage c = arch_coverage(archs, major, minor);
+        if (c == Coverage::kNone) missing.push_back(arch_text(major, minor));
+        if (c == Coverage::kCompatible) compatible.push_back(arch_text(major, minor));
+      }
+      std::string found = "TORCH_CUDA_ARCH_LIST=\"" + *f.arch_list + "\"; the GPUs here are " + wanted;
+      if (!missing.empty()) {
+        std::string list;
+        for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
+        add("arch-list", Severity::kError,
+            found + ": nothing built runs on compute capability " + list + " ('no kernel image is available')",
+            substitute(kArchList, "{list}", wanted));
+      } else if (!compatible.empty()) {
+        std::string list;
+        for (const std::string& c : compatible) list += (list.empty() ? "" : ", ") + c;
+        add("arch-list", Severity::kInfo,
+            found + ": compute capability " + list + " runs code built for an older architecture of its family " +
+                "or JIT-compiled PTX, not code tuned for it",
+            substitute(kArchList, "{list}", wanted));
+      } else {
+        add("arch-list", Severity::kOk, found);
+      }
+    }
+  }
+
+  // The kernel.
+  if (f.kernel_release.empty()) {
+    add("kernel", Severity::kInfo, "the kernel release could not be read");
+  } else if (exchange::kernel_older_than(f.kernel_release, 5, 5)) {
+    add("kernel", Severity::kWarning, "Linux " + f.kernel_release + " is older than 5.5", kKernel);
+  } else {
+    add("kernel", Severity::kOk, "Linux " + f.kernel_release);
+  }
+
+  // Mixed GPU models.
+  if (!f.gpus.empty()) {
+    std::vector<std::string> models;
+    for (const Gpu& g : f.gpus)
+      if (std::find(models.begin(), models.end(), g.name) == models.end()) models.push_back(g.name);
+    std::string list;
+    for (const std::string& m : models) {
+      const auto n = std::count_if(f.gpus.begin(), f.gpus.end(), [&](const Gpu& g) { return g.name == m; });
+      list += (list.empty() ? "" : ", ") + std::to_string(n) + " x " + m;
+    }
+    std::string wanted;
+    std::set<std::pair<int, int>> present;
+    for (const Gpu& g : f.gpus) present.insert({g.major, g.minor});
+    for (const auto& [major, minor] : present) wanted += (wanted.empty() ? "" : ";") + arch_text(major, minor);
+    if (models.size() > 1)
+      add("gpus", Severity::kWarning, "mixed GPU models: " + list, substitute(kMixedGpus, "{list}", wanted));
+    else
+      add("gpus", Severity::kOk, list);
+  }
+
+  // NCCL library vs headers.
+  if (f.nccl_library_version.empty() && f.nccl_header_version.empty()) {
+    add("nccl", Severity::kInfo, "no NCCL library (" + f.nccl_note + ") and no nccl.h found");
+  } else if (f.nccl_library_version.empty()) {
+    add("nccl", Severity::kInfo,
+        "nccl.h " + f.nccl_header_version + " (" + f.nccl_header + "), but no NCCL library (" + f.nccl_note + ")");
+  } else if (f.nccl_header_version.empty()) {
+    add("nccl", Severity::kInfo,
+        "NCCL " + f.nccl_library_version + " (" + f.nccl_library + "); no nccl.h found (only needed to build)");
+  } else {
+    const std::string found = "NCCL library " + f.nccl_library_version + " (" + f.nccl_library + "), headers " +
+                              f.nccl_header_version + " (" + f.nccl_header + ")";
+    if (compare_versions(f.nccl_library_version, f.nccl_header_version) != 0)
+      add("nccl", Severity::kWarning,
+          found + ": code built with these headers may call functions or pass structures the library does not have",
+          kNccl);
+    else
+      add("nccl", Severity::kOk, found);
+  }
+  return out;
+}
+
+}  // namespace trainscope::tools::doctor
