@@ -17,6 +17,7 @@
 #include "reports/flight_recorder_reader.h"
 #include "reports/run_summary.h"
 #include "tests/support/launch_recorder.h"
+#include "tests/support/subprocess.h"
 
 namespace trainscope::reports {
 namespace {
@@ -24,23 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::LaunchRecorder;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "cuda-error-test-XXXXXX").string();
-    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 recorder::RecorderFile read(const std::string& path) {
   recorder::RecorderFile file;

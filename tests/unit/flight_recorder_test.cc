@@ -23,31 +23,14 @@
 
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
+#include "tests/support/subprocess.h"
 
 namespace trainscope::recorder {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tsrec-test-XXXXXX").string();
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr) << std::strerror(errno);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 constexpr uint32_t kSites = 4;  // site slots of the files these tests write, unless said otherwise
 

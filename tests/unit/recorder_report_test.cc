@@ -28,6 +28,7 @@
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "tests/support/launch_recorder.h"
+#include "tests/support/subprocess.h"
 
 extern char** environ;
 
@@ -44,23 +45,7 @@ constexpr int32_t kExitedPid = 1000001;
 constexpr int32_t kKilledPid = 1000002;
 constexpr int32_t kAlivePid = 1000003;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tsreport-test-XXXXXX").string();
-    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
