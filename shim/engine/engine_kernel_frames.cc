@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,9 +92,16 @@ void start_kernel_frames() {
 launches::LaunchWatcher* kernel_watcher() { return g_watcher.load(std::memory_order_acquire); }
 
 void set_optimizer_kernel_predicate(std::function<bool(uint64_t function_handle)> predicate) {
-  // The previous one is leaked: another thread may be asking it right now.
-  g_optimizer_predicate.store(predicate ? new std::function<bool(uint64_t)>(std::move(predicate)) : nullptr,
-                              std::memory_order_release);
+  const std::function<bool(uint64_t)>* fresh =
+      predicate ? new std::function<bool(uint64_t)>(std::move(predicate)) : nullptr;
+  const std::function<bool(uint64_t)>* previous = g_optimizer_predicate.exchange(fresh, std::memory_order_acq_rel);
+  if (previous == nullptr) return;
+  // The previous one is never freed (another thread may be asking it right now), but kept where it can be found: a
+  // replaced predicate is retired, not lost (LeakSanitizer counts an unreachable one as a leak).
+  static std::mutex retired_mutex;
+  static auto* retired = new std::vector<const std::function<bool(uint64_t)>*>();
+  std::lock_guard<std::mutex> lock(retired_mutex);
+  retired->push_back(previous);
 }
 
 bool is_optimizer_kernel(uint64_t function_handle) {
