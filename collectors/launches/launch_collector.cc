@@ -540,6 +540,7 @@ void LaunchCollector::State::report_error(const ApiCall& exit) {
   if (!s.writer->count_cuda_error()) return;  // not the first: counted only
   const ApiCall& call = t.outer;
   Record r = cuda_record(Op::kCudaError, t, call.stream);
+  if (r.start_ns == 0) r.start_ns = exit.time_ns;  // an untimed call (no launch or sync): its failing exit was timed
   r.count = exit.cbid != 0 ? exit.cbid : call.cbid;
   r.peer = static_cast<int32_t>(s.api_name(call.domain, static_cast<uint32_t>(r.count), exit.function));
   r.redop = static_cast<int16_t>(call.domain);

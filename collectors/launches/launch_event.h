@@ -39,7 +39,8 @@ struct ApiCall {
   uint64_t context = 0;       // CUcontext
   uint64_t stream = 0;        // the call's stream (0: legacy default; 2: per-thread default), if it has one
   int32_t result = 0;         // kExit only: the call's return value (cudaError_t or CUresult by domain)
-  uint64_t time_ns = 0;       // CLOCK_REALTIME when the callback ran
+  uint64_t time_ns = 0;       // CLOCK_REALTIME when the callback ran; 0 for a kOther call that succeeded (nothing
+                              // is recorded for it, so the adapter reads no clock)
 
   // kLaunch only.
   LaunchKind kind = LaunchKind::kUnknown;

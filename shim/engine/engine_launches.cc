@@ -516,7 +516,6 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   call.function = cb->functionName != nullptr ? cb->functionName : "";
   call.correlation = cb->correlationId;
   call.context = handle_value(cb->context);
-  call.time_ns = realtime_ns();
   if (call.phase == launches::Phase::kExit && cb->functionReturnValue != nullptr)
     call.result = *static_cast<const int32_t*>(cb->functionReturnValue);  // cudaError_t / CUresult: an int enum
   if (cb->functionParams != nullptr) {
@@ -528,6 +527,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   } else if (call.domain == CudaDomain::kDriver && cbid == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize) {
     sync(call, CallClass::kContextSync, 0);
   }
+  // Most API calls are neither launches nor synchronisations and succeed: no record, so no clock read (two per call
+  // on the job's thread otherwise). A failing one is timed at its exit.
+  if (call.klass != CallClass::kOther || call.result != 0) call.time_ns = realtime_ns();
   if (call.klass == CallClass::kLaunch) {
     if (cb->symbolName != nullptr) call.symbol = cb->symbolName;
     call.capturing = capturing_at(call);

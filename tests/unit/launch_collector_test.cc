@@ -388,6 +388,21 @@ TEST_F(LaunchCollectorTest, FirstErrorIsRecordedLaterOnesCounted) {
   EXPECT_EQ(file.stream_entry(kStreamA, kContext)->launched_seq, 10u);
 }
 
+// The adapter reads no clock for a call that is no launch or synchronisation (time 0 at its entry): its error, if it
+// fails, is dated by its exit.
+TEST_F(LaunchCollectorTest, AnUntimedCallThatFailsIsDatedByItsExit) {
+  start();
+  on(Call(Phase::kEnter, CudaDomain::kRuntime, CallClass::kOther, kCudaMemcpyAsync, "cudaMemcpyAsync", 20, 0)
+         .stream(kStreamA));
+  on(Call(Phase::kExit, CudaDomain::kRuntime, CallClass::kOther, kCudaMemcpyAsync, "cudaMemcpyAsync", 20, 205)
+         .stream(kStreamA)
+         .result(700));
+  const std::vector<RecordedCall> errors = of_op(read(), Op::kCudaError);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].record.start_ns, 205u);
+  EXPECT_EQ(errors[0].record.end_ns, 205u);
+}
+
 TEST_F(LaunchCollectorTest, AnErrorInsideAnOuterCallIsTheOuterCallsToReport) {
   start();
   // The driver launch fails inside the runtime launch, which fails too: one error, the runtime call's.
