@@ -21,18 +21,20 @@
 #include "support/launch_recorder.h"
 #include "support/subprocess.h"
 #include "tests/unit/fake_cuda_queries.h"
+#include "tests/unit/synthetic_api_calls.h"
 
 namespace trainscope::engine {
 namespace {
 
 using launches::ApiCall;
+using launches::Call;
 using launches::CallClass;
 using launches::CudaDomain;
 using launches::LaunchKind;
 using launches::Phase;
 using recorder::Op;
 
-constexpr uint64_t kContext = 0xC0;
+constexpr uint64_t kContext = launches::kSyntheticContext;
 constexpr uint64_t kStream = 0x5A;
 constexpr uint64_t kScale = 0xF1;  // CUfunctions
 constexpr uint64_t kAdam = 0xF3;
@@ -108,29 +110,11 @@ class KernelFramesTest : public ::testing::Test {
   }
 
   ApiCall launch_call(Phase phase, uint64_t function, const char* symbol, uint32_t correlation) {
-    ApiCall call;
-    call.phase = phase;
-    call.domain = CudaDomain::kDriver;
-    call.klass = CallClass::kLaunch;
-    call.cbid = kCuLaunchKernel;
-    call.function = "cuLaunchKernel";
-    call.correlation = correlation;
-    call.context = kContext;
-    call.stream = kStream;
-    call.time_ns = 1000 + correlation;
-    call.kind = LaunchKind::kKernel;
-    call.function_handle = function;
-    call.symbol = symbol;
-    call.grid[0] = 80;
-    call.grid[1] = 1;
-    call.grid[2] = 1;
-    call.block[0] = 256;
-    call.block[1] = 1;
-    call.block[2] = 1;
-    call.shared_bytes = 512;
-    call.params = params_;
-    call.capturing = capturing_;
-    return call;
+    Call call(phase, CudaDomain::kDriver, CallClass::kLaunch, kCuLaunchKernel, "cuLaunchKernel", correlation,
+              1000 + correlation);
+    call.stream(kStream).kernel(function, symbol).dims(80, 256, 512).params(params_);
+    if (capturing_) call.capturing();
+    return call.api;
   }
 
   // One driver launch of `function`, through the collector (its record, then the watcher, on this thread).

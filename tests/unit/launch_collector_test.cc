@@ -18,6 +18,7 @@
 #include "reports/flight_recorder_writer.h"
 #include "support/subprocess.h"
 #include "tests/unit/fake_cuda_queries.h"
+#include "tests/unit/synthetic_api_calls.h"
 
 namespace trainscope::launches {
 namespace {
@@ -26,7 +27,7 @@ using recorder::Op;
 using recorder::RecordedCall;
 using recorder::RecorderFile;
 
-constexpr uint64_t kContext = 0xC0;
+constexpr uint64_t kContext = kSyntheticContext;
 constexpr uint64_t kStreamA = 0x5A;
 constexpr uint64_t kStreamB = 0x5B;
 constexpr uint64_t kScale = 0xF1;  // CUfunctions
@@ -45,51 +46,6 @@ constexpr uint32_t kCudaMemcpyAsync = 41;
 constexpr uint32_t kCudaGraphLaunch = 311;
 constexpr uint32_t kCuLaunchKernel = 307;
 constexpr uint32_t kCuLaunchCooperativeKernel = 442;
-
-// One callback, built field by field.
-struct Call {
-  ApiCall api;
-  Call(Phase phase, CudaDomain domain, CallClass klass, uint32_t cbid, const char* function, uint32_t correlation,
-       uint64_t time_ns) {
-    api.phase = phase;
-    api.domain = domain;
-    api.klass = klass;
-    api.cbid = cbid;
-    api.function = function;
-    api.correlation = correlation;
-    api.context = kContext;
-    api.time_ns = time_ns;
-  }
-  Call& stream(uint64_t s) {
-    api.stream = s;
-    return *this;
-  }
-  Call& result(int32_t r) {
-    api.result = r;
-    return *this;
-  }
-  Call& kernel(uint64_t function, const char* symbol, LaunchKind kind = LaunchKind::kKernel) {
-    api.kind = kind;
-    api.function_handle = function;
-    api.symbol = symbol;
-    api.grid[0] = 120;
-    api.grid[1] = 2;
-    api.grid[2] = 1;
-    api.block[0] = 256;
-    api.block[1] = 1;
-    api.block[2] = 1;
-    api.shared_bytes = 1024;
-    return *this;
-  }
-  Call& params(void** p) {
-    api.params = p;
-    return *this;
-  }
-  Call& capturing() {
-    api.capturing = true;
-    return *this;
-  }
-};
 
 class RecordingWatcher : public LaunchWatcher {
  public:
