@@ -5,8 +5,9 @@
 //   launches_gpu_program chain STEPS   fp16 chain per step: embed_kernel, grow_kernel, then the optimizer
 //                                      (fused_adam_kernel, the batch boundary); grow_kernel overflows fp16
 //                                      at step 3 (TRAINSCOPE_WATCH=kernels:grow_kernel reports batch 3)
-//   launches_gpu_program spin          spin_kernel that runs for 30 s, the process SIGKILLs itself after 2 s: its
-//                                      launch must show as not finished
+//   launches_gpu_program spin          spin_kernel that runs for 30 s, then the process waits to be killed (run.sh
+//                                      reads its report while it lives, then SIGKILLs it): its launch must show as
+//                                      not finished
 //   launches_gpu_program oob           oob_write_kernel writes far out of bounds: cudaStreamSynchronize fails (700)
 //   launches_gpu_program bench N       N launches of an empty kernel: the calling thread's cost per launch
 // Without a GPU it says so and exits 0.
@@ -93,11 +94,9 @@ int spin() {
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   spin_kernel<<<1, 1, 0, stream>>>(flag, static_cast<long long>(clock_khz) * 1000 * 30);
   check(cudaGetLastError(), "spin launch");
-  std::printf("spin: launched, killing myself in 2 s\n");
+  std::printf("spin: launched; waiting to be killed\n");
   std::fflush(stdout);
-  sleep(2);  // the collector's activity flush runs every 500 ms: completion is brought up to date meanwhile
-  raise(SIGKILL);
-  return 1;
+  for (;;) pause();  // a hung job: run.sh reads the report while it lives, then kills it
 }
 
 int oob() {

@@ -222,8 +222,18 @@ if [ -x "$program" ]; then
     say "launches-in-report (last launches per stream): FAILED (see launches-chain-report.txt)"
     status=1
   fi
-  # Did it finish: a kernel still spinning when its process is SIGKILLed is not finished in the report.
-  "${job[@]}" TRAINSCOPE_RUN_ID=spin timeout 60 "$program" spin >"$work/launches-spin.log" 2>&1
+  # Did it finish: a kernel still spinning in a hung process is not finished in the report. The report is read while
+  # the process lives (bounded: 40 tries, until the activity flush has reached the spin), then once more after the
+  # process is SIGKILLed, as a launcher would end a hung job.
+  "${job[@]}" TRAINSCOPE_RUN_ID=spin timeout -s KILL 60 "$program" spin >"$work/launches-spin.log" 2>&1 &
+  spin_pid=$!
+  for _ in $(seq 1 40); do
+    timeout 60 "$build/tools/trainscope" report "$launches/spin" >"$work/launches-spin-report.txt" 2>&1 || true
+    grep -q "spin_kernel.*not finished as of" "$work/launches-spin-report.txt" && break
+    sleep 0.5
+  done
+  pkill -KILL -f "$program spin" || true
+  wait "$spin_pid" 2>/dev/null || true
   timeout 60 "$build/tools/trainscope" report "$launches/spin" >"$work/launches-spin-report.txt" 2>&1
   if grep -q "spin_kernel" "$work/launches-spin-report.txt" && grep -q "not finished" "$work/launches-spin-report.txt"
   then
