@@ -509,9 +509,10 @@ void LaunchCollector::State::record_launch(const ApiCall& exit) {
       if (t.nested_correlation != 0) s.remember_correlation(t.nested_correlation, call.correlation, slot);
     }
   }
-  if (t.watched) {
+  // A launch the recorder could not take has no record for its frame to stand on: it is not handed over.
+  if (t.watched && index != UINT64_MAX) {
     const OwnCudaCalls own;
-    s.watcher->after_launch(t.watch, index == UINT64_MAX ? 0 : index, exit.result);
+    s.watcher->after_launch(t.watch, index, exit.result);
   }
   void (*handler)(uint64_t) = s.launch_handler.load(std::memory_order_acquire);
   if (handler != nullptr && exit.result == 0 && !call.capturing) handler(r.caller);

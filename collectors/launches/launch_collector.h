@@ -37,7 +37,8 @@ class LaunchWatcher {
   // launch's record is appended at the call's exit (after_launch gets its index). Never called for a capturing
   // stream. Both run inside OwnCudaCalls: the watcher's CUDA calls are not recorded.
   virtual void before_launch(const WatchedLaunch& launch, uint64_t index) = 0;
-  // After it returned `result` (the statistics of the outputs go on the same stream, after the kernel).
+  // After it returned `result` (the statistics of the outputs go on the same stream, after the kernel), with its
+  // record's index; a launch the recorder could not take is not handed over (no record, no frame).
   virtual void after_launch(const WatchedLaunch& launch, uint64_t index, int32_t result) = 0;
 };
 

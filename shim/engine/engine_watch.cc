@@ -158,8 +158,8 @@ WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
   WatchedCall* raw = call.get();
   std::lock_guard<std::mutex> lock(mutex_);
   if (calls_.count(index) != 0) {
-    // A second watch of one record (a launch whose record could not be appended comes with index 0): the one on the
-    // board may be in use by its thread, so this one is refused, complete and kept off the board.
+    // A record is watched once; a second watch of it (a bug of a caller) must not replace the one on the board, which
+    // may be in use by its thread: it is refused, complete and kept off the board.
     counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
     thread_local WatchedCall refused;
     refused.complete.store(true, std::memory_order_relaxed);
