@@ -1,5 +1,6 @@
-// `trainscope report RUN_DIR [--json] [--summary] [--last N]`: what went wrong in one run (the summary), then what
-// the flight recorders hold, then every report in full.
+// `trainscope report RUN_DIR [--json] [--summary] [--last N] [--trace FILE] [--html FILE]`: what went wrong in one
+// run (the summary), then what the flight recorders hold, then every report in full; or the run as a timeline
+// (Chrome trace-event JSON) or as one self-contained page.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -11,22 +12,30 @@
 
 #include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
+#include "reports/html_report.h"
 #include "reports/json_stream.h"
 #include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
+#include "reports/run_timeline.h"
 #include "tools/commands.h"
 
 namespace trainscope::tools {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trainscope report RUN_DIR [--json] [--summary] [--last N]\n"
+    "usage: trainscope report RUN_DIR [--json] [--summary] [--last N] [--trace FILE] [--html FILE]\n"
     "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR): *.tsrec flight recorders and reports\n"
     "  --json     print JSON instead of text: {\"summary\", \"reports\", \"manifest\", the recorders' \"ranks\"}\n"
     "  --summary  print only the summary: what went wrong (inf/nan origin, first batch, mismatches, desyncs,\n"
     "             vanished ranks, ...), where and when\n"
     "  --last N   calls shown per rank, newest last (default 10; 'all' for every held call)\n"
+    "  --trace FILE  write the run as a timeline to FILE (Chrome trace-event JSON: open it in ui.perfetto.dev or\n"
+    "             chrome://tracing): a process per rank, a track per communicator and CUDA stream, each NCCL call a\n"
+    "             slice, verdicts and the first inf/nan as instant events\n"
+    "  --html FILE   write the whole run to FILE as one self-contained page: the summary, every rank's timeline,\n"
+    "             every report and the per-batch abs-max of the watched tensors as plots\n"
+    "With --trace or --html the files are written and only the summary is printed.\n"
     "Prints the summary, then the recorders' table (ranks, communicators, last calls, last launches per stream), then\n"
     "every report in full, with the first CUDA error of each process that had one (rebuilt from its flight recorder\n"
     "when the process did not write its cuda-error-rank<R> report).\n";
@@ -76,6 +85,8 @@ int cmd_report(int argc, char** argv) {
   const char* dir = nullptr;
   bool as_json = false;
   bool summary_only = false;
+  const char* trace_path = nullptr;
+  const char* html_path = nullptr;
   recorder::ReportOptions options;
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
@@ -92,13 +103,23 @@ int cmd_report(int argc, char** argv) {
       summary_only = true;
       continue;
     }
+    if (std::strcmp(arg, "--trace") == 0 || std::strcmp(arg, "--html") == 0) {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+        return usage_error(std::string(arg) + " needs a file name: where to write the " +
+                           (arg[2] == 't' ? "timeline (Chrome trace-event JSON)" : "page (HTML)"));
+      }
+      (arg[2] == 't' ? trace_path : html_path) = argv[++i];
+      continue;
+    }
     if (std::strcmp(arg, "--last") == 0) {
       if (i + 1 >= argc) return usage_error("--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
       last_value = argv[++i];
     } else if (std::strncmp(arg, "--last=", 7) == 0) {
       last_value = arg + 7;
     } else if (arg[0] == '-' && arg[1] != '\0') {
-      return usage_error(std::string("unknown option '") + arg + "'; accepted: --json, --summary, --last N, --help");
+      return usage_error(std::string("unknown option '") + arg +
+                         "'; accepted: --json, --summary, --last N, --trace FILE, --html FILE, "
+                         "--help");
     } else if (dir == nullptr) {
       dir = arg;
       continue;
@@ -129,6 +150,30 @@ int cmd_report(int argc, char** argv) {
   } else {
     run = recorder::RunDirectory{};
     run.path = dir;
+  }
+
+  if (trace_path != nullptr || html_path != nullptr) {
+    if (as_json) return usage_error("--json cannot be combined with --trace or --html: they write files of their own");
+    bool written = true;
+    if (trace_path != nullptr) {
+      if (!reports::write_run_timeline_file(run, summary, trace_path, &error)) {
+        std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
+        written = false;
+      } else {
+        std::fprintf(stderr, "trainscope report: timeline written to %s (open it in ui.perfetto.dev)\n",
+                     reports::printable(trace_path).c_str());
+      }
+    }
+    if (html_path != nullptr) {
+      if (!reports::write_html_report(run, summary, html_path, &error)) {
+        std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
+        written = false;
+      } else {
+        std::fprintf(stderr, "trainscope report: page written to %s\n", reports::printable(html_path).c_str());
+      }
+    }
+    print(reports::printable_text(reports::format_summary_text(summary)));
+    return written ? 0 : 1;
   }
 
   if (as_json) {

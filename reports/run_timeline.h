@@ -1,0 +1,40 @@
+// The run as a timeline: the Chrome trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open.
+//
+// One process per rank (pid: the global rank; a process whose rank is not known gets 1000000 + its pid), named
+// "rank R (pid P, host H)"; in it one track (tid) per communicator, named "comm 3f2a9c (rank r of n)", one per CUDA
+// stream the launch collector saw, named "stream 0x7f3a5c001200", and one "process" track for what belongs to no
+// communicator or stream (init, group calls, CUDA errors without a stream). Times are microseconds from the run's
+// first record (otherData.start_time_ns is that instant, ns since the epoch, UTC).
+//
+// Events, all standard trace-event phases:
+//   {"ph":"M", "name":"process_name"|"thread_name"|"process_sort_index"|"thread_sort_index", "pid", "tid", "args"}
+//   {"ph":"X", "cat":"nccl", "name":"ncclAllReduce", "ts", "dur", "pid", "tid",
+//    "args":{"op", "comm", "seq", "count", "type", "redop", "peer"|"root", "result", "record", "python"?}}
+//        a call that never returned: dur reaches the end of the trace, args.result "pending (never returned)"
+//   {"ph":"X", "cat":"launch", "name":<kernel short name>, ..., "args":{"kernel", "grid", "block", "shared", "api",
+//    "result", "finished", "record"}}      (the launch API call's own time span, on its stream's track)
+//   {"ph":"i", "s":"g"|"p", "cat":"verdict"|"nonfinite"|"cuda_error"|"stop", "name", "ts", "pid", "tid", "args"}
+//        verdicts (mismatch, desync, vanished rank) and the first inf/nan of each rank, the first CUDA error, stops
+// Nothing is trusted: strings from the files are carried JSON-escaped (invalid UTF-8 replaced).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "reports/flight_recorder_reader.h"
+#include "reports/run_summary.h"
+
+namespace trainscope::reports {
+
+// Writes the trace as one JSON object ({"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}), handed
+// to `sink` a batch of events at a time: a run of millions of calls is never held whole.
+void write_run_timeline(const recorder::RunDirectory& run, const RunSummary& summary,
+                        const std::function<void(std::string_view)>& sink);
+
+// Writes it to `path` (created private, replaced if it exists). False, with `error` naming the file and why, when
+// it cannot be written.
+bool write_run_timeline_file(const recorder::RunDirectory& run, const RunSummary& summary, const std::string& path,
+                             std::string* error);
+
+}  // namespace trainscope::reports
