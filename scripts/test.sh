@@ -53,7 +53,13 @@ for sanitizer in address thread; do
   echo "== $(date -u +%T) $sanitizer sanitizer build"
   mkdir -p "build-ci-$sanitizer"
   # Optimised: at -O0 under TSan the stand-in NCCL's every-type-every-op tests run past their deadlines.
-  bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" \
+  # ASan+UBSan at -O1 with line tables only: a third less to compile than -O2 -g (UBSan's checks are most of that
+  # build), with the same findings and file:line in every stack.
+  opt=()
+  if [ "$sanitizer" = address ]; then
+    opt=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
+  fi
+  bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" "${opt[@]}" \
     -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=OFF \
     --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests \
     --target trainscope_commcheck_tests
