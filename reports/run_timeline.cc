@@ -541,7 +541,7 @@ void write_process(EventWriter& w, const RecorderFile& file, const Tracks& track
       if (communicator_call) {
         args["count"] = r.count;
         args["type"] = recorder::dtype_name(r.dtype);
-        args["redop"] = recorder::redop_name(r.redop);
+        if (r.redop != recorder::kUnknown) args["redop"] = recorder::redop_name(r.redop);  // reductions only
         if (const char* key = rooted_key(op)) args[key] = r.peer;
       }
       if (r.group != 0) args["group"] = r.group;
