@@ -32,6 +32,8 @@ constexpr int64_t kUnknownRankPidBase = 1000000;  // pid of a process whose rank
 constexpr int64_t kProcessTrack = 0;
 constexpr size_t kBatchBytes = 64 * 1024;
 constexpr const char* kPendingResult = "pending (never returned)";
+// A call that never returned is drawn at least this long (2% of the run before it when that is more).
+constexpr uint64_t kMinimumPendingNs = 1000000;
 
 int64_t trace_pid(const RecorderFile& file) {
   return file.global_rank() >= 0 ? file.global_rank() : kUnknownRankPidBase + file.pid();
@@ -559,16 +561,30 @@ void write_run_timeline(const recorder::RunDirectory& run, const RunSummary& sum
                         const std::function<void(std::string_view)>& sink) {
   // First pass: the span of the records (a call that never returned reaches the end), then of the instants.
   Span span;
+  uint64_t last_pending_ns = 0;
   for (const RecorderFile& file : run.files) {
     for (const RecordedCall& call : file.records) {
       span.add(call.record.start_ns);
       if (!call.pending()) span.add(call.record.end_ns);
+      if (call.pending()) last_pending_ns = std::max(last_pending_ns, call.record.start_ns);
     }
     span.add(file.header.exit_ns);
   }
+  // Nothing after the calls that never returned (every rank hung in its last one): they would end where they start,
+  // and no viewer draws a slice of no width. The end is placed a little after them instead, and said to be.
+  bool padded = false;
+  if (last_pending_ns != 0) {
+    const uint64_t pad = std::max(kMinimumPendingNs, (last_pending_ns - span.start) / 50);
+    if (span.end < last_pending_ns + pad) {
+      span.end = last_pending_ns + pad;
+      padded = true;
+    }
+  }
   const Run lookup(run);
   std::vector<Instant> instants = report_instants(lookup, run, summary, span.end);
+  const uint64_t padded_end = span.end;
   for (const Instant& i : instants) span.add(i.ns);
+  padded = padded && span.end == padded_end;
   if (span.start == 0) {
     for (const RecorderFile& file : run.files) span.add(file.header.start_ns);
   }
@@ -590,6 +606,7 @@ void write_run_timeline(const recorder::RunDirectory& run, const RunSummary& sum
                       {"start_time_ns", span.start},
                       {"start_time", span.start != 0 ? recorder::utc_date_time(span.start) : std::string()},
                       {"end_time_ns", span.end},
+                      {"end_after_last_record", padded},
                       {"processes", run.files.size()},
                       {"unreadable_recorders", std::move(errors)}};
   sink("\n], \"displayTimeUnit\": \"ms\", \"otherData\": " +

@@ -10,7 +10,9 @@
 //   {"ph":"M", "name":"process_name"|"thread_name"|"process_sort_index"|"thread_sort_index", "pid", "tid", "args"}
 //   {"ph":"X", "cat":"nccl", "name":"ncclAllReduce", "ts", "dur", "pid", "tid",
 //    "args":{"op", "comm", "seq", "count", "type", "redop", "peer"|"root", "result", "record", "python"?}}
-//        a call that never returned: dur reaches the end of the trace, args.result "pending (never returned)"
+//        a call that never returned: dur reaches the end of the trace, args.result "pending (never returned)"; when
+//        nothing is known after such calls (every rank hung in its last one), the end is put a little after the last
+//        of them (2% of the run before it, at least 1 ms) so that they are drawn: otherData.end_after_last_record
 //   {"ph":"X", "cat":"launch", "name":<kernel short name>, ..., "args":{"kernel", "grid", "block", "shared", "api",
 //    "result", "finished", "record"}}      (the launch API call's own time span, on its stream's track)
 //   {"ph":"i", "s":"g"|"p", "cat":"verdict"|"nonfinite"|"cuda_error"|"stop", "name", "ts", "pid", "tid", "args"}

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,29 @@ TEST(RunTimeline, ACallThatNeverReturnedIsOpenToTheEndOfTheTrace) {
   // The end is the last thing known of the run: here the recorders' exit at 1 s.
   EXPECT_DOUBLE_EQ(end, us(1000 - 10));
   EXPECT_EQ(events(trace, "X", "ncclAllReduce", 0)[1].at("args").at("result"), "ncclSuccess");
+}
+
+TEST(RunTimeline, CallsEveryRankHungInAreDrawnThoughNothingCameAfterThem) {
+  TempDir dir;
+  std::vector<std::unique_ptr<LaunchRecorder>> ranks;  // never closed: the processes hang
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    ranks.push_back(std::make_unique<LaunchRecorder>(dir.file("rank" + std::to_string(rank) + ".tsrec"), rank));
+    ASSERT_TRUE(ranks.back()->opened());
+    ranks.back()->writer().set_global_rank(rank);
+    ranks.back()->collective(kComm, 1, 0);
+    ranks.back()->collective(kComm, 2, 100 + static_cast<uint64_t>(rank), /*returned=*/false);
+  }
+  const json trace = timeline(dir);
+  EXPECT_EQ(trace.at("otherData").at("end_after_last_record"), true);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const std::vector<json> calls = events(trace, "X", "ncclAllReduce", rank);
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(calls[1].at("args").at("result"), "pending (never returned)");
+    // Both reach the same end, 2 ms (2% of the 101 ms before, at least 1 ms) after the last one started.
+    EXPECT_NEAR(calls[1].at("ts").get<double>() + calls[1].at("dur").get<double>(), us(101) + 2020.0, 1e-6);
+  }
+  ranks.clear();
+  EXPECT_EQ(timeline(dir).at("otherData").at("end_after_last_record"), false);  // closed at 1 s: that is the end
 }
 
 TEST(RunTimeline, LaunchesAndSynchronisationsAreOnTheirStreamsTrack) {
