@@ -23,17 +23,28 @@ using testing::TempDir;
 constexpr int kVerdictExit = 86;
 constexpr int kRanks = 4;
 
-ProcessResult run_mismatch_job(const TempDir& dir) {
+// `trainscope run` around `kRanks` ranks of `job` (a program and its arguments).
+ProcessResult run_job(const TempDir& dir, const std::vector<std::string>& job) {
   ProcessOptions options = job_options(dir);
   options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
-  return testing::run_process({TS_TOOL,     "run",     "--dir",     dir.path() + "/runs",
-                               "--run-id",  "job",     "--library", TS_SHIM,
-                               "--",        TS_LAUNCH, "-n",        std::to_string(kRanks),
-                               "--timeout", "60",      "--",        program("scenario_program"),
-                               "--steps",   "10",      "--fault",   "half-count",
-                               "--rank",    "2",       "--step",    "3"},
-                              options);
+  std::vector<std::string> argv = {
+      TS_TOOL, "run",     "--dir", dir.path() + "/runs",   "--run-id",  "job", "--library", TS_SHIM,
+      "--",    TS_LAUNCH, "-n",    std::to_string(kRanks), "--timeout", "60",  "--"};
+  argv.insert(argv.end(), job.begin(), job.end());
+  return testing::run_process(argv, options);
+}
+
+// `trainscope report RUN_DIR --trace FILE` on the job's run, its summary holding `summary_line`; the file parsed.
+json timeline(const TempDir& dir, const std::string& summary_line) {
+  const std::string out = dir.file("trace.json");
+  ProcessOptions options;
+  options.timeout_seconds = 60;
+  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--trace", out}, options);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.err.find("timeline written to " + out), std::string::npos) << report.err;
+  EXPECT_NE(report.out.find(summary_line), std::string::npos) << report.out;
+  return json::parse(testing::read_file(out));
 }
 
 std::vector<json> events_of(const json& trace, int64_t pid, const std::string& ph) {
@@ -45,18 +56,10 @@ std::vector<json> events_of(const json& trace, int64_t pid, const std::string& p
 
 TEST(Timeline, AMismatchedJobsTimelineShowsEveryRanksCallsTheCallItStoppedInAndTheVerdict) {
   TempDir dir;
-  const ProcessResult job = run_mismatch_job(dir);
+  const ProcessResult job = run_job(
+      dir, {program("scenario_program"), "--steps", "10", "--fault", "half-count", "--rank", "2", "--step", "3"});
   ASSERT_EQ(job.exit_code, kVerdictExit) << job.err;
-
-  const std::string out = dir.file("trace.json");
-  ProcessOptions options;
-  options.timeout_seconds = 60;
-  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--trace", out}, options);
-  ASSERT_EQ(report.exit_code, 0) << report.err;
-  EXPECT_NE(report.err.find("timeline written to " + out), std::string::npos) << report.err;
-  EXPECT_NE(report.out.find("mismatches: 1"), std::string::npos) << report.out;
-
-  const json trace = json::parse(testing::read_file(out));
+  const json trace = timeline(dir, "mismatches: 1");
   ASSERT_TRUE(trace.at("traceEvents").is_array());
   EXPECT_GT(trace.at("otherData").at("start_time_ns").get<uint64_t>(), 0u);
   for (int64_t rank = 0; rank < kRanks; ++rank) {
@@ -100,6 +103,38 @@ TEST(Timeline, AMismatchedJobsTimelineShowsEveryRanksCallsTheCallItStoppedInAndT
     }
     EXPECT_TRUE(verdict);
     EXPECT_TRUE(stopped);
+  }
+}
+
+// Rank 2 puts inf into all-reduce #10 (batch 3): every rank's first inf/nan is marked at that call on its
+// communicator's track, and the origin on rank 2, the sender.
+TEST(Timeline, AnInfJobsTimelineMarksEveryRanksFirstInfNanAtTheCallAndTheOrigin) {
+  TempDir dir;
+  const ProcessResult job =
+      run_job(dir, {program("train_program"), "--steps", "8", "--inject", "inf", "--rank", "2", "--step", "3"});
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const json trace = timeline(dir, "first inf/nan: batch 3 on ranks 0");
+  for (int64_t rank = 0; rank < kRanks; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::vector<json> firsts, origins;
+    for (const json& i : events_of(trace, rank, "i")) {
+      if (i.at("name") == "first inf/nan (batch 3)") firsts.push_back(i);
+      if (i.at("name") == "inf/nan origin: ncclAllReduce call #10") origins.push_back(i);
+    }
+    ASSERT_EQ(firsts.size(), 1u);
+    EXPECT_EQ(firsts[0].at("cat"), "nonfinite");
+    EXPECT_EQ(firsts[0].at("args").at("time_of"), "the call's record");
+    const std::string frame = firsts[0].at("args").at("frame");
+    EXPECT_TRUE(frame.rfind("comm ", 0) == 0 && frame.find(" all-reduce #10") != std::string::npos) << frame;
+    // At the start of that all-reduce, on the same track.
+    bool at_call = false;
+    for (const json& x : events_of(trace, rank, "X")) {
+      if (x.at("name") == "ncclAllReduce" && x.at("args").at("seq") == 10)
+        at_call = x.at("ts") == firsts[0].at("ts") && x.at("tid") == firsts[0].at("tid") &&
+                  x.at("args").at("record") == firsts[0].at("args").at("record");
+    }
+    EXPECT_TRUE(at_call);
+    EXPECT_EQ(origins.size(), rank == 2 ? 1u : 0u);
   }
 }
 
