@@ -35,10 +35,6 @@ constexpr const char* kPendingResult = "pending (never returned)";
 // A call that never returned is drawn at least this long (2% of the run before it when that is more).
 constexpr uint64_t kMinimumPendingNs = 1000000;
 
-int64_t trace_pid(const RecorderFile& file) {
-  return file.global_rank() >= 0 ? file.global_rank() : kUnknownRankPidBase + file.pid();
-}
-
 // Where the bracketed group that ends `name` at `end` ("(...)" or "<...>") opens; `end` when there is none.
 size_t group_start(const std::string& name, size_t end, char open, char close) {
   if (end == 0 || name[end - 1] != close) return end;
@@ -173,8 +169,17 @@ struct Instant {
 class Run {
  public:
   explicit Run(const recorder::RunDirectory& run) : run_(run) {
-    for (const RecorderFile& file : run.files) tracks_.push_back(tracks_of(file));
+    std::vector<int32_t> ranks;
+    for (const RecorderFile& file : run.files) {
+      tracks_.push_back(tracks_of(file));
+      // The rank; a process of a rank another one already has (a restarted rank) is told apart as an unknown one is.
+      const int32_t rank = file.global_rank();
+      const bool first = rank >= 0 && std::find(ranks.begin(), ranks.end(), rank) == ranks.end();
+      pids_.push_back(first ? rank : kUnknownRankPidBase + file.pid());
+      if (first) ranks.push_back(rank);
+    }
   }
+  int64_t pid(size_t position) const { return pids_[position]; }
   const RecorderFile* file_of_rank(int32_t rank, size_t* position) const {
     for (size_t i = 0; i < run_.files.size(); ++i) {
       if (run_.files[i].global_rank() == rank) {
@@ -228,13 +233,14 @@ class Run {
  private:
   const recorder::RunDirectory& run_;
   std::vector<Tracks> tracks_;
+  std::vector<int64_t> pids_;  // each file's process in the trace
 };
 
 // The instants of the reports: verdicts, first inf/nan, CUDA errors, stops.
 std::vector<Instant> report_instants(const Run& run, const recorder::RunDirectory& dir, const RunSummary& summary,
                                      uint64_t end_ns) {
   std::vector<Instant> out;
-  std::vector<int32_t> stop_reported;
+  std::vector<int64_t> stop_reported;
   for (const ReportFiles& report : summary.reports) {
     const json& j = report.json;
     const std::string file = report.has_json ? report.json_file() : report.text_file();
@@ -373,12 +379,12 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
     }
   }
   // Processes their recorder says trainscope stopped, without a stop report of their rank.
-  for (const RecorderFile& file : dir.files) {
-    const recorder::FileHeader& h = file.header;
+  for (size_t position = 0; position < dir.files.size(); ++position) {
+    const recorder::FileHeader& h = dir.files[position].header;
     if ((h.end_flags & recorder::kEndStopped) == 0 || h.exit_ns == 0) continue;
-    if (std::find(stop_reported.begin(), stop_reported.end(), file.global_rank()) != stop_reported.end()) continue;
+    if (std::find(stop_reported.begin(), stop_reported.end(), run.pid(position)) != stop_reported.end()) continue;
     Instant i;
-    i.pid = trace_pid(file);
+    i.pid = run.pid(position);
     i.category = "stop";
     i.name = "stopped";
     i.ns = h.exit_ns;
@@ -464,8 +470,7 @@ json slice(const EventWriter& w, const char* category, std::string name, const R
           {"tid", tid}};
 }
 
-void write_process(EventWriter& w, const RecorderFile& file, const Tracks& tracks, uint64_t end_ns) {
-  const int64_t pid = trace_pid(file);
+void write_process(EventWriter& w, const RecorderFile& file, int64_t pid, const Tracks& tracks, uint64_t end_ns) {
   std::string name = file.global_rank() >= 0 ? "rank " + std::to_string(file.global_rank()) : "rank ?";
   name += " (pid " + std::to_string(file.pid()) + ", host " + std::string(file.header.host) + ")";
   w.event(w.meta("process_name", pid, 0, {{"name", name}}));
@@ -591,7 +596,8 @@ void write_run_timeline(const recorder::RunDirectory& run, const RunSummary& sum
 
   sink("{\"traceEvents\": [");
   EventWriter w(sink, span.start);
-  for (size_t i = 0; i < run.files.size(); ++i) write_process(w, run.files[i], lookup.tracks(i), span.end);
+  for (size_t i = 0; i < run.files.size(); ++i)
+    write_process(w, run.files[i], lookup.pid(i), lookup.tracks(i), span.end);
   for (Instant& i : instants) {
     json e = {{"ph", "i"},        {"s", "p"},     {"cat", i.category}, {"name", std::move(i.name)},
               {"ts", w.us(i.ns)}, {"pid", i.pid}, {"tid", i.tid},      {"args", std::move(i.args)}};

@@ -1,10 +1,11 @@
 // The run as a timeline: the Chrome trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open.
 //
-// One process per rank (pid: the global rank; a process whose rank is not known gets 1000000 + its pid), named
-// "rank R (pid P, host H)"; in it one track (tid) per communicator, named "comm 3f2a9c (rank r of n)", one per CUDA
-// stream the launch collector saw, named "stream 0x7f3a5c001200", and one "process" track for what belongs to no
-// communicator or stream (init, group calls, CUDA errors without a stream). Times are microseconds from the run's
-// first record (otherData.start_time_ns is that instant, ns since the epoch, UTC).
+// One process per rank (pid: the global rank; a process whose rank is not known, or a second process of a rank -- a
+// restarted one -- gets 1000000 + its pid), named "rank R (pid P, host H)"; in it one track (tid) per communicator,
+// named "comm 3f2a9c (rank r of n)", one per CUDA stream the launch collector saw, named "stream 0x7f3a5c001200",
+// and one "process" track for what belongs to no communicator or stream (init, group calls, CUDA errors without a
+// stream). Times are microseconds from the run's first record (otherData.start_time_ns is that instant, ns since the
+// epoch, UTC).
 //
 // Events, all standard trace-event phases:
 //   {"ph":"M", "name":"process_name"|"thread_name"|"process_sort_index"|"thread_sort_index", "pid", "tid", "args"}

@@ -297,6 +297,89 @@ TEST(RunTimeline, AMismatchAndTheFirstInfNanAreInstantsOnTheirRanks) {
   EXPECT_EQ(firsts[0].at("args").at("time_of"), "the call's record");
 }
 
+TEST(RunTimeline, DesyncVanishedStopAndCudaErrorReportsAreInstantsOnTheRanksTheyName) {
+  TempDir dir;
+  write_run(dir);
+  const json desync = {{"kind", "desync"},
+                       {"communicator", "3f2a9c0011223344"},
+                       {"seq", 3},
+                       {"operation", "ncclAllReduce"},
+                       {"detected_ns", LaunchRecorder::at(70)},
+                       {"waiting", {{{"process", 1}, {"comm_rank", 1}, {"seq", 3}}}},
+                       {"missing", {{{"process", 0}, {"comm_rank", 0}, {"state", "alive, not arrived"}}}}};
+  write_text(dir.file("desync-3f2a9c-3.json"), desync.dump());
+  // A vanished rank 5 has no recorder here: its mark still names it.
+  const json vanished = {{"kind", "vanished"},
+                         {"process", 5},
+                         {"host", "node-9"},
+                         {"pid", 77},
+                         {"time_ns", LaunchRecorder::at(80)},
+                         {"last_call", nullptr},
+                         {"last_call_communicator", ""}};
+  write_text(dir.file("vanished-rank5.json"), vanished.dump());
+  const json stop = {{"kind", "stop"}, {"rank", 1}, {"reason", "nonfinite"}, {"batch_number", 4}, {"message", "m"}};
+  write_text(dir.file("stop-rank1.json"), stop.dump());
+  // Rank 1 has no CUDA error record: its report's time places the mark (rank 0's record already has one).
+  const json cuda_error = {{"kind", "cuda_error"},
+                           {"process", 1},
+                           {"time_ns", LaunchRecorder::at(50)},
+                           {"summary", "cudaMalloc returned 2 cudaErrorMemoryAllocation"}};
+  write_text(dir.file("cuda-error-rank1.json"), cuda_error.dump());
+  write_text(dir.file("cuda-error-rank0.json"), json({{"kind", "cuda_error"}, {"process", 0}, {"time_ns", 1}}).dump());
+  const json trace = timeline(dir);
+
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const std::vector<json> marks = events(trace, "i", "desync: ncclAllReduce call #3 on comm 3f2a9c", rank);
+    ASSERT_EQ(marks.size(), 1u) << rank;
+    EXPECT_DOUBLE_EQ(marks[0].at("ts").get<double>(), us(60));
+    EXPECT_EQ(marks[0].at("tid"), track(trace, rank, "comm 3f2a9c (rank " + std::to_string(rank) + " of 2)"));
+  }
+  const std::vector<json> gone = events(trace, "i", "vanished: rank 5", 5);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_DOUBLE_EQ(gone[0].at("ts").get<double>(), us(70));
+  EXPECT_EQ(gone[0].at("args").at("note"), "no flight recorder of this rank in the run directory");
+
+  const std::vector<json> stops = events(trace, "i", "stopped (nonfinite)", 1);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].at("cat"), "stop");
+  EXPECT_DOUBLE_EQ(stops[0].at("ts").get<double>(), us(990));  // its process's exit
+  EXPECT_EQ(stops[0].at("args").at("batch_number"), 4);
+
+  const std::vector<json> errors = events(trace, "i", "first CUDA error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].at("pid"), 1);
+  EXPECT_DOUBLE_EQ(errors[0].at("ts").get<double>(), us(40));
+  EXPECT_EQ(errors[0].at("args").at("summary"), "cudaMalloc returned 2 cudaErrorMemoryAllocation");
+}
+
+TEST(RunTimeline, AProcessOfUnknownRankAndARestartedRankAreProcessesOfTheirOwn) {
+  TempDir dir;
+  {
+    LaunchRecorder unknown(dir.file("a.tsrec"), -1);  // pid 3999, no rank
+    ASSERT_TRUE(unknown.opened());
+    unknown.collective(kComm, 1, 1);
+    LaunchRecorder first(dir.file("b.tsrec"), 0);  // pid 4000
+    ASSERT_TRUE(first.opened());
+    first.collective(kComm, 1, 2);
+  }
+  {
+    // Rank 0 again, in a process of its own (a restart on another node).
+    LaunchRecorder again(dir.file("c.tsrec"), 0);
+    ASSERT_TRUE(again.opened());
+    again.writer().header()->pid = 4100;
+    std::strcpy(again.writer().header()->host, "node-2");
+  }
+  const json trace = timeline(dir);
+  const auto name_of = [&](int64_t pid) {
+    const std::vector<json> names = events(trace, "M", "process_name", pid);
+    return names.size() == 1 ? names[0].at("args").at("name").get<std::string>() : std::string("none");
+  };
+  EXPECT_EQ(name_of(0), "rank 0 (pid 4000, host node-1)");
+  EXPECT_EQ(name_of(1000000 + 3999), "rank ? (pid 3999, host node-1)");
+  EXPECT_EQ(name_of(1000000 + 4100), "rank 0 (pid 4100, host node-2)");
+  EXPECT_EQ(events(trace, "M", "process_name").size(), 3u);
+}
+
 TEST(RunTimeline, StringsFromTheFilesStayValidJson) {
   TempDir dir;
   {
