@@ -203,9 +203,10 @@ class Run {
   }
 
   // An instant on `rank`'s track of `comm` (its process track when it has none there), at `ns` when known, else at
-  // the start of the rank's call `seq` on `comm`, else at `fallback_ns`; false when no time is known.
+  // the start of the rank's call `seq` on `comm`, else at `fallback_ns` (args.time_of says which, but for `ns`);
+  // false when no time is known.
   bool place(int32_t rank, const std::string& comm, std::optional<uint64_t> seq, std::optional<uint64_t> ns,
-             uint64_t fallback_ns, Instant* out) const {
+             uint64_t fallback_ns, Instant* out, const char* fallback_what = "not known: placed at the end") const {
     out->pid = rank;
     size_t position = 0;
     const RecorderFile* file = file_of_rank(rank, &position);
@@ -222,7 +223,7 @@ class Run {
       out->args["time_of"] = "the call's record";
     } else if (fallback_ns != 0) {
       out->ns = fallback_ns;
-      out->args["time_of"] = "not known: placed at the end";
+      out->args["time_of"] = fallback_what;
     } else {
       return false;
     }
@@ -320,9 +321,10 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
           }
         }
         // Else when the process stopped (an abort on inf/nan stops it right after), else at the end.
-        uint64_t fallback = end_ns;
-        if (rank_file != nullptr && rank_file->header.exit_ns != 0) fallback = rank_file->header.exit_ns;
-        if (run.place(report.rank, comm, seq, launch_ns, fallback, &i)) out.push_back(std::move(i));
+        const bool exited = rank_file != nullptr && rank_file->header.exit_ns != 0;
+        if (run.place(report.rank, comm, seq, launch_ns, exited ? rank_file->header.exit_ns : end_ns, &i,
+                      exited ? "not known: placed at the process's exit" : "not known: placed at the end"))
+          out.push_back(std::move(i));
         break;
       }
       case ReportKind::kCudaError: {
