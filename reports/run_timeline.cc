@@ -302,7 +302,8 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
         const auto frames = j.is_object() ? j.find("frames") : j.end();
         if (report.has_json && frames != j.end() && frames->is_array()) {
           for (const json& frame : *frames) {
-            if (!frame.is_object() || !frame.value("has_nonfinite", false)) continue;
+            const auto has_nonfinite = frame.is_object() ? frame.find("has_nonfinite") : frame.end();
+            if (has_nonfinite == frame.end() || *has_nonfinite != true) continue;
             const std::string frame_name = string_of(frame, "name");
             i.args["frame"] = frame_name;
             if (const json* launch = object_of(frame, "launch")) {

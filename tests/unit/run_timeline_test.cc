@@ -394,6 +394,24 @@ TEST(RunTimeline, StringsFromTheFilesStayValidJson) {
   EXPECT_NE(names[0].at("args").at("name").get<std::string>().find("host\"\n"), std::string::npos);
 }
 
+TEST(RunTimeline, ReportsOfTheWrongShapeAreLeftOutNeverThrown) {
+  TempDir dir;
+  write_run(dir);
+  write_text(dir.file("nonfinite-rank0.json"),
+             R"({"kind": "inf_nan_detected", "rank": 0, "batch_number": "four", "frames": [1, "x", {"name": 7,
+                 "has_nonfinite": "yes"}, {"has_nonfinite": true, "launch": {"record_index": -3}}]})");
+  write_text(
+      dir.file("mismatch-3f2a9c-9.json"),
+      R"({"kind": "mismatch", "communicator": 12, "seq": -1, "calls": [{"process": "one"}, {"process": -4}, 5]})");
+  write_text(dir.file("origin.json"), R"({"kind": "nonfinite_origin", "origin": {"senders": [1, "x", -2, 1e300]}})");
+  const json trace = timeline(dir);
+  const std::vector<json> firsts = events(trace, "i", "first inf/nan", 0);
+  ASSERT_EQ(firsts.size(), 1u);  // no batch, no call: placed at its process's exit, and said so
+  EXPECT_EQ(firsts[0].at("args").at("time_of"), "not known: placed at the process's exit");
+  for (const json& e : events(trace, "i"))  // the mismatch names no rank it could be put on
+    EXPECT_EQ(std::string(e.at("name")).rfind("mismatch", 0), std::string::npos) << e;
+}
+
 TEST(RunTimeline, ABigRunIsHandedOverInPieces) {
   TempDir dir;
   {
