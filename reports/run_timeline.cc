@@ -7,8 +7,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <map>
+#include <new>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -628,8 +631,10 @@ struct FileSink {
   const recorder::RunDirectory* run;
   const RunSummary* summary;
   int error = 0;
+  std::string failure;  // what went wrong making the trace (an exception), when nothing was wrong with the file
 };
 
+// The timeline into the temporary replace_file_with() made: an exception never crosses it (the temporary would stay).
 int write_timeline_to(int fd, void* context) {
   FileSink* out = static_cast<FileSink*>(context);
   try {
@@ -638,6 +643,11 @@ int write_timeline_to(int fd, void* context) {
     });
   } catch (const std::bad_alloc&) {
     if (out->error == 0) out->error = ENOMEM;
+  } catch (const std::exception& e) {
+    if (out->error == 0) {
+      out->error = EINVAL;
+      out->failure = e.what();
+    }
   }
   return out->error;
 }
@@ -646,10 +656,11 @@ int write_timeline_to(int fd, void* context) {
 
 bool write_run_timeline_file(const recorder::RunDirectory& run, const RunSummary& summary, const std::string& path,
                              std::string* error) {
-  FileSink out{&run, &summary};
+  FileSink out{&run, &summary, 0, {}};
   const int failed = files::replace_file_with(path.c_str(), write_timeline_to, &out);
   if (failed == 0) return true;
-  *error = "cannot write the timeline to " + path + ": " + files::error_text(failed);
+  *error = "cannot write the timeline to " + path + ": " +
+           (out.failure.empty() ? std::string(files::error_text(failed)) : "an internal error: " + out.failure);
   return false;
 }
 
