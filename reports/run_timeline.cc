@@ -504,14 +504,18 @@ void write_process(EventWriter& w, const RecorderFile& file, int64_t pid, const 
       const bool named = file.name(static_cast<uint32_t>(r.peer))[0] != '\0';
       json e = slice(w, "launch", named ? kernel_short_name(kernel) : kernel, call, pid, tracks.stream(r.stream, r.aux),
                      end_ns);
-      e["args"] = {{"kernel", kernel},
-                   {"grid", recorder::dim3_text(recorder::unpack_grid(r.count))},
-                   {"block", recorder::dim3_text(recorder::unpack_block(r.sendbuff))},
-                   {"shared", r.recvbuff},
+      json args = {{"kernel", kernel},
                    {"api", recorder::launch_api_text(r.redop)},
                    {"result", call.pending() ? kPendingResult : recorder::cuda_result_name(domain, r.result)},
                    {"finished", recorder::launch_progress_text(file.launch_progress(r))},
                    {"record", call.index}};
+      if (op == Op::kKernelLaunch) {  // a graph's launch has no dimensions of its own
+        args["grid"] = recorder::dim3_text(recorder::unpack_grid(r.count));
+        args["block"] = recorder::dim3_text(recorder::unpack_block(r.sendbuff));
+        args["shared"] = r.recvbuff;
+      }
+      if ((r.flags & recorder::kFlagCapturing) != 0) args["capturing"] = "recorded into a CUDA graph, not run";
+      e["args"] = std::move(args);
       w.event(e);
     } else if (op == Op::kStreamSync) {
       const std::string api = file.name(static_cast<uint32_t>(r.peer));
