@@ -1,9 +1,13 @@
-// `trainscope report RUN_DIR --trace FILE` on a real job: four ranks on the CPU stand-in NCCL under `trainscope run`,
-// one of which all-reduces half the count at step 3, so the coordinator's mismatch verdict stops them all. The
-// timeline is parsed back and every rank checked: its process, its calls, the call it was stopped in, the verdict.
+// `trainscope report RUN_DIR --trace FILE` on real jobs, the timeline parsed back: four ranks on the CPU stand-in NCCL
+// under `trainscope run`, one of which all-reduces half the count at step 3, so the coordinator's mismatch verdict
+// stops them all (every rank's process, calls, the call it was stopped in, the verdict); four ranks one of which puts
+// inf into an all-reduce (every rank's first inf/nan, the origin); one process launching kernels on two streams of
+// the stand-in CUDA driver and CUPTI (the launches on their streams' tracks, the CUDA error).
 // Every wait is bounded: ts-launch kills the job past its deadline, run_process past its timeout.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,6 +140,56 @@ TEST(Timeline, AnInfJobsTimelineMarksEveryRanksFirstInfNanAtTheCallAndTheOrigin)
     EXPECT_TRUE(at_call);
     EXPECT_EQ(origins.size(), rank == 2 ? 1u : 0u);
   }
+}
+
+// cuda_launches_program on the stand-in driver and CUPTI: kernels on streams A and B around two all-reduces, a graph
+// captured and launched on A, a faulting kernel on B whose synchronisation fails with 700.
+TEST(Timeline, LaunchesAreSlicesOnTheirStreamsTracksBesideTheNcclCallsAndTheCudaErrorIsMarked) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process({program("cuda_launches_program")}, cuda_job_options(dir));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const json trace = timeline(dir, "first CUDA errors: 1");
+
+  std::map<int64_t, std::string> tracks;  // tid -> name
+  for (const json& m : events_of(trace, 0, "M"))
+    if (m.at("name") == "thread_name") tracks[m.at("tid").get<int64_t>()] = m.at("args").at("name");
+  // Kernel short name -> the tracks it ran on; the graph's launch.
+  std::map<std::string, std::set<std::string>> kernels;
+  size_t graphs = 0, capturing = 0;
+  for (const json& x : events_of(trace, 0, "X")) {
+    const std::string track = tracks[x.at("tid").get<int64_t>()];
+    if (x.at("cat") == "launch") {
+      EXPECT_EQ(track.rfind("stream 0x", 0), 0u) << x;
+      kernels[x.at("name")].insert(track);
+      if (x.at("args").at("api") == "driver graph") {
+        ++graphs;
+        EXPECT_FALSE(x.at("args").contains("grid")) << x;  // a graph has no dimensions of its own
+      }
+      if (x.at("args").contains("capturing")) ++capturing;
+    }
+    if (x.at("name") == "ncclAllReduce") {
+      EXPECT_EQ(track.rfind("comm ", 0), 0u) << x;
+    }
+  }
+  ASSERT_EQ(kernels.count("scale_kernel"), 1u);
+  ASSERT_EQ(kernels.count("add_kernel"), 1u);
+  ASSERT_EQ(kernels.count("fault_kernel"), 1u);
+  const std::string stream_a = *kernels["scale_kernel"].begin();
+  const std::string stream_b = *kernels["fault_kernel"].begin();
+  EXPECT_NE(stream_a, stream_b);
+  EXPECT_EQ(kernels["scale_kernel"], std::set<std::string>{stream_a});
+  EXPECT_EQ(kernels["add_kernel"], std::set<std::string>{stream_b});
+  EXPECT_EQ(graphs, 1u);
+  EXPECT_EQ(capturing, 1u);
+
+  size_t errors = 0;
+  for (const json& i : events_of(trace, 0, "i")) {
+    if (i.at("cat") != "cuda_error") continue;
+    ++errors;
+    EXPECT_EQ(i.at("name"), "CUDA error: cuStreamSynchronize returned CUDA_ERROR_ILLEGAL_ADDRESS");
+    EXPECT_EQ(tracks[i.at("tid").get<int64_t>()], stream_b);
+  }
+  EXPECT_EQ(errors, 1u);
 }
 
 }  // namespace
