@@ -107,7 +107,7 @@ const json* object_of(const json& j, const char* key) {
 
 // One process's tracks: "process" (tid 0), its communicators, its streams.
 struct Tracks {
-  std::vector<std::pair<uint64_t, std::string>> comms;                     // id, name; tid = 1 + position
+  std::vector<std::pair<uint64_t, std::string>> comms;                     // id, name (tid: comm_tid)
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, int64_t>> streams;  // (stream, context), tid
   std::map<uint64_t, int64_t> comm_tid;
   std::map<std::pair<uint64_t, uint64_t>, int64_t> stream_tid;
@@ -397,7 +397,7 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
     i.args = {{"message", recorder::stop_text(h)}};
     out.push_back(std::move(i));
   }
-  // Verdicts whose ranks have no recorder here are still marked, across the whole run.
+  // A rank named by a report but without a recorder here is still marked, in a process of its number, and said to be.
   for (Instant& i : out) {
     size_t position = 0;
     if (i.pid >= 0 && i.pid < kUnknownRankPidBase &&
@@ -530,7 +530,7 @@ void write_process(EventWriter& w, const RecorderFile& file, int64_t pid, const 
       const int64_t tid = on_stream_track(file, r) ? tracks.stream(r.stream, r.aux) : kProcessTrack;
       w.event(
           {{"ph", "i"},
-           {"s", "t"},
+           {"s", "p"},
            {"cat", "cuda_error"},
            {"name", "CUDA error: " + (api.empty() ? std::string("a CUDA call") : api) + " returned " +
                         recorder::cuda_result_name(domain, r.result)},
@@ -540,7 +540,7 @@ void write_process(EventWriter& w, const RecorderFile& file, int64_t pid, const 
            {"args", {{"api", api}, {"result", recorder::cuda_result_text(domain, r.result)}, {"record", call.index}}}});
     } else if (op == Op::kStepMarker) {
       w.event({{"ph", "i"},
-               {"s", "t"},
+               {"s", "p"},
                {"cat", "step"},
                {"name", "step marker"},
                {"ts", w.us(r.start_ns)},

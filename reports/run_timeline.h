@@ -15,9 +15,15 @@
 //        nothing is known after such calls (every rank hung in its last one), the end is put a little after the last
 //        of them (2% of the run before it, at least 1 ms) so that they are drawn: otherData.end_after_last_record
 //   {"ph":"X", "cat":"launch", "name":<kernel short name>, ..., "args":{"kernel", "grid", "block", "shared", "api",
-//    "result", "finished", "record"}}      (the launch API call's own time span, on its stream's track)
-//   {"ph":"i", "s":"g"|"p", "cat":"verdict"|"nonfinite"|"cuda_error"|"stop", "name", "ts", "pid", "tid", "args"}
-//        verdicts (mismatch, desync, vanished rank) and the first inf/nan of each rank, the first CUDA error, stops
+//    "result", "finished", "record", "capturing"?}}      (the launch API call's own time span, on its stream's track;
+//    a graph's launch has no grid, block or shared)
+//   {"ph":"X", "cat":"sync", "name":<API function>, ..., "args":{"api", "result", "record"}}   (a synchronisation: on
+//    its stream's track, on "process" for a device-, context- or event-wide one)
+//   {"ph":"i", "s":"g"|"p", "cat":"verdict"|"nonfinite"|"cuda_error"|"stop"|"step", "name", "ts", "pid", "tid",
+//    "args"}
+//        verdicts (mismatch, desync, vanished rank) and the first inf/nan of each rank (and the inf/nan origin), the
+//        first CUDA error, stops, step markers (TRAINSCOPE_STEP_MARKER=nvtx:...). "tid" is the track it concerns (the
+//        verdict's communicator, the error's stream); args.time_of says where a time came from when no report said it
 // Nothing is trusted: strings from the files are carried JSON-escaped (invalid UTF-8 replaced).
 #pragma once
 

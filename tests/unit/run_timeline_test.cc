@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -378,6 +379,36 @@ TEST(RunTimeline, AProcessOfUnknownRankAndARestartedRankAreProcessesOfTheirOwn) 
   EXPECT_EQ(name_of(1000000 + 3999), "rank ? (pid 3999, host node-1)");
   EXPECT_EQ(name_of(1000000 + 4100), "rank 0 (pid 4100, host node-2)");
   EXPECT_EQ(events(trace, "M", "process_name").size(), 3u);
+}
+
+// Every event has the shape run_timeline.h promises, whatever made it.
+TEST(RunTimeline, EveryEventHasTheHeadersShape) {
+  TempDir dir;
+  write_run(dir);
+  write_text(dir.file("stop-rank1.json"), json({{"kind", "stop"}, {"rank", 1}, {"reason", "nonfinite"}}).dump());
+  write_text(dir.file("nonfinite-rank1.json"), json({{"kind", "inf_nan_detected"}, {"rank", 1}}).dump());
+  const json trace = timeline(dir);
+  const std::set<std::string> instant_categories = {"verdict", "nonfinite", "cuda_error", "stop", "step"};
+  const std::set<std::string> slice_categories = {"nccl", "launch", "sync"};
+  std::set<std::string> phases;
+  for (const json& e : trace.at("traceEvents")) {
+    const std::string ph = e.at("ph");
+    phases.insert(ph);
+    EXPECT_TRUE(e.at("pid").is_number_integer() && e.at("tid").is_number_integer()) << e;
+    EXPECT_TRUE(e.at("name").is_string() && e.at("args").is_object()) << e;
+    if (ph == "M") continue;
+    EXPECT_GE(e.at("ts").get<double>(), 0.0) << e;
+    if (ph == "X") {
+      EXPECT_EQ(slice_categories.count(e.at("cat")), 1u) << e;
+      EXPECT_GE(e.at("dur").get<double>(), 0.0) << e;
+      EXPECT_TRUE(e.at("args").contains("record")) << e;
+    } else {
+      EXPECT_EQ(ph, "i") << e;
+      EXPECT_TRUE(e.at("s") == "g" || e.at("s") == "p") << e;
+      EXPECT_EQ(instant_categories.count(e.at("cat")), 1u) << e;
+    }
+  }
+  EXPECT_EQ(phases, (std::set<std::string>{"M", "X", "i"}));
 }
 
 TEST(RunTimeline, StringsFromTheFilesStayValidJson) {
