@@ -73,16 +73,41 @@ int write_all(int fd, const void* data, size_t len) {
   return 0;
 }
 
-int write_new_file(const char* path, const void* data, size_t len) {
+namespace {
+
+// Creates `path` exclusively and has `write` fill it; on any error nothing is left at `path`.
+int write_new_file_with(const char* path, int (*write)(int fd, void* context), void* context) {
   const int fd = create_file(path, O_WRONLY);
   if (fd < 0) return -fd;
-  int error = write_all(fd, data, len);
+  int error = write(fd, context);
   if (close(fd) != 0 && error == 0) error = errno;
   if (error != 0) unlink(path);
   return error;
 }
 
+struct Bytes {
+  const void* data;
+  size_t len;
+};
+
+int write_bytes(int fd, void* context) {
+  const Bytes* bytes = static_cast<const Bytes*>(context);
+  return write_all(fd, bytes->data, bytes->len);
+}
+
+}  // namespace
+
+int write_new_file(const char* path, const void* data, size_t len) {
+  Bytes bytes{data, len};
+  return write_new_file_with(path, write_bytes, &bytes);
+}
+
 int replace_file(const char* path, const void* data, size_t len) {
+  Bytes bytes{data, len};
+  return replace_file_with(path, write_bytes, &bytes);
+}
+
+int replace_file_with(const char* path, int (*write)(int fd, void* context), void* context) {
   struct stat st;
   if (lstat(path, &st) == 0) {
     if (const int refused = check_own_regular_file(st); refused != 0) return refused;
@@ -94,7 +119,7 @@ int replace_file(const char* path, const void* data, size_t len) {
   const int n = snprintf(temporary, sizeof(temporary), "%s.tmp.%d.%u", path, static_cast<int>(getpid()),
                          __atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED));
   if (n < 0 || n >= static_cast<int>(sizeof(temporary))) return ENAMETOOLONG;
-  if (const int error = write_new_file(temporary, data, len); error != 0) return error;
+  if (const int error = write_new_file_with(temporary, write, context); error != 0) return error;
   // Checked again just before: what appeared at `path` meanwhile is not replaced either.
   if (lstat(path, &st) == 0) {
     if (const int refused = check_own_regular_file(st); refused != 0) {

@@ -5,6 +5,7 @@
 //   int fd = create_file(path, O_WRONLY);            // a new file, or -errno (EEXIST when anything has the name)
 //   int error = write_new_file(path, data, len);     // created whole or not at all (removed on every error)
 //   error = replace_file(path, data, len);           // <path>.tmp.<pid>.<n> written, then renamed over path
+//   error = replace_file_with(path, write, context); // the same, written piece by piece by write(fd, context)
 //   error = append_file(path, data, len);            // created if missing; a link, FIFO or stranger's file refused
 //   PrivateDirectory dir = make_private_directory(path);  // mkdir -p, then the folder itself checked and made 0700
 //   error_text(error);                               // "it is a symbolic link", ..., else strerror
@@ -42,6 +43,10 @@ int write_new_file(const char* path, const void* data, size_t len);
 // exclusively, removed on every error), then renamed over `path` — only when `path` is missing or a regular file of
 // this user with no other name. A reader, or a crash, never sees half a file; a 0-byte temporary never stays behind.
 int replace_file(const char* path, const void* data, size_t len);
+
+// As replace_file(), with the contents written by `write` into the temporary's descriptor as it makes them (a file too
+// big to hold whole): `write` returns 0, or an errno value that abandons the replacement (the temporary is removed).
+int replace_file_with(const char* path, int (*write)(int fd, void* context), void* context);
 
 // Opens `path` to append to it (O_APPEND), creating it 0600 when missing. Refuses a symbolic link, anything but a
 // regular file, a file of another user and a file with other hard links. Returns the descriptor or -error.

@@ -1,6 +1,6 @@
 // `trainscope report --last all` on a big run: peak memory (the child's ru_maxrss) and wall time of the text and the
-// JSON report of 4 flight recorders of 40k calls each (160k records, every call from a Python site), written once
-// into a scratch run directory. A figure, not a test.
+// JSON report, and of the timeline (--trace), of 4 flight recorders of 40k calls each (160k records, every call from a
+// Python site), written once into a scratch run directory. A figure, not a test.
 //   report_bench [--tool=PATH_TO_TRAINSCOPE] [--records=PER_RECORDER] [--run-dir=DIR] [Google Benchmark flags]
 // --tool measures another build of the command (an older one, for a before/after figure); --run-dir writes the run
 // directory at DIR (a new folder) and keeps it, to compare two builds' output.
@@ -177,15 +177,20 @@ int run_tool(const std::vector<std::string>& args, double* seconds, rusage* usag
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+enum class Output { kText, kJson, kTrace };
+
 // Counters: peak_rss_MiB (the largest ru_maxrss over the iterations), rss_per_record_B (that over the records).
-void BM_ReportLastAll(benchmark::State& state, bool json) {
+void BM_ReportLastAll(benchmark::State& state, Output output) {
   const RunDir& dir = run_dir();
   if (!dir.ok()) {
     state.SkipWithError("cannot write the run directory under the temporary folder");
     return;
   }
   std::vector<std::string> args = {"report", dir.path(), "--last", "all"};
-  if (json) args.emplace_back("--json");
+  if (output == Output::kJson) args.emplace_back("--json");
+  // The timeline goes beside the run directory (replaced at each iteration; removed at the end).
+  const std::string timeline = dir.path() + ".timeline.json";
+  if (output == Output::kTrace) args = {"report", dir.path(), "--trace", timeline};
   long peak_kib = 0;
   for (auto _ : state) {
     double seconds = 0;
@@ -197,13 +202,22 @@ void BM_ReportLastAll(benchmark::State& state, bool json) {
     state.SetIterationTime(seconds);
     peak_kib = std::max(peak_kib, usage.ru_maxrss);
   }
+  if (output == Output::kTrace) {
+    std::error_code ec;
+    state.counters["trace_MiB"] = static_cast<double>(fs::file_size(timeline, ec)) / 1048576.0;
+    fs::remove(timeline, ec);
+  }
   const double records = static_cast<double>(g_records) * kRecorders;
   state.counters["records"] = records;
   state.counters["peak_rss_MiB"] = static_cast<double>(peak_kib) / 1024.0;
   state.counters["rss_per_record_B"] = static_cast<double>(peak_kib) * 1024.0 / records;
 }
-BENCHMARK_CAPTURE(BM_ReportLastAll, json, true)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ReportLastAll, text, false)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReportLastAll, json, Output::kJson)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReportLastAll, text, Output::kText)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReportLastAll, trace, Output::kTrace)
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -53,6 +53,20 @@ inline testing::ProcessOptions job_options(const testing::TempDir& dir) {
   return options;
 }
 
+// A one-rank job on the stand-in driver, CUPTI and NCCL; no coordinator (one rank has nobody to compare with).
+inline testing::ProcessOptions cuda_job_options(const testing::TempDir& dir) {
+  testing::ProcessOptions options = job_options(dir);
+  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_CUDA_DIR) + ":" + TS_FAKE_NCCL_DIR;
+  options.env["RANK"] = "0";
+  options.env["WORLD_SIZE"] = "1";
+  options.env["TRAINSCOPE_COORDINATOR"] = "off";
+  options.env["CUDA_INJECTION64_PATH"] = std::nullopt;
+  options.env["TRAINSCOPE_LAUNCHES"] = std::nullopt;
+  options.env["TRAINSCOPE_KERNEL_DTYPE"] = std::nullopt;
+  options.timeout_seconds = 60;
+  return options;
+}
+
 inline std::string run_dir(const testing::TempDir& dir) { return dir.path() + "/runs/job"; }
 
 // The text of the one report whose name starts with `prefix`, or "" if there is none.

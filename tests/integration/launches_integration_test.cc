@@ -40,20 +40,6 @@ size_t count(const std::string& text, const std::string& part) {
   return n;
 }
 
-// A one-rank job on the stand-in driver, CUPTI and NCCL; no coordinator (one rank has nobody to compare with).
-ProcessOptions cuda_job_options(const TempDir& dir) {
-  ProcessOptions options = job_options(dir);
-  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_CUDA_DIR) + ":" + TS_FAKE_NCCL_DIR;
-  options.env["RANK"] = "0";
-  options.env["WORLD_SIZE"] = "1";
-  options.env["TRAINSCOPE_COORDINATOR"] = "off";
-  options.env["CUDA_INJECTION64_PATH"] = std::nullopt;
-  options.env["TRAINSCOPE_LAUNCHES"] = std::nullopt;
-  options.env["TRAINSCOPE_KERNEL_DTYPE"] = std::nullopt;
-  options.timeout_seconds = 60;
-  return options;
-}
-
 ProcessResult run_job(const ProcessOptions& options, const std::vector<std::string>& args = {}) {
   std::vector<std::string> argv = {program("cuda_launches_program")};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -135,6 +135,38 @@ TEST(PrivateFiles, ReplaceFileLeavesNoTemporaryAndTheOldFileWhenTheDiskIsFull) {
   }
 }
 
+// Writes "piece 0\n" ... "piece 2\n", then fails with `error` (0: succeeds).
+struct Pieces {
+  int error = 0;
+  int calls = 0;
+};
+int write_pieces(int fd, void* context) {
+  Pieces* pieces = static_cast<Pieces*>(context);
+  ++pieces->calls;
+  for (int i = 0; i < 3; ++i) {
+    const std::string piece = "piece " + std::to_string(i) + "\n";
+    if (const int error = write_all(fd, piece.data(), piece.size()); error != 0) return error;
+  }
+  return pieces->error;
+}
+
+TEST(PrivateFiles, ReplaceFileWithWritesPieceByPieceAndLeavesTheOldFileWhenTheWriterFails) {
+  TempDir run;
+  const std::string path = run.path() + "/timeline.json";
+  Pieces ok;
+  ASSERT_EQ(replace_file_with(path.c_str(), write_pieces, &ok), 0);
+  EXPECT_EQ(ok.calls, 1);
+  EXPECT_EQ(read_text(path), "piece 0\npiece 1\npiece 2\n");
+  EXPECT_EQ(mode_of(path), 0600u);
+  Pieces failing{ENOMEM};
+  EXPECT_EQ(replace_file_with(path.c_str(), write_pieces, &failing), ENOMEM);
+  EXPECT_EQ(read_text(path), "piece 0\npiece 1\npiece 2\n");
+  EXPECT_EQ(names_in(run.path()), std::vector<std::string>{"timeline.json"}) << "a temporary stayed behind";
+  const std::string link = run.path() + "/link.json";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_EQ(replace_file_with(link.c_str(), write_pieces, &ok), kIsSymlink);
+}
+
 TEST(PrivateFiles, ReplaceFileRefusesALinkAFolderAndAFileItDidNotCreate) {
   TempDir run;
   Outside outside;
