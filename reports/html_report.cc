@@ -348,7 +348,7 @@ std::string summary_html(const RunSummary& summary) {
   return out;
 }
 
-std::string state_text(const recorder::ProcessDetail& d) {
+std::string state_text(const recorder::ProcessDetail& d, const recorder::FileHeader& header) {
   std::string state = d.state;
   if (state == "exited") {
     state = d.exit_status_known ? "exited (status " + std::to_string(d.exit_status) + ")" : "exited";
@@ -357,7 +357,7 @@ std::string state_text(const recorder::ProcessDetail& d) {
   } else if (state == "running_unverified") {
     state = "running? (another host)";
   } else if (state == "stopped") {
-    state = "stopped by trainscope";
+    state = recorder::stop_text(header);
   }
   return state;
 }
@@ -404,10 +404,14 @@ std::string end_table_html(const recorder::RunDirectory& run, const RunSummary& 
     std::string last_text = "none recorded";
     if (last != nullptr) {
       last_text = call_text(file, last->record) + ", " + recorder::utc_time_of_day(last->record.start_ns) + " UTC";
-      if (!last->pending())
+      if (last->pending() && detail != nullptr && detail->pending_calls > 0 &&
+          detail->newest_pending.index == last->index) {
+        last_text = "the call it waits in";
+      } else if (!last->pending()) {
         last_text +=
             ", " + recorder::result_name(last->record.result) + " after " +
             recorder::duration_string(last->record.end_ns - std::min(last->record.end_ns, last->record.start_ns));
+      }
     }
     std::string waiting;
     bool pending = false;
@@ -417,7 +421,7 @@ std::string end_table_html(const recorder::RunDirectory& run, const RunSummary& 
                 recorder::utc_time_of_day(detail->newest_pending.record.start_ns) + " UTC";
       if (detail->pending_calls > 1) waiting += " (and " + std::to_string(detail->pending_calls - 1) + " more)";
     }
-    const std::string state = detail != nullptr ? state_text(*detail) : "?";
+    const std::string state = detail != nullptr ? state_text(*detail, file.header) : "?";
     const bool bad_state = detail != nullptr && (detail->state == "crashed_or_killed" || detail->state == "stopped" ||
                                                  (detail->exit_status_known && detail->exit_status != 0));
     const std::string rank = file.global_rank() >= 0 ? std::to_string(file.global_rank()) : "?";
@@ -484,6 +488,7 @@ table.ends { border-collapse: collapse; width: 100%; font-size: 13px; }
 table.ends th, table.ends td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left;
                                vertical-align: top; }
 table.ends tr.bad td { background: #fdecea; }
+table.ends td:nth-child(-n+3) { white-space: nowrap; }
 .note { color: var(--muted); font-size: 12px; margin: 4px 0; }
 .note.bad, .errors { color: var(--bad); }
 details.report { border-top: 1px solid var(--line); padding: 6px 0; }

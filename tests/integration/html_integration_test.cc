@@ -229,5 +229,40 @@ TEST(HtmlPage, ARealRunsPageLoadsWithItsSummaryAndPlotsOfTheTracedTensors) {
     EXPECT_NE(dom.find("<tr><td>" + std::to_string(rank) + "</td><td>pid "), std::string::npos) << rank;
 }
 
+// A job `trainscope run` stopped at a mismatch (rank 2 all-reduces half the count in step 4): the page's summary
+// shows the mismatch and the stops in red, every rank's row says how trainscope stopped it and the call it waits in,
+// and the mismatch report is on the page, escaped.
+TEST(HtmlPage, AStoppedRunsPageShowsWhatWentWrongInRed) {
+  REQUIRE_CHROMIUM();
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  const ProcessResult job = testing::run_process({TS_TOOL,     "run",     "--dir",     dir.path() + "/runs",
+                                                  "--run-id",  "job",     "--library", TS_SHIM,
+                                                  "--",        TS_LAUNCH, "-n",        "4",
+                                                  "--timeout", "60",      "--",        program("scenario_program"),
+                                                  "--steps",   "10",      "--fault",   "half-count",
+                                                  "--rank",    "2",       "--step",    "4"},
+                                                 options);
+  ASSERT_EQ(job.exit_code, 86) << job.err;
+  const std::string page = dir.path() + "/run.html";
+  ProcessOptions report_options;
+  report_options.timeout_seconds = 60;
+  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--html", page}, report_options);
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+
+  const std::string dom = dom_of(chromium, dir, page);
+  expect_rendered(dom);
+  EXPECT_NE(dom.find("<span class=\"line bad\">  mismatches: 1 (communicator "), std::string::npos);
+  EXPECT_NE(dom.find("<span class=\"line bad\">  stopped: ranks 0–3 by trainscope (mismatch, status 86)"),
+            std::string::npos);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(dom.find("<tr class=\"bad\"><td>" + std::to_string(rank) + "</td>"), std::string::npos) << rank;
+  EXPECT_EQ(count(dom, "<td>stopped by trainscope (mismatch, status 86)</td><td>the call it waits in</td>"), 4u);
+  EXPECT_NE(dom.find("<summary>mismatch-"), std::string::npos) << "the report is on the page";
+  EXPECT_NE(dom.find("Operation: `ncclAllReduce`"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainscope
