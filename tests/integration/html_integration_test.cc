@@ -58,6 +58,18 @@ std::string dom_of(const std::string& chromium, const TempDir& dir, const std::s
   return result.out;
 }
 
+// `trainscope report RUN_DIR --html FILE` on the job's run directory: FILE (dir/run.html), written.
+std::string page_of_run(const TempDir& dir) {
+  const std::string page = dir.path() + "/run.html";
+  ProcessOptions options;
+  options.timeout_seconds = 60;
+  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--html", page}, options);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.err.find("page written to " + page), std::string::npos) << report.err;
+  EXPECT_NE(report.out.find("Summary of run job"), std::string::npos) << "the summary is printed too: " << report.out;
+  return page;
+}
+
 // The <body ...> tag of the DOM: the page's script writes its verdict there.
 std::string body_tag(const std::string& dom) {
   const size_t start = dom.find("<body");
@@ -207,15 +219,7 @@ TEST(HtmlPage, ARealRunsPageLoadsWithItsSummaryAndPlotsOfTheTracedTensors) {
                             "--inject", "inf", "--rank", "0", "--step", "3"},
                            options);
   ASSERT_EQ(job.exit_code, 0) << job.err;
-  const std::string page = dir.path() + "/run.html";
-  ProcessOptions report_options;
-  report_options.timeout_seconds = 60;
-  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--html", page}, report_options);
-  ASSERT_EQ(report.exit_code, 0) << report.err;
-  EXPECT_NE(report.err.find("page written to " + page), std::string::npos) << report.err;
-  EXPECT_NE(report.out.find("Summary of run job"), std::string::npos) << report.out;
-
-  const std::string dom = dom_of(chromium, dir, page);
+  const std::string dom = dom_of(chromium, dir, page_of_run(dir));
   expect_rendered(dom);
   EXPECT_NE(dom.find("<span class=\"title\">Summary of run job</span>"), std::string::npos);
   EXPECT_NE(dom.find("traces: batches 1"), std::string::npos) << "the summary's traces line";
@@ -246,13 +250,7 @@ TEST(HtmlPage, AStoppedRunsPageShowsWhatWentWrongInRed) {
                                                   "--rank",    "2",       "--step",    "4"},
                                                  options);
   ASSERT_EQ(job.exit_code, 86) << job.err;
-  const std::string page = dir.path() + "/run.html";
-  ProcessOptions report_options;
-  report_options.timeout_seconds = 60;
-  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir), "--html", page}, report_options);
-  ASSERT_EQ(report.exit_code, 0) << report.err;
-
-  const std::string dom = dom_of(chromium, dir, page);
+  const std::string dom = dom_of(chromium, dir, page_of_run(dir));
   expect_rendered(dom);
   EXPECT_NE(dom.find("<span class=\"line bad\">  mismatches: 1 (communicator "), std::string::npos);
   EXPECT_NE(dom.find("<span class=\"line bad\">  stopped: ranks 0–3 by trainscope (mismatch, status 86)"),
