@@ -592,7 +592,8 @@ constexpr const char* kScript = R"JS(
         var p = proc(pid);
         if (e.name === "process_name" && args.name != null) p.name = String(args.name);
         else if (e.name === "process_sort_index" && num(args.sort_index) !== null) p.sort = args.sort_index;
-        else if (e.name === "thread_name" && args.name != null) track(p, e.tid != null ? e.tid : 0).name = String(args.name);
+        else if (e.name === "thread_name" && args.name != null)
+          track(p, e.tid != null ? e.tid : 0).name = String(args.name);
         else if (e.name === "thread_sort_index" && num(args.sort_index) !== null)
           track(p, e.tid != null ? e.tid : 0).sort = args.sort_index;
         return;
@@ -676,7 +677,8 @@ constexpr const char* kScript = R"JS(
         return;
       }
       var t = r.t, tname = t.name !== null ? t.name : "track " + t.tid;
-      out.push("<text x=\"14\" y=\"" + (r.y + 13) + "\">" + esc(tname.length > 40 ? tname.slice(0, 39) + "…" : tname) +
+      var shown = tname.length > 40 ? tname.slice(0, 39) + "…" : tname;
+      out.push("<text x=\"14\" y=\"" + (r.y + 13) + "\">" + esc(shown) +
                "<title>" + esc(tname) + "</title></text>");
       t.slices.sort(function (a, b) { return a.ts - b.ts; });
       // Slices thinner than a pixel are merged per track: what is drawn is bounded by the width, not the calls.
@@ -702,8 +704,8 @@ constexpr const char* kScript = R"JS(
           var atEnd = x1 > width - 220;
           out.push("<text x=\"" + (atEnd ? x1 - 4 : x1 + 4).toFixed(2) + "\" y=\"" + (r.y + 13) +
                    "\" fill=\"#c62828\" text-anchor=\"" + (atEnd ? "end" : "start") +
-                   "\" font-weight=\"700\">" + esc("never returned: " + s.name + (s.args.seq != null ? " #" + s.args.seq : "")) +
-                   "</text>");
+                   "\" font-weight=\"700\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">" +
+                   esc("never returned: " + s.name + (s.args.seq != null ? " #" + s.args.seq : "")) + "</text>");
           drawn++;
           pendingDrawn++;
           return;
@@ -838,7 +840,8 @@ constexpr const char* kScript = R"JS(
       if (path) o.push("<path d=\"" + path + "\" fill=\"none\" stroke=\"" + color + "\" stroke-width=\"1.5\"/>");
       pts.forEach(function (p) {
         var v = num(p[1]), label = s.label + ", " + plot.x_label + " " + p[0] +
-            (xnames[p[0] - 1] ? " (" + xnames[p[0] - 1] + ")" : "") + ": " + (v === null ? String(p[1]) : v.toExponential(2));
+            (xnames[p[0] - 1] ? " (" + xnames[p[0] - 1] + ")" : "") + ": " +
+            (v === null ? String(p[1]) : v.toExponential(2));
         if (v === null) {
           o.push("<text class=\"nonfinite-mark point\" x=\"" + X(p[0]) + "\" y=\"" + (T + 12) +
                  "\" text-anchor=\"middle\">✕<title>" + esc(label) + "</title></text>");
