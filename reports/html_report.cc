@@ -711,7 +711,8 @@ constexpr const char* kScript = R"JS(
           return;
         }
         var color = opColor(s.name, s.cat);
-        if (bucket && x0 < bucket.x0 + 1 && x1 - x0 < 1 && bucket.color === color) {
+        // Whatever their ops, calls within one pixel are one mark (coloured as the first; its title names them).
+        if (bucket && x0 < bucket.x0 + 1 && x1 - x0 < 1) {
           bucket.x1 = Math.max(bucket.x1, x1);
           bucket.n++;
           bucket.last = s.name;
