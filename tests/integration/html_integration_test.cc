@@ -49,10 +49,10 @@ std::string find_chromium() {
 std::string dom_of(const std::string& chromium, const TempDir& dir, const std::string& page) {
   ProcessOptions options;
   options.timeout_seconds = 60;
-  const ProcessResult result =
-      testing::run_process({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                            "--user-data-dir=" + dir.path() + "/chromium-profile", "--dump-dom", "file://" + page},
-                           options);
+  const ProcessResult result = testing::run_process(
+      {chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+       "--user-data-dir=" + dir.path() + "/chromium-profile", "--dump-dom", "file://" + page},
+      options);
   EXPECT_FALSE(result.timed_out) << "chromium did not finish within 60 s";
   EXPECT_EQ(result.exit_code, 0) << result.err;
   return result.out;

@@ -304,6 +304,29 @@ TEST_F(HtmlReport, WithoutATraceTheNonfiniteReportsFramesArePlotted) {
             "no trace of this rank: the frames of nonfinite-rank1.json (the last ones before the inf/nan, batch 7)");
 }
 
+// A timeline past the cap is not embedded: the page says where to look instead, and stays small.
+TEST_F(HtmlReport, ATimelineOverTheCapIsLeftToTheTraceFile) {
+  recorder::RunDirectory run;
+  RunSummary summary;
+  read(&run, &summary);
+  const std::string event = R"({"ph":"X","name":"ncclAllReduce","ts":1,"dur":1,"pid":0,"tid":1},)";
+  std::string piece;
+  while (piece.size() < (size_t{1} << 20)) piece += event;
+  size_t written = 0;
+  const std::string page = make_html_page(run, summary, [&](const std::function<void(std::string_view)>& sink) {
+    sink(R"({"traceEvents":[)");
+    while (written <= kMaxEmbeddedTimelineBytes) {
+      sink(piece);
+      written += piece.size();
+    }
+    sink(R"({}]})");
+  });
+  EXPECT_LT(page.size(), size_t{1} << 20);
+  EXPECT_NE(page.find(R"({"otherData":{"note":"the timeline is larger than 64 MiB: open the file of `trainscope )"
+                      R"(report RUN_DIR --trace FILE` in ui.perfetto.dev instead"},"traceEvents":[]})"),
+            std::string::npos);
+}
+
 TEST_F(HtmlReport, ThePageIsWrittenPrivateAndAnUnwritablePathIsAnError) {
   write_recorder(file("rank0.tsrec"), 0, false);
   recorder::RunDirectory run;
