@@ -951,9 +951,10 @@ std::string make_html_page(const recorder::RunDirectory& run, const RunSummary& 
       "<section id=\"timeline-section\"><h2>Timeline of every rank</h2><p id=\"timeline-note\" class=\"note\"></p>"
       "<div id=\"timeline\"></div></section>\n";
   page +=
-      "<section id=\"tensors\"><h2>Watched tensors: abs max per batch</h2><p class=\"note\">Log scale; inf and nan "
-      "are drawn as ✕ in the band at the top, their batches shaded.</p><div id=\"plots\" class=\"plots\"></div>"
-      "</section>\n";
+      "<section id=\"tensors\"><h2>Watched tensors: abs max</h2><p class=\"note\">Log scale. Per batch from a "
+      "rank's trace (TRAINSCOPE_TRACE_BATCHES), else per frame from its inf/nan detection report (the last frames "
+      "before it). Inf and nan are drawn as ✕ in the band at the top, their batches or frames shaded.</p>"
+      "<div id=\"plots\" class=\"plots\"></div></section>\n";
   page += "<section id=\"reports\"><h2>Reports</h2>\n" + reports_html(run, summary) + "</section>\n</main>\n";
 
   page += "<script type=\"application/json\" id=\"ts-plots\">";
