@@ -496,6 +496,9 @@ details.report summary { cursor: pointer; font-weight: 600; }
 details.report .kind { color: var(--muted); font-weight: 400; font-size: 12px; margin-left: 8px; }
 details.report pre { margin-top: 6px; max-height: 480px; overflow: auto; background: #f6f8fa; padding: 8px; }
 .legend { font-size: 12px; margin: 6px 0; }
+.zoom { margin: 4px 0 6px; }
+.zoom button { font-size: 12px; margin-right: 6px; padding: 2px 8px; cursor: pointer; }
+#timeline-svg { cursor: crosshair; user-select: none; }
 .legend span { display: inline-block; margin-right: 12px; }
 .legend i { display: inline-block; width: 12px; height: 10px; margin-right: 4px; vertical-align: middle; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--fg); }
@@ -652,118 +655,167 @@ constexpr const char* kScript = R"JS(
       if (!tracks.length) y += rowH;
     });
     var height = y + 8;
-    function X(ts) { return labelW + (ts - t0) / (t1 - t0) * plotW; }
-    var out = [], drawn = 0, pendingDrawn = 0, instantsDrawn = 0;
-    out.push("<svg id=\"timeline-svg\" width=\"" + width + "\" height=\"" + height + "\" viewBox=\"0 0 " + width +
-             " " + height + "\">");
-    var step = niceStep(t1 - t0, 8);
-    out.push("<g class=\"axis\">");
-    for (var tick = Math.ceil(0 / step) * step; tick <= t1 - t0 + 1e-9; tick += step) {
-      var tx = X(t0 + tick);
-      out.push("<line class=\"grid\" x1=\"" + tx + "\" x2=\"" + tx + "\" y1=\"" + (axisH - 4) + "\" y2=\"" + height +
-               "\"/><text x=\"" + tx + "\" y=\"" + (axisH - 8) + "\" text-anchor=\"middle\">" + esc(fmtTime(tick)) +
-               "</text>");
-    }
-    out.push("</g>");
-    rows.forEach(function (r) {
-      if (r.head) {
-        var label = r.p.name !== null ? r.p.name : "pid " + r.p.pid;
-        out.push("<rect x=\"0\" y=\"" + r.y + "\" width=\"" + width + "\" height=\"" + headH +
-                 "\" fill=\"#eef2f6\"/><text class=\"rankhead\" x=\"6\" y=\"" + (r.y + 14) + "\">" + esc(label) +
-                 "</text>");
-        r.p.instants.forEach(function (i) {
-          out.push(instantMark(i, X(i.ts), r.y + headH / 2));
-        });
-        return;
-      }
-      var t = r.t, tname = t.name !== null ? t.name : "track " + t.tid;
-      var shown = tname.length > 40 ? tname.slice(0, 39) + "…" : tname;
-      out.push("<text x=\"14\" y=\"" + (r.y + 13) + "\">" + esc(shown) +
-               "<title>" + esc(tname) + "</title></text>");
-      t.slices.sort(function (a, b) { return a.ts - b.ts; });
-      // Slices thinner than a pixel are merged per track: what is drawn is bounded by the width, not the calls.
-      var bucket = null;
-      function flush() {
-        if (!bucket) return;
-        var w = Math.max(1, bucket.x1 - bucket.x0);
-        out.push("<rect class=\"slice\" x=\"" + bucket.x0.toFixed(2) + "\" y=\"" + (r.y + 2) + "\" width=\"" +
-                 w.toFixed(2) + "\" height=\"" + (rowH - 4) + "\" fill=\"" + bucket.color + "\"><title>" +
-                 esc(bucket.n > 1 ? bucket.n + " calls, " + bucket.first + " … " + bucket.last : bucket.title) +
-                 "</title></rect>");
-        drawn++;
-        bucket = null;
-      }
-      t.slices.forEach(function (s) {
-        var x0 = X(s.ts), x1 = X(s.ts + s.dur);
-        if (s.pending) {
-          flush();
-          out.push("<rect class=\"slice pending\" x=\"" + x0.toFixed(2) + "\" y=\"" + (r.y + 2) + "\" width=\"" +
-                   Math.max(2, x1 - x0).toFixed(2) + "\" height=\"" + (rowH - 4) + "\" fill=\"" +
-                   opColor(s.name, s.cat) + "\" fill-opacity=\"0.55\"><title>" + esc(sliceTitle(s)) +
-                   "</title></rect>");
-          var atEnd = x1 > width - 220;
-          out.push("<text x=\"" + (atEnd ? x1 - 4 : x1 + 4).toFixed(2) + "\" y=\"" + (r.y + 13) +
-                   "\" fill=\"#c62828\" text-anchor=\"" + (atEnd ? "end" : "start") +
-                   "\" font-weight=\"700\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">" +
-                   esc("never returned: " + s.name + (s.args.seq != null ? " #" + s.args.seq : "")) + "</text>");
-          drawn++;
-          pendingDrawn++;
-          return;
-        }
-        var color = opColor(s.name, s.cat);
-        // Whatever their ops, calls within one pixel are one mark (coloured as the first; its title names them).
-        if (bucket && x0 < bucket.x0 + 1 && x1 - x0 < 1) {
-          bucket.x1 = Math.max(bucket.x1, x1);
-          bucket.n++;
-          bucket.last = s.name;
-          return;
-        }
-        flush();
-        bucket = {x0: x0, x1: x1, color: color, n: 1, first: s.name, last: s.name, title: sliceTitle(s)};
-        if (x1 - x0 >= 1) flush();
-      });
-      flush();
-      t.instants.forEach(function (i) { out.push(instantMark(i, X(i.ts), r.y + rowH / 2)); });
-    });
-    instantsGlobal.forEach(function (i) {
-      var x = X(i.ts);
-      out.push("<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + axisH + "\" y2=\"" + height +
-               "\" stroke=\"#c62828\" stroke-dasharray=\"4 3\"/>" + instantMark(i, x, axisH + 4));
-    });
-    out.push("</svg>");
-    function sliceTitle(s) {
-      var lines = [s.name + "  " + fmtTime(s.ts - t0) + (s.pending ? "  never returned" : "  took " + fmtTime(s.dur))];
-      Object.keys(s.args).forEach(function (k) {
-        var v = s.args[k];
-        lines.push(k + ": " + (typeof v === "object" ? JSON.stringify(v) : String(v)));
-      });
-      return lines.join("\n");
-    }
-    function instantMark(i, x, cy) {
-      instantsDrawn++;
-      var lines = [i.name + " (" + i.cat + ")  " + fmtTime(i.ts - t0)];
-      Object.keys(i.args).forEach(function (k) {
-        var v = i.args[k];
-        lines.push(k + ": " + (typeof v === "object" ? JSON.stringify(v) : String(v)));
-      });
-      return "<path class=\"instant\" d=\"M" + x.toFixed(2) + " " + (cy - 7) + " l6 7 l-6 7 l-6 -7 z\"><title>" +
-             esc(lines.join("\n")) + "</title></path>";
-    }
     var legend = Object.keys(names).sort().map(function (n) {
       return "<span><i style=\"background:" + names[n] + "\"></i>" + esc(n) + "</span>";
     });
     legend.push("<span><i style=\"background:#fff;border:2px solid #c62828\"></i>never returned</span>");
     legend.push("<span><i style=\"background:#c62828;transform:rotate(45deg);width:9px;height:9px\"></i>" +
                 "verdict, first inf/nan, CUDA error, stop</span>");
-    host.innerHTML = "<div class=\"legend\">" + legend.join("") + "</div>" + out.join("");
-    host.setAttribute("data-slices", String(drawn));
-    host.setAttribute("data-pending", String(pendingDrawn));
-    host.setAttribute("data-instants", String(instantsDrawn));
     if (summary) {
       summary.textContent = slices + " slices on " + rows.filter(function (r) { return !r.head; }).length +
           " tracks of " + rows.filter(function (r) { return r.head; }).length + " processes over " +
           fmtTime(t1 - t0) + (skipped ? "; " + skipped + " events not understood, skipped" : "") +
           ". Hover a slice or a marker for its details; calls thinner than a pixel are drawn merged.";
+    }
+    render(t0, t1);
+
+    // Draws the window [v0, v1] of the run; dragging across it draws the part dragged over.
+    function render(v0, v1) {
+      function X(ts) { return labelW + (ts - v0) / (v1 - v0) * plotW; }
+      function inView(ts) { return ts >= v0 && ts <= v1; }
+      var out = [], drawn = 0, pendingDrawn = 0, instantsDrawn = 0;
+      out.push("<svg id=\"timeline-svg\" width=\"" + width + "\" height=\"" + height + "\" viewBox=\"0 0 " + width +
+               " " + height + "\">");
+      var step = niceStep(v1 - v0, 8);
+      out.push("<g class=\"axis\">");
+      for (var tick = Math.ceil((v0 - t0) / step) * step; tick <= v1 - t0 + 1e-9; tick += step) {
+        var tx = X(t0 + tick);
+        out.push("<line class=\"grid\" x1=\"" + tx + "\" x2=\"" + tx + "\" y1=\"" + (axisH - 4) + "\" y2=\"" + height +
+                 "\"/><text x=\"" + tx + "\" y=\"" + (axisH - 8) + "\" text-anchor=\"middle\">" + esc(fmtTime(tick)) +
+                 "</text>");
+      }
+      out.push("</g>");
+      rows.forEach(function (r) {
+        if (r.head) {
+          var label = r.p.name !== null ? r.p.name : "pid " + r.p.pid;
+          out.push("<rect x=\"0\" y=\"" + r.y + "\" width=\"" + width + "\" height=\"" + headH +
+                   "\" fill=\"#eef2f6\"/><text class=\"rankhead\" x=\"6\" y=\"" + (r.y + 14) + "\">" + esc(label) +
+                   "</text>");
+          r.p.instants.filter(function (i) { return inView(i.ts); }).forEach(function (i) {
+            out.push(instantMark(i, X(i.ts), r.y + headH / 2));
+          });
+          return;
+        }
+        var t = r.t, tname = t.name !== null ? t.name : "track " + t.tid;
+        var shown = tname.length > 40 ? tname.slice(0, 39) + "…" : tname;
+        out.push("<text x=\"14\" y=\"" + (r.y + 13) + "\">" + esc(shown) +
+                 "<title>" + esc(tname) + "</title></text>");
+        t.slices.sort(function (a, b) { return a.ts - b.ts; });
+        // Slices thinner than a pixel are merged per track: what is drawn is bounded by the width, not the calls.
+        var bucket = null;
+        function flush() {
+          if (!bucket) return;
+          var w = Math.max(1, bucket.x1 - bucket.x0);
+          out.push("<rect class=\"slice\" x=\"" + bucket.x0.toFixed(2) + "\" y=\"" + (r.y + 2) + "\" width=\"" +
+                   w.toFixed(2) + "\" height=\"" + (rowH - 4) + "\" fill=\"" + bucket.color + "\"><title>" +
+                   esc(bucket.n > 1 ? bucket.n + " calls, " + bucket.first + " … " + bucket.last : bucket.title) +
+                   "</title></rect>");
+          drawn++;
+          bucket = null;
+        }
+        t.slices.forEach(function (s) {
+          if (s.ts > v1 || s.ts + s.dur < v0) return;
+          var x0 = Math.max(labelW - 1, X(s.ts)), x1 = Math.min(labelW + plotW + 1, X(s.ts + s.dur));
+          if (s.pending) {
+            flush();
+            out.push("<rect class=\"slice pending\" x=\"" + x0.toFixed(2) + "\" y=\"" + (r.y + 2) + "\" width=\"" +
+                     Math.max(2, x1 - x0).toFixed(2) + "\" height=\"" + (rowH - 4) + "\" fill=\"" +
+                     opColor(s.name, s.cat) + "\" fill-opacity=\"0.55\"><title>" + esc(sliceTitle(s)) +
+                     "</title></rect>");
+            var atEnd = x1 > width - 220;
+            out.push("<text x=\"" + (atEnd ? x1 - 4 : x1 + 4).toFixed(2) + "\" y=\"" + (r.y + 13) +
+                     "\" fill=\"#c62828\" text-anchor=\"" + (atEnd ? "end" : "start") +
+                     "\" font-weight=\"700\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">" +
+                     esc("never returned: " + s.name + (s.args.seq != null ? " #" + s.args.seq : "")) + "</text>");
+            drawn++;
+            pendingDrawn++;
+            return;
+          }
+          var color = opColor(s.name, s.cat);
+          // Whatever their ops, calls within one pixel are one mark (coloured as the first; its title names them).
+          if (bucket && x0 < bucket.x0 + 1 && x1 - x0 < 1) {
+            bucket.x1 = Math.max(bucket.x1, x1);
+            bucket.n++;
+            bucket.last = s.name;
+            return;
+          }
+          flush();
+          bucket = {x0: x0, x1: x1, color: color, n: 1, first: s.name, last: s.name, title: sliceTitle(s)};
+          if (x1 - x0 >= 1) flush();
+        });
+        flush();
+        t.instants.filter(function (i) { return inView(i.ts); }).forEach(function (i) {
+          out.push(instantMark(i, X(i.ts), r.y + rowH / 2));
+        });
+      });
+      instantsGlobal.filter(function (i) { return inView(i.ts); }).forEach(function (i) {
+        var x = X(i.ts);
+        out.push("<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + axisH + "\" y2=\"" + height +
+                 "\" stroke=\"#c62828\" stroke-dasharray=\"4 3\"/>" + instantMark(i, x, axisH + 4));
+      });
+      out.push("</svg>");
+      function sliceTitle(s) {
+        var lines = [s.name + "  " + fmtTime(s.ts - t0) +
+                     (s.pending ? "  never returned" : "  took " + fmtTime(s.dur))];
+        Object.keys(s.args).forEach(function (k) {
+          var v = s.args[k];
+          lines.push(k + ": " + (typeof v === "object" ? JSON.stringify(v) : String(v)));
+        });
+        return lines.join("\n");
+      }
+      function instantMark(i, x, cy) {
+        instantsDrawn++;
+        var lines = [i.name + " (" + i.cat + ")  " + fmtTime(i.ts - t0)];
+        Object.keys(i.args).forEach(function (k) {
+          var v = i.args[k];
+          lines.push(k + ": " + (typeof v === "object" ? JSON.stringify(v) : String(v)));
+        });
+        return "<path class=\"instant\" d=\"M" + x.toFixed(2) + " " + (cy - 7) + " l6 7 l-6 7 l-6 -7 z\"><title>" +
+               esc(lines.join("\n")) + "</title></path>";
+      }
+      var whole = v0 <= t0 && v1 >= t1;
+      host.innerHTML = "<div class=\"legend\">" + legend.join("") + "</div><div class=\"zoom\">" +
+          "<button type=\"button\" data-zoom=\"all\">whole run</button><button type=\"button\" data-zoom=\"end\">" +
+          "the end (last 5 %)</button><span class=\"note\">" +
+          (whole ? "the whole run" : esc(fmtTime(v0 - t0) + " to " + fmtTime(v1 - t0))) +
+          "; drag across the bars to zoom in</span></div>" + out.join("");
+      host.setAttribute("data-slices", String(drawn));
+      host.setAttribute("data-pending", String(pendingDrawn));
+      host.setAttribute("data-instants", String(instantsDrawn));
+      host.querySelector("[data-zoom=all]").onclick = function () { render(t0, t1); };
+      host.querySelector("[data-zoom=end]").onclick = function () { render(t1 - (t1 - t0) * 0.05, t1); };
+      var svg = document.getElementById("timeline-svg"), band = null, from = 0;
+      function at(ev) {
+        var box = svg.getBoundingClientRect();
+        return Math.min(labelW + plotW, Math.max(labelW, (ev.clientX - box.left) * width / box.width));
+      }
+      svg.addEventListener("mousedown", function (ev) {
+        from = at(ev);
+        band = document.createElementNS(svg.namespaceURI, "rect");
+        band.setAttribute("y", "0");
+        band.setAttribute("height", String(height));
+        band.setAttribute("fill", "rgba(66,133,244,0.18)");
+        band.setAttribute("x", String(from));
+        band.setAttribute("width", "0");
+        svg.appendChild(band);
+        ev.preventDefault();
+      });
+      svg.addEventListener("mousemove", function (ev) {
+        if (!band) return;
+        var x = at(ev);
+        band.setAttribute("x", String(Math.min(from, x)));
+        band.setAttribute("width", String(Math.abs(x - from)));
+      });
+      function finish(ev) {
+        if (!band) return;
+        var a = Math.min(from, at(ev)), b = Math.max(from, at(ev));
+        band = null;
+        if (b - a < 4) { render(v0, v1); return; }
+        var scale = (v1 - v0) / plotW;
+        render(v0 + (a - labelW) * scale, v0 + (b - labelW) * scale);
+      }
+      svg.addEventListener("mouseup", finish);
+      svg.addEventListener("mouseleave", finish);
     }
   }
 

@@ -132,9 +132,7 @@ json slice(const std::string& name, double ts, double dur, int pid, int tid, con
 
 // Two ranks, two tracks each; rank 1 never returned from its last all-reduce; a mismatch verdict (global) and the
 // first inf/nan of rank 0 (its process), and events the page cannot use, which it skips.
-TEST(HtmlPage, HandMadeEventsAreDrawnAsTheTimelineOfEveryRank) {
-  REQUIRE_CHROMIUM();
-  TempDir dir;
+json hand_made_events() {
   json events = json::array();
   for (int rank = 0; rank < 2; ++rank) {
     events.push_back(meta("process_name", rank, 0, {{"name", "rank " + std::to_string(rank) + " (pid 7, host h)"}}));
@@ -169,7 +167,13 @@ TEST(HtmlPage, HandMadeEventsAreDrawnAsTheTimelineOfEveryRank) {
         json({{"ph", "X"}, {"ts", 10}, {"dur", -5}, {"pid", {{"odd", 1}}}, {"tid", 1}}),
         json({{"ph", "Q"}, {"ts", 1}, {"pid", 0}})})
     events.push_back(junk);
-  const std::string dom = dom_of(chromium, dir, synthetic_page(dir, events));
+  return events;
+}
+
+TEST(HtmlPage, HandMadeEventsAreDrawnAsTheTimelineOfEveryRank) {
+  REQUIRE_CHROMIUM();
+  TempDir dir;
+  const std::string dom = dom_of(chromium, dir, synthetic_page(dir, hand_made_events()));
   expect_rendered(dom);
   EXPECT_NE(dom.find(">rank 0 (pid 7, host h)</text>"), std::string::npos);
   EXPECT_NE(dom.find(">rank 1 (pid 7, host h)</text>"), std::string::npos);
@@ -181,6 +185,50 @@ TEST(HtmlPage, HandMadeEventsAreDrawnAsTheTimelineOfEveryRank) {
   EXPECT_NE(dom.find("never returned: ncclBroadcast #10"), std::string::npos)
       << "the call rank 1 never returned from is named";
   EXPECT_NE(dom.find("6 events not understood, skipped"), std::string::npos);
+}
+
+// The timeline's zoom, driven by a script added to the page after its own: "the end" (the last 5 % of the run) shows
+// only rank 1's call that never returned; "whole run" all again; dragging across the first half of the bars shows the
+// calls there. The script leaves what was drawn each time in <body data-zoomed>.
+TEST(HtmlPage, TheTimelineZoomsToTheEndAndToADraggedRange) {
+  REQUIRE_CHROMIUM();
+  TempDir dir;
+  const std::string page = synthetic_page(dir, hand_made_events());
+  std::string html = testing::read_file(page);
+  html.insert(html.rfind("</body>"), R"(<script>
+    var host = document.getElementById("timeline"), seen = [];
+    function note() {
+      seen.push(host.getAttribute("data-slices") + "/" + host.getAttribute("data-pending") + " " +
+                host.querySelector(".zoom .note").textContent);
+    }
+    host.querySelector("[data-zoom=end]").click();
+    note();
+    host.querySelector("[data-zoom=all]").click();
+    note();
+    var svg = document.getElementById("timeline-svg"), box = svg.getBoundingClientRect();
+    var width = svg.viewBox.baseVal.width, middle = 260 + (width - 300) * 0.4;
+    function mouse(type, x) {
+      svg.dispatchEvent(new MouseEvent(type, {clientX: box.left + x * box.width / width, clientY: box.top + 40,
+                                              bubbles: true}));
+    }
+    mouse("mousedown", 260);
+    mouse("mousemove", middle);
+    mouse("mouseup", middle);
+    note();
+    document.body.setAttribute("data-zoomed", seen.join(" | "));
+  </script>)");
+  FILE* file = std::fopen(page.c_str(), "we");
+  ASSERT_NE(file, nullptr);
+  std::fwrite(html.data(), 1, html.size(), file);
+  std::fclose(file);
+  const std::string dom = dom_of(chromium, dir, page);
+  expect_rendered(dom);
+  const std::string body = body_tag(dom);
+  // 40% of the 18 ms: calls 1-8 of each rank (those starting at 0..7 ms), their launches, and the junk one at 10 us.
+  EXPECT_NE(body.find("data-zoomed=\"1/1 17.1 ms to 18.0 ms; drag across the bars to zoom in | 41/1 the whole run; "
+                      "drag across the bars to zoom in | 33/0 0 µs to 7."),  // 7.19 or 7.20 ms: a pixel's rounding
+            std::string::npos)
+      << body;
 }
 
 // A timeline of 200,000 calls on 4 ranks: what is drawn is bounded by the page's width, not the number of calls.
