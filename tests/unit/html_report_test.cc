@@ -20,6 +20,7 @@
 #include "reports/frame_report.h"
 #include "reports/html_report.h"
 #include "reports/run_summary.h"
+#include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/tensor_stats.h"
 
@@ -65,28 +66,15 @@ recorder::Record call(Op op, uint64_t start_ns, uint64_t seq, int32_t rank) {
 // Rank 0 made three all-reduces and exited; rank 1 is gone inside its third (host name hostile).
 void write_recorder(const std::string& path, int32_t rank, bool hangs) {
   recorder::Writer w;
-  recorder::WriterOptions o{};
-  o.path = path.c_str();
-  o.capacity = 64;
-  o.max_comms = 4;
-  o.pid = 1000001 + rank;
-  o.launcher_rank = rank;
-  o.launcher_world = 2;
-  o.local_rank = rank;
-  o.host = rank == 1 ? "node<b>1</b>" : "node0";
-  o.run_id = "run-42";
-  o.exe = "/usr/bin/python3";
-  o.start_ns = kBase;
-  ASSERT_EQ(w.open(o), 0);
-  recorder::CommEntry c{};
-  c.id = kComm;
-  c.created_ns = kBase;
-  c.rank = rank;
-  c.nranks = 2;
-  c.color = recorder::kUnknown;
-  c.state = static_cast<uint16_t>(recorder::CommState::kLive);
-  c.origin = static_cast<uint16_t>(Op::kCommInitRank);
-  w.add_comm(c);
+  ASSERT_EQ(testing::open_rank_recorder(w, path.c_str(),
+                                        {.rank = rank,
+                                         .world = 2,
+                                         .pid = 1000001 + rank,
+                                         .host = rank == 1 ? "node<b>1</b>" : "node0",
+                                         .run_id = "run-42",
+                                         .start_ns = kBase}),
+            0);
+  testing::add_live_comm(w, kComm, rank, 2, kBase);
   for (uint64_t seq = 1; seq <= 3; ++seq) {
     const auto pending = w.append(call(Op::kAllReduce, kBase + seq * 10 * kMs, seq, rank));
     if (!(hangs && seq == 3)) recorder::Writer::complete(pending, 0, kBase + seq * 10 * kMs + 2 * kMs);
