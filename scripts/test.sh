@@ -62,7 +62,7 @@ for sanitizer in address thread; do
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" "${opt[@]}" \
     -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=OFF \
     --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests \
-    --target trainscope_commcheck_tests
+    --target trainscope_commcheck_tests --target trainscope_timeline_tests --target trainscope_html_tests
   echo "== $(date -u +%T) tests under the $sanitizer sanitizer"
   # die_after_fork=0: a forked child that uses NCCL starts an engine of its own (threads included) by design, and
   # forgets the parent's locks and threads first; TSan refuses new threads after a fork unless told.

@@ -265,7 +265,10 @@ class FrameThread {
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
     line["rows"] = rows;
-    if (frame.launch) line["launch"] = reports::frame_json(frame)["launch"];  // kernel, grid, block, stream
+    // The rows' numbers too (abs min/max, inf/nan counts: frame_json's rows), for the page's plots.
+    const nlohmann::json numbers = reports::frame_json(frame);
+    line["stats"] = numbers["rows"];
+    if (frame.launch) line["launch"] = numbers["launch"];  // kernel, grid, block, stream
     std::string error = reports::append_file(stem + ".txt", text);
     if (error.empty())
       error = reports::append_file(stem + ".jsonl",

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "reports/flight_recorder_writer.h"
+#include "tests/support/rank_recorder.h"
 
 namespace trainscope::testing {
 
@@ -17,22 +18,17 @@ class LaunchRecorder {
 
   // Opens `path` for a process of global rank `rank` (pid 4000 + rank, host "node-1").
   LaunchRecorder(const std::string& path, int32_t rank, uint64_t capacity = 256) {
-    recorder::WriterOptions o{};
-    o.path = path.c_str();
-    o.capacity = capacity;
-    o.max_comms = 4;
-    o.max_sites = 4;
-    o.max_names = 64;
-    o.max_streams = 8;
-    o.pid = 4000 + rank;
-    o.launcher_rank = rank;
-    o.launcher_world = 4;
-    o.local_rank = rank;
-    o.host = "node-1";
-    o.run_id = "run-launches";
-    o.exe = "/usr/bin/python3";
-    o.start_ns = kStart;
-    opened_ = writer_.open(o) == 0;
+    opened_ = open_rank_recorder(writer_, path.c_str(),
+                                 {.rank = rank,
+                                  .world = 4,
+                                  .pid = 4000 + rank,
+                                  .host = "node-1",
+                                  .run_id = "run-launches",
+                                  .start_ns = kStart,
+                                  .capacity = capacity,
+                                  .max_sites = 4,
+                                  .max_names = 64,
+                                  .max_streams = 8}) == 0;
   }
   ~LaunchRecorder() { writer_.close(kStart + 1000000000ull); }
   LaunchRecorder(const LaunchRecorder&) = delete;

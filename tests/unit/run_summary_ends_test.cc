@@ -24,6 +24,7 @@
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
+#include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::reports {
@@ -52,30 +53,18 @@ class RunFolder {
   // Opens rank `rank`'s recorder with one communicator and a returned ncclCommInitRank and all-reduce #1..#calls.
   Writer& rank(int32_t rank, uint64_t calls = 1) {
     Writer& w = writers_[rank];
-    recorder::WriterOptions o{};
     const std::string path = file("rank-" + std::to_string(rank) + ".pid-" + std::to_string(pid(rank)) + ".tsrec");
-    o.path = path.c_str();
-    o.capacity = 64;
-    o.max_comms = 4;
-    o.max_sites = 4;
-    o.pid = pid(rank);
-    o.launcher_rank = rank;
-    o.launcher_world = 4;
-    o.local_rank = rank;
-    o.host = "node-a";
-    o.run_id = "run-7";
-    o.exe = "/usr/bin/train";
-    o.start_ns = kBase;
-    EXPECT_EQ(w.open(o), 0);
-    CommEntry c{};
-    c.id = kComm;
-    c.created_ns = kBase;
-    c.rank = rank;
-    c.nranks = 4;
-    c.color = recorder::kUnknown;
-    c.state = static_cast<uint16_t>(recorder::CommState::kLive);
-    c.origin = static_cast<uint16_t>(Op::kCommInitRank);
-    w.add_comm(c);
+    EXPECT_EQ(testing::open_rank_recorder(w, path.c_str(),
+                                          {.rank = rank,
+                                           .world = 4,
+                                           .pid = pid(rank),
+                                           .host = "node-a",
+                                           .run_id = "run-7",
+                                           .exe = "/usr/bin/train",
+                                           .start_ns = kBase,
+                                           .max_sites = 4}),
+              0);
+    testing::add_live_comm(w, kComm, rank, 4, kBase);
     Writer::complete(w.append(call(Op::kCommInitRank, 0, kBase)), 0, kBase + kMs);
     for (uint64_t seq = 1; seq <= calls; ++seq)
       Writer::complete(w.append(call(Op::kAllReduce, seq, kBase + (10 + seq) * kMs)), 0, kBase + (11 + seq) * kMs);

@@ -22,6 +22,7 @@
 #include "reports/frame_report.h"
 #include "reports/run_summary.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/tensor_stats.h"
 
 namespace trainscope::reports {
 namespace {
@@ -64,20 +65,7 @@ void write_manifest(const RunDir& dir, int world_size, const std::vector<std::st
             json({{"world_size", world_size}, {"ranks", json::array()}, {"warnings", warnings}}).dump(2) + "\n");
 }
 
-stats::TensorStats tensor(double abs_max) {
-  stats::TensorStats s;
-  s.dtype = stats::DType::kFloat16;
-  s.count = 1024;
-  s.abs_min = 1e-3;
-  s.abs_max = abs_max;
-  s.finite_abs_min = 1e-3;
-  s.finite_abs_max = std::isinf(abs_max) ? 6.0e4 : abs_max;
-  if (std::isinf(abs_max)) {
-    s.pos_inf_count = 1;
-    s.first_nonfinite = 3;
-  }
-  return s;
-}
+stats::TensorStats tensor(double abs_max) { return testing::tensor_stats(abs_max); }
 
 Frame allreduce_frame(uint64_t call, bool input_inf, bool output_inf) {
   const std::string name = "comm 3f2a9c ncclAllReduce #" + std::to_string(call);
