@@ -131,6 +131,8 @@ int cmd_report(int argc, char** argv) {
                          "' is not valid; accepted: a whole number 0..1000000000 or 'all'");
     }
   }
+  if (as_json && (trace_path != nullptr || html_path != nullptr))
+    return usage_error("--json cannot be combined with --trace or --html: they write files of their own");
   if (dir == nullptr) {
     std::fputs(kUsage, stderr);
     return usage_error("missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
@@ -153,7 +155,6 @@ int cmd_report(int argc, char** argv) {
   }
 
   if (trace_path != nullptr || html_path != nullptr) {
-    if (as_json) return usage_error("--json cannot be combined with --trace or --html: they write files of their own");
     bool written = true;
     if (trace_path != nullptr) {
       if (!reports::write_run_timeline_file(run, summary, trace_path, &error)) {

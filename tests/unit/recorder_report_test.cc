@@ -763,8 +763,13 @@ TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
                      "--last '-1' is not valid; accepted: a whole number 0..1000000000 or 'all'");
   expect_usage_error(run_tool({"report", dir.path(), "--last"}),
                      "--last needs a value; accepted: a whole number 0..1000000000 or 'all'");
-  expect_usage_error(run_tool({"report", dir.path(), "--jsn"}),
-                     "unknown option '--jsn'; accepted: --json, --summary, --last N, --help");
+  expect_usage_error(
+      run_tool({"report", dir.path(), "--jsn"}),
+      "unknown option '--jsn'; accepted: --json, --summary, --last N, --trace FILE, --html FILE, --help");
+  expect_usage_error(run_tool({"report", dir.path(), "--json", "--trace", dir.file("t.json")}),
+                     "--json cannot be combined with --trace or --html: they write files of their own");
+  expect_usage_error(run_tool({"report", dir.path(), "--html"}),
+                     "--html needs a file name: where to write the page (HTML)");
   expect_usage_error(run_tool({"report", dir.path(), dir.path()}),
                      "one RUN_DIR expected, got a second one: '" + dir.path() + "'");
 }
