@@ -277,6 +277,9 @@ TEST(HtmlPage, ARealRunsPageLoadsWithItsSummaryAndPlotsOfTheTracedTensors) {
   EXPECT_GE(count(dom, "class=\"point\""), 4u * 3u);
   EXPECT_NE(dom.find("class=\"nonfinite-mark point\""), std::string::npos) << "the inf is marked";
   EXPECT_NE(dom.find("#1 ncclAllReduce output"), std::string::npos);
+  // The timeline holds the job's calls (5 steps of 3 collectives, the communicator's set-up, on 4 ranks).
+  EXPECT_GE(std::atoi(attribute_of(dom, "timeline", "data-slices").c_str()), 4 * 15);
+  EXPECT_EQ(attribute_of(dom, "timeline", "data-pending"), "0") << "every call returned";
   // Every rank is in the table of where it was at the end.
   for (int rank = 0; rank < 4; ++rank)
     EXPECT_NE(dom.find("<tr><td>" + std::to_string(rank) + "</td><td>pid "), std::string::npos) << rank;
@@ -309,6 +312,9 @@ TEST(HtmlPage, AStoppedRunsPageShowsWhatWentWrongInRed) {
   EXPECT_EQ(count(dom, "<td>stopped by trainscope (mismatch, status 86)</td><td>the call it waits in</td>"), 4u);
   EXPECT_NE(dom.find("<summary>mismatch-"), std::string::npos) << "the report is on the page";
   EXPECT_NE(dom.find("Operation: `ncclAllReduce`"), std::string::npos);
+  // On the timeline, the call each rank never returned from is open to the end, and the verdict is marked.
+  EXPECT_EQ(attribute_of(dom, "timeline", "data-pending"), "4");
+  EXPECT_GE(std::atoi(attribute_of(dom, "timeline", "data-instants").c_str()), 4);
 }
 
 }  // namespace
