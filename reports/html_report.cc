@@ -320,6 +320,7 @@ const char* summary_line_class(const std::string& line) {
        value.find("stopped") != std::string::npos))
     return "bad";
   if (key == "setup" && value.find("no warnings") == std::string::npos) return "warn";
+  if (key == "traces" && value.find("inf/nan in") != std::string::npos) return "bad";
   return "";
 }
 

@@ -1405,7 +1405,8 @@ void traces_line(const RunSummary& summary, Analysis* a) {
   for (const TraceFile& t : summary.traces) {
     items.push_back({{"file", t.file},
                      {"rank", rank_json(t.rank)},
-                     {"batches", t.batches_known ? json(t.batches) : json(nullptr)}});
+                     {"batches", t.batches_known ? json(t.batches) : json(nullptr)},
+                     {"nonfinite_batches", t.batches_known ? json(t.nonfinite_batches) : json(nullptr)}});
     const std::string key = t.batches_known ? batches_phrase(t.batches) : std::string();
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
@@ -1416,7 +1417,23 @@ void traces_line(const RunSummary& summary, Analysis* a) {
   std::vector<std::string> parts;
   for (const auto& [batches, ranks] : groups)
     parts.push_back(batches.empty() ? ranks_phrase(ranks) : batches + " on " + ranks_phrase(ranks));
-  a->lines.push_back("traces: " + join_capped(parts, "; "));
+  // Detection is off in traced batches: an inf the trace shows is reported nowhere else, and is no clean run.
+  std::vector<std::pair<std::string, std::vector<int32_t>>> nonfinite;  // batches text -> ranks
+  for (const TraceFile& t : summary.traces) {
+    if (t.nonfinite_batches.empty()) continue;
+    const std::string key = "traced " + batches_phrase(t.nonfinite_batches);
+    auto it = std::find_if(nonfinite.begin(), nonfinite.end(), [&](const auto& g) { return g.first == key; });
+    if (it == nonfinite.end()) it = nonfinite.insert(nonfinite.end(), {key, {}});
+    it->second.push_back(t.rank);
+  }
+  std::vector<std::string> seen;
+  for (const auto& [batches, ranks] : nonfinite) seen.push_back(batches + " on " + ranks_phrase(ranks));
+  std::string line = "traces: " + join_capped(parts, "; ");
+  if (!seen.empty()) {
+    line += "; inf/nan in " + join_capped(seen, "; ") + " (detection is off in traced batches)";
+    a->nothing_wrong = false;
+  }
+  a->lines.push_back(line);
 }
 
 void unreadable_line(const RunSummary& summary, Analysis* a) {
@@ -1688,10 +1705,30 @@ void scan_trace(const fs::path& dir, TraceFile* trace, std::vector<UnreadableFil
   }
   static constexpr std::string_view kMarker = " *** Starting batch number=";
   trace->batches_known = true;
-  for (size_t at = text.find(kMarker); at != std::string::npos; at = text.find(kMarker, at + 1)) {
-    const std::optional<uint64_t> n = leading_number(std::string_view(text).substr(at + kMarker.size()));
-    if (n && std::find(trace->batches.begin(), trace->batches.end(), *n) == trace->batches.end())
-      trace->batches.push_back(*n);
+  const auto add = [](std::vector<uint64_t>* batches, uint64_t n) {
+    if (std::find(batches->begin(), batches->end(), n) == batches->end()) batches->push_back(n);
+  };
+  std::optional<uint64_t> batch;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t end = rest.find('\n');
+    const std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (const size_t at = line.find(kMarker); at != std::string_view::npos) {
+      batch = leading_number(line.substr(at + kMarker.size()));
+      if (batch) add(&trace->batches, *batch);
+      continue;
+    }
+    // A frame's row: "%8s %8s <label>", abs min and abs max ("inf", "nan", a number or "None"); a frame's header
+    // starts with 18 spaces, so both its "columns" are blank.
+    if (!batch || line.size() < 18 || line[8] != ' ' || line[17] != ' ') continue;
+    const auto nonfinite = [](std::string_view column) {
+      const size_t first = column.find_first_not_of(' ');
+      if (first == std::string_view::npos) return false;
+      column.remove_prefix(first);
+      return column == "inf" || column == "nan" || column == "-inf";
+    };
+    if (nonfinite(line.substr(0, 8)) || nonfinite(line.substr(9, 8))) add(&trace->nonfinite_batches, *batch);
   }
 }
 

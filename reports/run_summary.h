@@ -35,7 +35,9 @@
 //     NCCL calls: 2 processes loaded libnccl but no NCCL call was seen: NCCL may be linked statically into the job
 //                                                   (only when a process loaded NCCL without making a communicator,
 //                                                   or a job `trainscope run` started recorded no NCCL call at all)
-//     traces: batches 1 and 2 on ranks 0–3          (only when there are trace files)
+//     traces: batches 1 and 2 on ranks 0–3          (only when there are trace files; "; inf/nan in traced batch 2
+//                                                   on rank 1 (detection is off in traced batches)" when a traced
+//                                                   frame held one)
 //     could not read: origin.json (truncated JSON: ends after 120 bytes)   (only when some file could not be read)
 #pragma once
 
@@ -86,6 +88,9 @@ struct TraceFile {
   std::string file;  // the text file when there is one, else the .jsonl
   bool batches_known = false;
   std::vector<uint64_t> batches;  // " *** Starting batch number=N ***" markers, in file order, no repeats
+  // Batches in which a traced frame holds inf or NaN (detection is off in traced batches, as in the seed: the trace is
+  // the only place that says so), in file order, no repeats.
+  std::vector<uint64_t> nonfinite_batches;
 };
 
 // A process that loaded NCCL but made no communicator, from the note it left at exit (<stem>.no-nccl-calls.json,

@@ -304,6 +304,35 @@ TEST(RunSummary, NothingWrongSaysSo) {
   EXPECT_TRUE(summary_json(summary)["nothing_wrong"].get<bool>());
 }
 
+// Detection is off in traced batches (as in the seed): an inf that only a trace shows is said in the traces line, and
+// the run is not clean.
+TEST(RunSummary, InfInATracedBatchIsSaidAndTheRunIsNotClean) {
+  RunDir dir;
+  write_manifest(dir, 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string trace;
+    for (uint64_t batch : {1, 2, 3}) {
+      trace += format_trace_batch_start(batch);
+      trace += format_trace_frame(allreduce_frame(batch * 10, rank == 1 && batch == 2, rank < 2 && batch >= 2));
+    }
+    write_raw(dir.file("trace-rank" + std::to_string(rank) + ".txt"), trace);
+  }
+  RunSummary summary = read(dir);
+  summary.processes = exited(4);
+  const std::string text = format_summary_text(summary);
+  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_TRUE(
+      contains(text,
+               "  traces: batches 1\u20133 on ranks 0\u20133; inf/nan in traced batches 2 and 3 on ranks 0 and 1 "
+               "(detection is off in traced batches)\n"))
+      << text;
+  const json traces = summary_json(summary)["traces"];
+  ASSERT_EQ(traces.size(), 4u);
+  EXPECT_EQ(traces[1]["nonfinite_batches"], json({2, 3}));
+  EXPECT_EQ(traces[3]["nonfinite_batches"], json::array());
+  EXPECT_FALSE(summary_json(summary)["nothing_wrong"].get<bool>());
+}
+
 TEST(RunSummary, EveryOtherKindInOneLine) {
   RunDir dir;
   write_manifest(dir, 8, {"GPUs of different models: A100 on ranks 0-3, H100 on ranks 4-7."});
