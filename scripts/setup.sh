@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev nlohmann-json3-dev
   libzmq3-dev cppzmq-dev libsodium-dev libunwind-dev
   clang-format clang-14 libclang-rt-14-dev
+  python3 python3-venv python3-pip
 )
 
 missing=()
