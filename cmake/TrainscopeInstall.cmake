@@ -27,10 +27,11 @@ endif()
 target_link_options(trainscope_engine PRIVATE -Wl,--disable-new-dtags)
 target_link_options(trainscope_tool PRIVATE -Wl,--disable-new-dtags)
 # The build tree's copies get the same RPATH (nothing is bundled there, so the system's libraries are found): else
-# CMake would reserve the space with an RPATH of empty entries, which the loader reads as the current directory.
-set_target_properties(trainscope_engine PROPERTIES INSTALL_RPATH "$ORIGIN" BUILD_RPATH "$ORIGIN")
+# CMake would reserve the space with a padded RPATH holding an empty entry, which the loader reads as the current
+# directory.
+set_target_properties(trainscope_engine PROPERTIES INSTALL_RPATH "$ORIGIN" BUILD_WITH_INSTALL_RPATH ON)
 set_target_properties(trainscope_tool PROPERTIES INSTALL_RPATH "$ORIGIN/${TRAINSCOPE_LIBDIR_FROM_BINDIR}"
-  BUILD_RPATH "$ORIGIN/${TRAINSCOPE_LIBDIR_FROM_BINDIR}")
+  BUILD_WITH_INSTALL_RPATH ON)
 
 # glibc's own libraries and the loader: every target machine has them, and they must be the machine's.
 set(TRAINSCOPE_SYSTEM_LIBRARIES

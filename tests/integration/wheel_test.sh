@@ -24,10 +24,22 @@ fail() {
   exit 1
 }
 
+# scikit-build-core clears a build dir's CMake cache when the build dir was last used from another isolated build
+# environment (a new one each time pip builds): the reused tree would be reconfigured from scratch, losing its
+# settings (tests, -Werror) and compiling everything again. Its note of the last use is dropped first: a build dir
+# without one is configured as it is.
+rm -f "$wheel_build_dir/.skbuild-info.json"
 start=$(date +%s)
 python3 -m pip wheel "$source_dir" --no-deps --quiet -w "$work/dist" --config-settings=build-dir="$wheel_build_dir" \
   >"$work/wheel.log" 2>&1 || { cat "$work/wheel.log"; fail "pip wheel failed"; }
 wheel_seconds=$(($(date +%s) - start))
+if [ "$wheel_build_dir" = "$build_dir" ] && ! grep -q '^TRAINSCOPE_BUILD_TESTS:BOOL=ON$' "$build_dir/CMakeCache.txt"; then
+  fail "the wheel build reconfigured $build_dir from scratch (its tests are off now): configure it again"
+fi
+# scikit-build-core left its variables (SKBUILD*, an install prefix in a temporary directory) in the reused tree's
+# cache: drop them, so that the tree is configured as scripts/build.sh left it.
+cmake -U 'SKBUILD*' -U CMAKE_INSTALL_PREFIX "$wheel_build_dir" >"$work/reconfigure.log" 2>&1 ||
+  { cat "$work/reconfigure.log"; fail "reconfiguring $wheel_build_dir failed"; }
 wheel="$(ls "$work"/dist/trainscope-*.whl)"
 echo "wheel_test: built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in ${wheel_seconds} s"
 
@@ -74,7 +86,10 @@ LD_LIBRARY_PATH="$fake_nccl_dir" trainscope run --dir "$work/runs" --run-id whee
   { cat "$work/job.out" "$work/job.err"; fail "the job failed under trainscope run"; }
 trainscope report "$work/runs/wheel" >"$work/report" 2>&1 || { cat "$work/report"; fail "trainscope report failed"; }
 grep -q ncclAllReduce "$work/report" || { cat "$work/report"; fail "the report names no ncclAllReduce"; }
+# Each rank's recorder and engine log (the engine writes the log: it was loaded).
 for rank in 0 1; do
-  ls "$work/runs/wheel" | grep -q "rank$rank" || { ls -R "$work/runs/wheel"; fail "nothing recorded for rank $rank"; }
+  for kind in tsrec log; do
+    ls "$work/runs/wheel" | grep -q "^rank-$rank\..*\.$kind\$" || { ls "$work/runs/wheel"; fail "no $kind for rank $rank"; }
+  done
 done
 echo "wheel_test: the installed wheel works (wheel step ${wheel_seconds} s)"
