@@ -47,9 +47,19 @@ file(GET_RUNTIME_DEPENDENCIES
 if(_trainscope_missing)
   message(FATAL_ERROR "trainscope: cannot bundle unresolved libraries: ${_trainscope_missing}")
 endif()
+set(_trainscope_libdir "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/@CMAKE_INSTALL_LIBDIR@")
 foreach(_dep IN LISTS _trainscope_deps)
   get_filename_component(_name "${_dep}" NAME)
   file(REAL_PATH "${_dep}" _real)
+  # Installing into the system's own library dir (prefix /usr): the library is there already, maybe as a link a
+  # package owns; leave it.
+  if(EXISTS "${_trainscope_libdir}/${_name}")
+    file(REAL_PATH "${_trainscope_libdir}/${_name}" _existing)
+    if(_existing STREQUAL _real)
+      message(STATUS "Already there: ${_trainscope_libdir}/${_name}")
+      continue()
+    endif()
+  endif()
   file(INSTALL DESTINATION "${CMAKE_INSTALL_PREFIX}/@CMAKE_INSTALL_LIBDIR@" TYPE FILE FILES "${_real}"
     RENAME "${_name}" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 endforeach()
