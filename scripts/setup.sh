@@ -10,6 +10,7 @@ packages=(
   libzmq3-dev cppzmq-dev libsodium-dev libunwind-dev
   clang-format clang-14 libclang-rt-14-dev
   chromium  # the HTML report's test loads the page headless (skipped without it)
+  python3 python3-venv python3-pip
 )
 
 missing=()

@@ -16,6 +16,9 @@ bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON
 echo "== $(date -u +%T) tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs"
 
+echo "== $(date -u +%T) the wheel: built in build-ci, installed into a fresh venv, a stand-in job run through it"
+bash tests/integration/wheel_test.sh build-ci
+
 echo "== $(date -u +%T) benchmarks (figures only)"
 bench_dir="$(mktemp -d)"
 (cd "$bench_dir" && echo "-- the shim, watching off" &&

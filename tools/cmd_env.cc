@@ -11,6 +11,7 @@
 
 #include "shim/config.h"
 #include "tools/commands.h"
+#include "tools/install_layout.h"
 
 namespace trainscope::tools {
 
@@ -21,6 +22,8 @@ constexpr const char* kEnvUsage =
     "\n"
     "Prints the effective value of every TRAINSCOPE_* variable and where it came from (default or environment),\n"
     "and warns about unknown TRAINSCOPE_* names. Exits 2 if a value is invalid, as the preloaded library would.\n"
+    "Then says which libraries are used: the one `trainscope run` preloads, the engine it loads, the libraries\n"
+    "bundled beside the engine, and where this command's own ZeroMQ and libsodium were loaded from.\n"
     "\n"
     "  --json   print one JSON object instead of text\n";
 
@@ -66,6 +69,32 @@ std::string value_text(const Config& config, ConfigVar var) {
 }
 
 const char* source_name(ValueSource source) { return source == ValueSource::kEnvironment ? "environment" : "default"; }
+
+// The libraries trainscope works with: what `trainscope run` preloads, the engine that loads, what is bundled beside
+// the engine (the package's copies of ZeroMQ, libsodium, libunwind...; none: the system's are used) and where this
+// command's own copies were loaded from.
+struct Libraries {
+  std::string preload;  // empty: not found
+  std::string engine;   // empty: not found
+  std::vector<std::string> bundled;
+  std::vector<LoadedLibrary> loaded;
+};
+
+Libraries find_libraries() {
+  Libraries libraries;
+  libraries.preload = find_preload_library();
+  const std::string engine = engine_beside(libraries.preload);
+  if (!engine.empty() && access(engine.c_str(), R_OK) == 0) libraries.engine = engine;
+  if (!libraries.engine.empty()) {
+    libraries.bundled = bundled_libraries(libraries.engine.substr(0, libraries.engine.rfind('/')));
+  }
+  libraries.loaded = loaded_libraries({"libzmq.", "libsodium.", "libunwind.", "libstdc++.", "libgcc_s."});
+  return libraries;
+}
+
+nlohmann::ordered_json path_or_null(const std::string& path) {
+  return path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(path);
+}
 
 }  // namespace
 
@@ -121,6 +150,13 @@ int cmd_env(int argc, char** argv) {
       if (!u.suggestion.empty()) item["suggestion"] = u.suggestion;
       out["unknown"].push_back(std::move(item));
     }
+    const Libraries libraries = find_libraries();
+    nlohmann::ordered_json loaded = nlohmann::ordered_json::array();
+    for (const LoadedLibrary& l : libraries.loaded) loaded.push_back({{"name", l.name}, {"path", l.path}});
+    out["libraries"] = {{"preload", path_or_null(libraries.preload)},
+                        {"engine", path_or_null(libraries.engine)},
+                        {"bundled", libraries.bundled},
+                        {"loaded", std::move(loaded)}};
     // A path is bytes, not necessarily UTF-8: replace what JSON cannot carry instead of throwing.
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
@@ -129,6 +165,17 @@ int cmd_env(int argc, char** argv) {
   for (int i = 0; i < kConfigVarCount; ++i) {
     std::printf("%s=%s  (%s)\n", vars[i].name, escaped_whole(value_text(*config, static_cast<ConfigVar>(i))).c_str(),
                 source_name(config->source[i]));
+  }
+  const Libraries libraries = find_libraries();
+  std::printf("\nlibraries:\n  preloaded by `trainscope run`: %s\n",
+              libraries.preload.empty() ? "not found beside this command" : escaped_whole(libraries.preload).c_str());
+  std::printf("  engine (loaded by it on first NCCL use): %s\n",
+              libraries.engine.empty() ? "not found" : escaped_whole(libraries.engine).c_str());
+  std::string bundled;
+  for (const std::string& name : libraries.bundled) bundled += " " + escaped_whole(name);
+  std::printf("  bundled beside the engine:%s\n", bundled.empty() ? " none (the system's are used)" : bundled.c_str());
+  for (const LoadedLibrary& l : libraries.loaded) {
+    std::printf("  loaded by this command: %s => %s\n", escaped_whole(l.name).c_str(), escaped_whole(l.path).c_str());
   }
   return 0;
 }

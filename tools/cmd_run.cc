@@ -29,6 +29,7 @@
 #include "reports/run_summary.h"
 #include "shim/config.h"
 #include "tools/commands.h"
+#include "tools/install_layout.h"
 
 extern char** environ;
 
@@ -75,18 +76,6 @@ std::string random_hex(size_t bytes) {
     hex += digits;
   }
   return hex;
-}
-
-// The preloaded library: installed beside bin/ in lib/, or in the build tree's shim/.
-std::string find_library() {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  for (const char* relative : {"../lib/libtrainscope.so", "../shim/libtrainscope.so"}) {
-    const fs::path candidate = exe.parent_path() / relative;
-    if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
-  }
-  return "";
 }
 
 bool parse_action(const std::string& text, exchange::VerdictAction* action) {
@@ -218,7 +207,7 @@ int cmd_run(int argc, char** argv) {
     }
   }
   if (i >= argc) return usage_error("no command given after --");
-  if (library.empty()) library = find_library();
+  if (library.empty()) library = find_preload_library();
   if (library.empty() || !fs::exists(library))
     return usage_error("cannot find libtrainscope.so beside this command; pass --library PATH");
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix and checks that the installed copy works from another directory,
-# with no build-tree path baked in: the shim finds its engine, records a job, and `trainscope report` reads it.
-# Usage: install_test.sh BUILD_DIR FAKE_NCCL_DIR PROGRAM_DIR
+# with no build-tree path baked in: the shim finds its engine, records a job, and `trainscope report` reads it. With
+# BUNDLED=ON (TRAINSCOPE_BUNDLE_DEPENDENCIES), the installed tree must need nothing but glibc (check_bundled.sh).
+# Usage: install_test.sh BUILD_DIR FAKE_NCCL_DIR PROGRAM_DIR [BUNDLED]
 set -euo pipefail
 build_dir="$1"
 fake_nccl_dir="$2"
 program_dir="$3"
+bundled="${4:-OFF}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -21,6 +23,9 @@ for f in bin/trainscope lib/libtrainscope.so lib/libtrainscope-engine.so; do
     exit 1
   fi
 done
+case "$bundled" in
+  ON | on | 1 | TRUE | true) bash "$(dirname "$0")/check_bundled.sh" "$work/prefix" ;;
+esac
 # Move the build tree's engine out of the way for the run, so only the installed one can be found.
 mkdir -p "$work/elsewhere"
 cd "$work/elsewhere"

@@ -121,6 +121,7 @@ RunResult run_tool(std::vector<std::string> args, std::vector<std::string> env) 
   "TRAINSCOPE_LAUNCHES=on  (default)\n"         \
   "TRAINSCOPE_KERNEL_DTYPE=  (default)\n"
 
+// The variables' part of the text output: the lines before the libraries (`variables_of`).
 constexpr const char* kDefaultText =
     "TRAINSCOPE_ENABLE=1  (default)\n"
     "TRAINSCOPE_DIR=./trainscope-runs  (default)\n"
@@ -134,10 +135,16 @@ constexpr const char* kDefaultText =
     "TRAINSCOPE_ON_DESYNC=abort  (default)\n"
     "TRAINSCOPE_DESYNC_TIMEOUT=300  (default)\n" TS_FRAME_DEFAULTS;
 
+// The text output up to the blank line before "libraries:".
+std::string variables_of(const std::string& out) {
+  const size_t end = out.find("\n\nlibraries:\n");
+  return end == std::string::npos ? out : out.substr(0, end + 1);
+}
+
 TEST(CmdEnv, PrintsDefaults) {
   const RunResult r = run_tool({"env"}, {"PATH=/usr/bin:/bin", "NCCL_DEBUG=INFO"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.out, kDefaultText);
+  EXPECT_EQ(variables_of(r.out), kDefaultText);
   EXPECT_EQ(r.err, "");
 }
 
@@ -146,7 +153,7 @@ TEST(CmdEnv, PrintsEnvironmentValuesInCanonicalForm) {
       {"env"}, {"TRAINSCOPE_ENABLE=off", "TRAINSCOPE_DIR=/tmp/ts runs", "TRAINSCOPE_RUN_ID=job-7",
                 "TRAINSCOPE_RECORDER_RECORDS=64K", "TRAINSCOPE_LOG_LEVEL=WARNING", "TRAINSCOPE_LOG_RANKS=0,03,5-7"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out,
+  EXPECT_EQ(variables_of(r.out),
             "TRAINSCOPE_ENABLE=0  (environment)\n"
             "TRAINSCOPE_DIR=/tmp/ts runs  (environment)\n"
             "TRAINSCOPE_RUN_ID=job-7  (environment)\n"
@@ -164,7 +171,7 @@ TEST(CmdEnv, PrintsEnvironmentValuesInCanonicalForm) {
 TEST(CmdEnv, WarnsAboutUnknownNames) {
   const RunResult r = run_tool({"env"}, {"TRAINSCOPE_LOGLEVEL=debug", "TRAINSCOPE_FOO=1"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.out, kDefaultText);
+  EXPECT_EQ(variables_of(r.out), kDefaultText);
   EXPECT_EQ(r.err,
             "trainscope: unknown variable TRAINSCOPE_LOGLEVEL; did you mean TRAINSCOPE_LOG_LEVEL?\n"
             "trainscope: unknown variable TRAINSCOPE_FOO\n");
@@ -266,3 +273,30 @@ TEST(CmdEnv, BadArgumentsExitTwoWithUsage) {
 }
 
 }  // namespace
+
+// In the build tree the command preloads shim/libtrainscope.so and bundles nothing; its own ZeroMQ is the system's.
+TEST(CmdEnv, SaysWhichLibrariesAreUsed) {
+  const RunResult text = run_tool({"env"}, {});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("\n\nlibraries:\n  preloaded by `trainscope run`: /"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("/shim/libtrainscope.so\n  engine (loaded by it on first NCCL use): /"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("/shim/libtrainscope-engine.so\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  bundled beside the engine: none (the system's are used)\n"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("  loaded by this command: libzmq.so.5 => /"), std::string::npos) << text.out;
+
+  const RunResult r = run_tool({"env", "--json"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json libraries = nlohmann::json::parse(r.out).at("libraries");
+  const std::string preload = libraries.at("preload");
+  const std::string engine = libraries.at("engine");
+  EXPECT_TRUE(preload.ends_with("/shim/libtrainscope.so")) << preload;
+  EXPECT_EQ(engine, preload.substr(0, preload.rfind('/')) + "/libtrainscope-engine.so");
+  EXPECT_TRUE(libraries.at("bundled").empty()) << libraries;
+  bool zmq = false;
+  for (const nlohmann::json& l : libraries.at("loaded")) {
+    if (l.at("name") == "libzmq.so.5") zmq = l.at("path").get<std::string>().starts_with("/");
+  }
+  EXPECT_TRUE(zmq) << libraries;
+}

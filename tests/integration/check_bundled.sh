@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Checks an installed tree (cmake --install's prefix, or the wheel's site-packages/trainscope) for what it needs of
+# the target machine: the preloaded library needs libc only; the command and the engine reach their libraries through
+# an RPATH of $ORIGIN (no build-tree path, no RUNPATH), link no libstdc++, and every library they load, resolved by
+# the loader with an empty environment, is either inside the tree's lib/ or glibc's.
+# Usage: check_bundled.sh TREE   (TREE holds bin/trainscope and lib/)
+set -euo pipefail
+tree="$(cd "$1" && pwd -P)"
+fail() {
+  echo "check_bundled: $*" >&2
+  exit 1
+}
+is_glibc() {
+  case "$1" in
+    linux-vdso.so.* | ld-linux*.so.* | libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | \
+      libresolv.so.* | libutil.so.* | libanl.so.* | libnsl.so.* | libmvec.so.*) return 0 ;;
+  esac
+  return 1
+}
+
+for f in bin/trainscope lib/libtrainscope.so lib/libtrainscope-engine.so lib/libzmq.so.5 lib/libsodium.so.23 \
+  lib/libunwind.so.8; do
+  [ -f "$tree/$f" ] || fail "missing: $f"
+done
+
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+for name in $(needed "$tree/lib/libtrainscope.so"); do
+  is_glibc "$name" || fail "lib/libtrainscope.so needs $name; it may need libc only"
+done
+for f in bin/trainscope lib/libtrainscope-engine.so; do
+  case "$f" in
+    bin/*) want='$ORIGIN/../lib' ;;
+    *) want='$ORIGIN' ;;
+  esac
+  rpath="$(readelf -d "$tree/$f" | sed -n 's/.*(RPATH).*\[\(.*\)\]/\1/p')"
+  [ "$rpath" = "$want" ] || fail "$f has RPATH '$rpath', expected '$want'"
+  ! readelf -d "$tree/$f" | grep -q '(RUNPATH)' || fail "$f has a RUNPATH (it would hide the RPATH)"
+  ! needed "$tree/$f" | grep -q '^libstdc++' || fail "$f needs libstdc++ (it is linked statically)"
+  resolved="$(env -i /usr/bin/ldd "$tree/$f")"
+  ! grep -q 'not found' <<<"$resolved" || fail "$f: unresolved libraries: $resolved"
+  while read -r name _ path _; do
+    is_glibc "$name" && continue
+    path="$(realpath -m "$path")"
+    case "$path" in
+      "$tree"/lib/*) ;;
+      *) fail "$f loads $name from $path, outside the package" ;;
+    esac
+  done < <(awk '/=>/ {print $1, $2, $3}' <<<"$resolved")
+done
+echo "check_bundled: $tree needs nothing but glibc ($(cd "$tree/lib" && ls | grep -vc '^libtrainscope') libraries bundled)"
