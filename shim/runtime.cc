@@ -266,7 +266,9 @@ void open_recorder(uint64_t start_ns, RecordingSetup* setup) {
     close(log_fd);
   } else {
     setup->log_error = -log_fd;
-    snprintf(setup->log_path, sizeof(setup->log_path), "%s", rt.log_path);
+    // Cut to fit: the path only names the file in a warning.
+    snprintf(setup->log_path, sizeof(setup->log_path), "%.*s", static_cast<int>(sizeof(setup->log_path) - 1),
+             rt.log_path);
     rt.log_path[0] = '\0';
   }
 }
