@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "reports/flight_record_format.h"
+#include "reports/json_members.h"
 #include "reports/printable.h"
 #include "reports/private_files.h"
 #include "reports/recorder_report.h"
@@ -65,13 +66,6 @@ bool read_prefix(const std::string& path, size_t limit, std::string* out, bool* 
   }
   ::close(fd);
   return true;
-}
-
-// A member that is a string, else "".
-std::string string_member(const json& object, const char* key) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // One point's value: a finite abs max, or "inf" / "nan".

@@ -16,6 +16,7 @@
 
 #include "reports/cuda_error_report.h"
 #include "reports/frame_report.h"
+#include "reports/json_members.h"
 
 namespace trainscope::reports {
 namespace {
@@ -200,65 +201,6 @@ bool parse_json(const std::string& text, json* out, std::string* error) {
     *error = "not valid JSON";
   }
   return false;
-}
-
-// ---- Careful JSON access: a value of the wrong type reads as absent, never throws ----------------------------------
-
-const json* member(const json& j, const char* key) {
-  if (!j.is_object()) return nullptr;
-  const auto it = j.find(key);
-  return it == j.end() ? nullptr : &*it;
-}
-
-std::optional<uint64_t> uint_member(const json& j, const char* key) {
-  const json* v = member(j, key);
-  if (v == nullptr) return std::nullopt;
-  if (v->is_number_unsigned()) return v->get<uint64_t>();
-  if (v->is_number_integer() && v->get<int64_t>() >= 0) return static_cast<uint64_t>(v->get<int64_t>());
-  return std::nullopt;
-}
-
-std::optional<int64_t> int_member(const json& j, const char* key) {
-  const json* v = member(j, key);
-  if (v == nullptr || !v->is_number_integer()) return std::nullopt;
-  if (v->is_number_unsigned()) {
-    const uint64_t u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  return v->get<int64_t>();
-}
-
-// A rank: a whole number 0..INT32_MAX, else -1.
-int32_t rank_member(const json& j, const char* key) {
-  const std::optional<int64_t> v = int_member(j, key);
-  return v && *v >= 0 && *v <= std::numeric_limits<int32_t>::max() ? static_cast<int32_t>(*v) : -1;
-}
-
-std::optional<double> number_member(const json& j, const char* key) {
-  const json* v = member(j, key);
-  if (v == nullptr || !v->is_number()) return std::nullopt;
-  return v->get<double>();
-}
-
-std::string string_member(const json& j, const char* key) {
-  const json* v = member(j, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-}
-
-bool bool_member(const json& j, const char* key, bool fallback) {
-  const json* v = member(j, key);
-  return v != nullptr && v->is_boolean() ? v->get<bool>() : fallback;
-}
-
-// The elements of an array that are objects; empty when it is not an array.
-std::vector<const json*> objects_in(const json& j, const char* key) {
-  std::vector<const json*> out;
-  const json* v = member(j, key);
-  if (v == nullptr || !v->is_array()) return out;
-  for (const json& e : *v)
-    if (e.is_object()) out.push_back(&e);
-  return out;
 }
 
 json optional_json(const std::optional<uint64_t>& v) { return v ? json(*v) : json(nullptr); }

@@ -17,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collectors/launches/kernel_names.h"
 #include "reports/cuda_launches.h"
+#include "reports/json_members.h"
 #include "reports/private_files.h"
 #include "reports/recorder_report.h"
 
@@ -38,35 +40,6 @@ constexpr const char* kPendingResult = "pending (never returned)";
 // A call that never returned is drawn at least this long (2% of the run before it when that is more).
 constexpr uint64_t kMinimumPendingNs = 1000000;
 
-// Where the bracketed group that ends `name` at `end` ("(...)" or "<...>") opens; `end` when there is none.
-size_t group_start(const std::string& name, size_t end, char open, char close) {
-  if (end == 0 || name[end - 1] != close) return end;
-  int depth = 0;
-  for (size_t i = end; i-- > 0;) {
-    if (name[i] == close) ++depth;
-    if (name[i] == open && --depth == 0) return i;
-  }
-  return end;
-}
-
-// The kernel's unqualified name: "void ns::gemm<float, 4>(float*, int)" -> "gemm". A name it cannot take apart is
-// kept whole.
-std::string kernel_short_name(const std::string& name) {
-  // Without the parameter list and the function's own template arguments.
-  const size_t end = group_start(name, group_start(name, name.size(), '(', ')'), '<', '>');
-  // The qualifier and the return type: what follows the last "::" or space outside brackets.
-  size_t begin = 0;
-  int depth = 0;
-  for (size_t i = 0; i < end; ++i) {
-    const char c = name[i];
-    if (c == '<' || c == '(' || c == '{' || c == '[') ++depth;
-    if (c == '>' || c == ')' || c == '}' || c == ']') --depth;
-    if (depth == 0 && (c == ' ' || (c == ':' && i + 1 < end && name[i + 1] == ':'))) begin = c == ' ' ? i + 1 : i + 2;
-  }
-  if (begin >= end || depth != 0) return name;
-  return name.substr(begin, end - begin);
-}
-
 // A communicator named in a report: its 16 hex digits, its hex number, or its leading 6 digits.
 bool comm_matches(uint64_t id, const std::string& text) {
   if (text.empty() || id == 0) return false;
@@ -75,34 +48,6 @@ bool comm_matches(uint64_t id, const std::string& text) {
   char* end = nullptr;
   const unsigned long long parsed = std::strtoull(text.c_str(), &end, 16);
   return errno == 0 && end != nullptr && *end == '\0' && parsed == id;
-}
-
-std::optional<uint64_t> uint_of(const json& j, const char* key) {
-  if (!j.is_object()) return std::nullopt;
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_number_unsigned()) return std::nullopt;
-  return it->get<uint64_t>();
-}
-
-std::optional<int32_t> rank_of(const json& j, const char* key) {
-  if (!j.is_object()) return std::nullopt;
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  const int64_t v = it->get<int64_t>();
-  if (v < 0 || v > INT32_MAX) return std::nullopt;
-  return static_cast<int32_t>(v);
-}
-
-std::string string_of(const json& j, const char* key) {
-  if (!j.is_object()) return "";
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-const json* object_of(const json& j, const char* key) {
-  if (!j.is_object()) return nullptr;
-  const auto it = j.find(key);
-  return it != j.end() && it->is_object() ? &*it : nullptr;
 }
 
 // One process's tracks: "process" (tid 0), its communicators, its streams.
@@ -253,17 +198,17 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
       case ReportKind::kDesync: {
         if (!report.has_json) break;
         const bool mismatch = report.kind == ReportKind::kMismatch;
-        const std::string comm = string_of(j, "communicator");
-        const std::optional<uint64_t> seq = uint_of(j, "seq");
-        std::string name = std::string(mismatch ? "mismatch: " : "desync: ") + string_of(j, "operation") + " call #" +
-                           std::to_string(seq.value_or(0)) + " on comm " +
+        const std::string comm = string_member(j, "communicator");
+        const std::optional<uint64_t> seq = uint_member(j, "seq");
+        std::string name = std::string(mismatch ? "mismatch: " : "desync: ") + string_member(j, "operation") +
+                           " call #" + std::to_string(seq.value_or(0)) + " on comm " +
                            recorder::short_hex_id(std::strtoull(comm.c_str(), nullptr, 16));
         std::vector<int32_t> ranks;
         for (const char* list : {"calls", "waiting", "missing"}) {
           const auto it = j.find(list);
           if (it == j.end() || !it->is_array()) continue;
           for (const json& entry : *it) {
-            if (const std::optional<int32_t> rank = rank_of(entry, "process")) ranks.push_back(*rank);
+            if (const int32_t rank = rank_member(entry, "process"); rank >= 0) ranks.push_back(rank);
           }
         }
         for (const int32_t rank : ranks) {
@@ -271,7 +216,7 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
           i.name = name;
           i.args = {{"report", file}, {"communicator", comm}, {"seq", seq.value_or(0)}};
           if (mismatch && j.contains("differences")) i.args["differences"] = j["differences"];
-          if (!run.place(rank, comm, seq, uint_of(j, "detected_ns"), end_ns, &i)) continue;
+          if (!run.place(rank, comm, seq, uint_member(j, "detected_ns"), end_ns, &i)) continue;
           out.push_back(std::move(i));
         }
         break;
@@ -279,12 +224,12 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
       case ReportKind::kVanished: {
         if (!report.has_json) break;
         Instant i;
-        const json* last = object_of(j, "last_call");
+        const json* last = object_member(j, "last_call");
         i.name = "vanished: rank " + std::to_string(report.rank);
-        i.args = {{"report", file}, {"host", string_of(j, "host")}};
-        if (report.rank >= 0 &&
-            run.place(report.rank, string_of(j, "last_call_communicator"),
-                      last != nullptr ? uint_of(*last, "seq") : std::nullopt, uint_of(j, "time_ns"), end_ns, &i))
+        i.args = {{"report", file}, {"host", string_member(j, "host")}};
+        if (report.rank >= 0 && run.place(report.rank, string_member(j, "last_call_communicator"),
+                                          last != nullptr ? uint_member(*last, "seq") : std::nullopt,
+                                          uint_member(j, "time_ns"), end_ns, &i))
           out.push_back(std::move(i));
         break;
       }
@@ -292,7 +237,7 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
         if (report.rank < 0) break;
         Instant i;
         i.category = "nonfinite";
-        const std::optional<uint64_t> batch = uint_of(j, "batch_number");
+        const std::optional<uint64_t> batch = uint_member(j, "batch_number");
         i.name = "first inf/nan" + (batch ? " (batch " + std::to_string(*batch) + ")" : std::string());
         i.args = {{"report", file}};
         if (batch) i.args["batch_number"] = *batch;
@@ -307,10 +252,10 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
           for (const json& frame : *frames) {
             const auto has_nonfinite = frame.is_object() ? frame.find("has_nonfinite") : frame.end();
             if (has_nonfinite == frame.end() || *has_nonfinite != true) continue;
-            const std::string frame_name = string_of(frame, "name");
+            const std::string frame_name = string_member(frame, "name");
             i.args["frame"] = frame_name;
-            if (const json* launch = object_of(frame, "launch")) {
-              const std::optional<uint64_t> index = uint_of(*launch, "record_index");
+            if (const json* launch = object_member(frame, "launch")) {
+              const std::optional<uint64_t> index = uint_member(*launch, "record_index");
               const RecordedCall* call = rank_file != nullptr && index ? rank_file->at_index(*index) : nullptr;
               if (call != nullptr) {
                 launch_ns = call->record.start_ns;
@@ -340,18 +285,19 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
         Instant i;
         i.category = "cuda_error";
         i.name = "first CUDA error";
-        i.args = {{"report", file}, {"summary", string_of(j, "summary")}};
-        if (run.place(report.rank, "", std::nullopt, uint_of(j, "time_ns"), end_ns, &i)) out.push_back(std::move(i));
+        i.args = {{"report", file}, {"summary", string_member(j, "summary")}};
+        if (run.place(report.rank, "", std::nullopt, uint_member(j, "time_ns"), end_ns, &i))
+          out.push_back(std::move(i));
         break;
       }
       case ReportKind::kStop: {
         if (report.rank < 0) break;
         Instant i;
         i.category = "stop";
-        const std::string reason = string_of(j, "reason");
+        const std::string reason = string_member(j, "reason");
         i.name = "stopped" + (reason.empty() ? std::string() : " (" + reason + ")");
-        i.args = {{"report", file}, {"message", string_of(j, "message")}};
-        if (const std::optional<uint64_t> batch = uint_of(j, "batch_number")) i.args["batch_number"] = *batch;
+        i.args = {{"report", file}, {"message", string_member(j, "message")}};
+        if (const std::optional<uint64_t> batch = uint_member(j, "batch_number")) i.args["batch_number"] = *batch;
         size_t position = 0;
         const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
         const uint64_t exit_ns = rank_file != nullptr ? rank_file->header.exit_ns : 0;
@@ -362,17 +308,17 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
         break;
       }
       case ReportKind::kOrigin: {
-        const json* origin = report.has_json ? object_of(j, "origin") : nullptr;
+        const json* origin = report.has_json ? object_member(j, "origin") : nullptr;
         if (origin == nullptr) break;
-        const std::string comm = string_of(*origin, "communicator");
-        const std::optional<uint64_t> seq = uint_of(*origin, "call_number");
+        const std::string comm = string_member(*origin, "communicator");
+        const std::optional<uint64_t> seq = uint_member(*origin, "call_number");
         const auto senders = origin->find("senders");
         if (senders == origin->end() || !senders->is_array()) break;
         for (const json& sender : *senders) {
           if (!sender.is_number_integer() || sender.get<int64_t>() < 0 || sender.get<int64_t>() > INT32_MAX) continue;
           Instant i;
           i.category = "nonfinite";
-          i.name = "inf/nan origin: " + string_of(*origin, "op") + " call #" + std::to_string(seq.value_or(0));
+          i.name = "inf/nan origin: " + string_member(*origin, "op") + " call #" + std::to_string(seq.value_or(0));
           i.args = {{"report", file}, {"communicator", comm}};
           if (run.place(static_cast<int32_t>(sender.get<int64_t>()), comm, seq, std::nullopt, 0, &i))
             out.push_back(std::move(i));
@@ -502,8 +448,8 @@ void write_process(EventWriter& w, const RecorderFile& file, int64_t pid, const 
     if (recorder::is_launch(r)) {
       const std::string kernel = recorder::launch_kernel_name(file, r);
       const bool named = file.name(static_cast<uint32_t>(r.peer))[0] != '\0';
-      json e = slice(w, "launch", named ? kernel_short_name(kernel) : kernel, call, pid, tracks.stream(r.stream, r.aux),
-                     end_ns);
+      json e = slice(w, "launch", named ? launches::kernel_short_name(kernel) : kernel, call, pid,
+                     tracks.stream(r.stream, r.aux), end_ns);
       json args = {{"kernel", kernel},
                    {"api", recorder::launch_api_text(r.redop)},
                    {"result", call.pending() ? kPendingResult : recorder::cuda_result_name(domain, r.result)},
