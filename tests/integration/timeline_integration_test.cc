@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration_helpers.h"
+#include "python_helpers.h"
 #include "support/subprocess.h"
 
 namespace trainscope {
@@ -28,13 +29,15 @@ constexpr int kVerdictExit = 86;
 constexpr int kRanks = 4;
 
 // `trainscope run` around `kRanks` ranks of `job` (a program and its arguments).
-ProcessResult run_job(const TempDir& dir, const std::vector<std::string>& job) {
+ProcessResult run_job(const TempDir& dir, const std::vector<std::string>& job, int ranks = kRanks,
+                      bool python = false) {
   ProcessOptions options = job_options(dir);
+  if (python) clean_python_environment(&options);
   options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
   std::vector<std::string> argv = {
-      TS_TOOL, "run",     "--dir", dir.path() + "/runs",   "--run-id",  "job", "--library", TS_SHIM,
-      "--",    TS_LAUNCH, "-n",    std::to_string(kRanks), "--timeout", "60",  "--"};
+      TS_TOOL, "run",     "--dir", dir.path() + "/runs",  "--run-id",  "job", "--library", TS_SHIM,
+      "--",    TS_LAUNCH, "-n",    std::to_string(ranks), "--timeout", "60",  "--"};
   argv.insert(argv.end(), job.begin(), job.end());
   return testing::run_process(argv, options);
 }
@@ -107,6 +110,37 @@ TEST(Timeline, AMismatchedJobsTimelineShowsEveryRanksCallsTheCallItStoppedInAndT
     }
     EXPECT_TRUE(verdict);
     EXPECT_TRUE(stopped);
+  }
+}
+
+// Most jobs are Python: a ctypes job's calls carry the job's own line, and the mismatch its verdict, as a C job's do.
+// forward() and backward() share the helper that calls NCCL; rank 1 all-reduces half the count in backward at step 2.
+TEST(Timeline, APythonJobsCallsNameItsLinesAndTheCallItStoppedIn) {
+  const testing::FoundPython python = newest_python();
+  if (const std::string why = reason_to_skip(python); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const std::string script = python_job("forward_backward_job.py");
+  const ProcessResult job = run_job(
+      dir, {python.path, script, "--steps", "4", "--fault", "backward-count", "--rank", "1", "--step", "2"}, 2, true);
+  ASSERT_EQ(job.exit_code, kVerdictExit) << job.err;
+  const json trace = timeline(dir, "mismatches: 1");
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    size_t calls = 0, pending = 0;
+    for (const json& x : events_of(trace, rank, "X")) {
+      if (x.at("name") != "ncclAllReduce") continue;
+      ++calls;
+      const std::string where = x.at("args").value("python", "");
+      EXPECT_NE(where.find("forward_backward_job.py:"), std::string::npos) << x.dump();
+      EXPECT_NE(where.find(" in all_reduce"), std::string::npos) << x.dump();
+      if (x.at("args").at("result") == "pending (never returned)") ++pending;
+    }
+    EXPECT_GE(calls, 3u);  // forward and backward of step 1, then the mismatched one
+    EXPECT_EQ(pending, 1u);
+    bool verdict = false;
+    for (const json& i : events_of(trace, rank, "i"))
+      verdict = verdict || (i.at("cat") == "verdict" && i.at("name").get<std::string>().rfind("mismatch: ", 0) == 0);
+    EXPECT_TRUE(verdict);
   }
 }
 
