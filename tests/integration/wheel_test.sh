@@ -30,7 +30,7 @@ fail() {
 # without one is configured as it is.
 rm -f "$wheel_build_dir/.skbuild-info.json"
 start=$(date +%s)
-python3 -m pip wheel "$source_dir" --no-deps --quiet -w "$work/dist" --config-settings=build-dir="$wheel_build_dir" \
+timeout 900 python3 -m pip wheel "$source_dir" --no-deps --quiet -w "$work/dist" --config-settings=build-dir="$wheel_build_dir" \
   >"$work/wheel.log" 2>&1 || { cat "$work/wheel.log"; fail "pip wheel failed"; }
 wheel_seconds=$(($(date +%s) - start))
 if [ "$wheel_build_dir" = "$build_dir" ] && ! grep -q '^TRAINSCOPE_BUILD_TESTS:BOOL=ON$' "$build_dir/CMakeCache.txt"; then
@@ -44,7 +44,7 @@ wheel="$(ls "$work"/dist/trainscope-*.whl)"
 echo "wheel_test: built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in ${wheel_seconds} s"
 
 python3 -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet --no-index "$wheel" >"$work/install.log" 2>&1 ||
+timeout 300 "$work/venv/bin/python" -m pip install --quiet --no-index "$wheel" >"$work/install.log" 2>&1 ||
   { cat "$work/install.log"; fail "pip install of the wheel failed"; }
 package="$("$work/venv/bin/python" -c 'import os, trainscope; print(os.path.dirname(trainscope.library_dir()))')"
 package="$(cd "$package" && pwd -P)"
@@ -82,7 +82,7 @@ assert {"libzmq.so.5", "libsodium.so.23", "libunwind.so.8"} <= set(libraries["bu
 
 # The job: two ranks of the stand-in NCCL program, only the stand-in NCCL on LD_LIBRARY_PATH.
 LD_LIBRARY_PATH="$fake_nccl_dir" trainscope run --dir "$work/runs" --run-id wheel -- \
-  "$program_dir/ts-launch" -n 2 -- "$program_dir/collectives_program" --iterations 2 >"$work/job.out" 2>"$work/job.err" ||
+  "$program_dir/ts-launch" -n 2 --timeout 60 -- "$program_dir/collectives_program" --iterations 2 >"$work/job.out" 2>"$work/job.err" ||
   { cat "$work/job.out" "$work/job.err"; fail "the job failed under trainscope run"; }
 trainscope report "$work/runs/wheel" >"$work/report" 2>&1 || { cat "$work/report"; fail "trainscope report failed"; }
 grep -q ncclAllReduce "$work/report" || { cat "$work/report"; fail "the report names no ncclAllReduce"; }
@@ -92,4 +92,14 @@ for rank in 0 1; do
     ls "$work/runs/wheel" | grep -q "^rank-$rank\..*\.$kind\$" || { ls "$work/runs/wheel"; fail "no $kind for rank $rank"; }
   done
 done
-echo "wheel_test: the installed wheel works (wheel step ${wheel_seconds} s)"
+# Most jobs are Python: a ctypes job (NCCL on a library handle, as vLLM's) through the installed command, the venv's
+# own interpreter, its calls named by the job's line.
+PYTHONDONTWRITEBYTECODE=1 LD_LIBRARY_PATH="$fake_nccl_dir" trainscope run --dir "$work/runs" --run-id python -- \
+  "$program_dir/ts-launch" -n 2 --timeout 60 -- "$work/venv/bin/python" "$source_dir/tests/programs/python/forward_backward_job.py" \
+  --steps 2 >"$work/python.out" 2>"$work/python.err" ||
+  { cat "$work/python.out" "$work/python.err"; fail "the Python job failed under trainscope run"; }
+trainscope report "$work/runs/python" >"$work/python-report" 2>&1 ||
+  { cat "$work/python-report"; fail "trainscope report of the Python job failed"; }
+grep -q "forward_backward_job.py:[0-9]* in " "$work/python-report" ||
+  { cat "$work/python-report"; fail "the Python job's report names no line of the job"; }
+echo "wheel_test: the installed wheel works, for a C and a Python job (wheel step ${wheel_seconds} s)"
