@@ -183,7 +183,7 @@ void Writer::abandon() {
   attached_ = false;
 }
 
-Pending Writer::append(const Record& r) {
+Pending Writer::append(const Record& r, int32_t result, uint64_t end_ns) {
   if (header_ == nullptr) return {nullptr, 0};
   // Relaxed is enough to claim: publication of the slot's contents is the commit store below.
   const uint64_t index = __atomic_fetch_add(&header_->next, 1, __ATOMIC_RELAXED);
@@ -200,8 +200,8 @@ Pending Writer::append(const Record& r) {
   // Checksum the caller's copy, not the slot: if a lapping writer scribbles on the slot meanwhile, the two
   // disagree and the reader drops the slot instead of trusting a mixture.
   slot->checksum = record_checksum(r);
-  slot->end_ns = 0;
-  slot->result = kResultPending;
+  slot->end_ns = end_ns;
+  slot->result = result;
   const uint64_t commit = index + 1;
   __atomic_store_n(&slot->commit, commit, __ATOMIC_RELEASE);
   return {slot, commit};

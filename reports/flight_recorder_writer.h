@@ -49,9 +49,12 @@ class Writer {
   bool is_open() const { return header_ != nullptr; }
   FileHeader* header() const { return header_; }
 
-  // Claims the next slot, copies `r` into it (commit, checksum, result and end_ns are set here, result to
-  // kResultPending) and commits it. Returns {nullptr, 0} when closed.
-  Pending append(const Record& r);
+  // Claims the next slot, copies `r` into it (commit, checksum, result and end_ns are set here: result to
+  // kResultPending for a call still running) and commits it. Returns {nullptr, 0} when closed.
+  Pending append(const Record& r) { return append(r, kResultPending, 0); }
+  // The same for something recorded once it has ended (a kernel launch, recorded at its API call's exit): the result
+  // and end time are in the slot when it is committed, so no reader ever sees it pending.
+  Pending append(const Record& r, int32_t result, uint64_t end_ns);
 
   // Stores the call's result and end time into the slot, if it still holds the same record.
   static void complete(const Pending& pending, int32_t result, uint64_t end_ns);

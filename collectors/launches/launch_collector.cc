@@ -341,11 +341,12 @@ Record cuda_record(Op op, const ThreadCalls& t, uint64_t stream) {
   return r;
 }
 
-// Appends `r` with its result; the record's index, or UINT64_MAX when the recorder is closed.
+// Appends `r` with its result, in one commit: a reader (the frame thread deciding whether an optimizer kernel ran and
+// ended a batch) never sees a launch without its result. The record's index, or UINT64_MAX when the recorder is
+// closed.
 uint64_t append_complete(recorder::Writer* writer, const Record& r, int32_t result, uint64_t end_ns) {
-  const recorder::Pending pending = writer->append(r);
+  const recorder::Pending pending = writer->append(r, result, end_ns);
   if (pending.slot == nullptr) return UINT64_MAX;
-  recorder::Writer::complete(pending, result, end_ns);
   return pending.commit - 1;
 }
 

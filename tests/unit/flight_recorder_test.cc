@@ -332,6 +332,30 @@ TEST(FlightRecorder, CompleteOnALappedSlotLeavesItAlone) {
   expect_same_call(f.records[3].record, sample(4));
 }
 
+// A launch is recorded at its exit: its slot is committed with the result, never seen pending in between (the frame
+// thread counts an optimizer kernel as the end of a batch only when it ran).
+TEST(FlightRecorder, AnAppendWithItsResultIsCommittedWithIt) {
+  TempDir dir;
+  const std::string path = dir.file("r.tsrec");
+  Writer w;
+  ASSERT_EQ(w.open(options_for(path, 4)), 0);
+  const Pending ended = w.append(sample(0), 2, 777);
+  ASSERT_NE(ended.slot, nullptr);
+  EXPECT_EQ(ended.slot->commit, 1u);
+  EXPECT_EQ(ended.slot->result, 2);
+  EXPECT_EQ(ended.slot->end_ns, 777u);
+  const Pending running = w.append(sample(1));
+  EXPECT_EQ(running.slot->result, kResultPending);
+  w.close(1);
+  const RecorderFile f = read_ok(path);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_FALSE(f.records[0].pending());
+  EXPECT_EQ(f.records[0].record.result, 2);
+  EXPECT_EQ(f.records[0].record.end_ns, 777u);
+  expect_same_call(f.records[0].record, sample(0));
+  EXPECT_TRUE(f.records[1].pending());
+}
+
 TEST(FlightRecorder, TornSlotsAreSkippedAndCounted) {
   TempDir dir;
   const std::string path = dir.file("r.tsrec");
