@@ -23,6 +23,8 @@
 namespace trainscope::exchange {
 namespace {
 
+constexpr uint64_t kAbortResendIntervalNs = 1000000000ull;
+
 uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -69,6 +71,7 @@ struct CoordinatorServer::State {
   std::unordered_map<int32_t, std::pair<uint64_t, uint64_t>> dropped_connections;  // rank -> (at, report after)
   std::set<std::string> logged_warnings;
   std::vector<std::vector<uint8_t>> abort_verdicts;  // replayed to ranks that say hello after they were sent
+  uint64_t next_abort_resend_ns = 0;                 // and sent again to every rank still there, until it goes
   uint64_t origin_generation = 0;                    // of the firsts in origin.txt / origin.json now
   uint64_t origin_failed_generation = 0;             // the last one that could not be written (logged once)
   size_t manifest_hellos = 0;
@@ -319,7 +322,10 @@ void CoordinatorServer::run() {
           std::string("coordinator: ") + verdict_kind_name(verdict.kind) + " (" + verdict_action_name(verdict.action) +
               ")" + (written.text_path.empty() ? "" : ", report " + written.text_path) + "\n" + rendered.text);
       const std::vector<uint8_t> bytes = encode(message);
-      if (verdict.action == VerdictAction::kAbort) s.abort_verdicts.push_back(bytes);
+      if (verdict.action == VerdictAction::kAbort) {
+        s.abort_verdicts.push_back(bytes);
+        s.next_abort_resend_ns = realtime_ns() + kAbortResendIntervalNs;
+      }
       for (auto it = s.peers.begin(); it != s.peers.end();) {
         if (!it->second.said_goodbye && !send_to(it->first, bytes)) {
           it = s.peers.erase(it);  // unroutable: that connection is gone
@@ -329,6 +335,19 @@ void CoordinatorServer::run() {
       }
       ++local.verdicts;
       if (options_.on_verdict) options_.on_verdict(message);
+    }
+  };
+
+  // A stopped job's verdict goes again, every second, to every rank that has not gone: a rank must never be left
+  // waiting alone in a collective its peers have left because one message did not reach it (a connection dropped and
+  // remade under load loses what was queued on it; a rank that reconnects without a new hello gets no replay). Ranks
+  // act on a verdict once (ExchangeClient drops repeats).
+  auto resend_abort_verdicts = [&](uint64_t now_ns) {
+    if (s.abort_verdicts.empty() || now_ns < s.next_abort_resend_ns) return;
+    s.next_abort_resend_ns = now_ns + kAbortResendIntervalNs;
+    for (const auto& [id, peer] : s.peers) {
+      if (peer.said_goodbye) continue;
+      for (const std::vector<uint8_t>& verdict : s.abort_verdicts) send_to(id, verdict);
     }
   };
 
@@ -485,6 +504,7 @@ void CoordinatorServer::run() {
     settle_disconnects(now_ns);
     write_origin();
     deliver(s.core.tick(now_ns));
+    resend_abort_verdicts(now_ns);
     write_manifest(now_ns, false);
     local.peers = s.peers.size();
     local.connections = s.rank_by_fd.size();

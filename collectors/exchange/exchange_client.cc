@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string_view>
+#include <unordered_set>
 
 #include <zmq.hpp>
 
@@ -172,6 +174,7 @@ ExchangeClientStats ExchangeClient::stats() const {
   stats.batches = batches_.load();
   stats.heartbeats = heartbeats_.load();
   stats.verdicts = verdicts_.load();
+  stats.repeated_verdicts = repeated_verdicts_.load();
   stats.hellos = hellos_.load();
   stats.nonfinite_sent = nonfinite_sent_.load();
   stats.nonfinite_dropped = nonfinite_dropped_.load();
@@ -292,6 +295,7 @@ void ExchangeClient::run() {
                                   " is not reachable; the job runs on and records locally, retrying in the background");
     }
   };
+  std::unordered_set<size_t> seen_verdicts;
   auto receive_all = [&] {
     for (int i = 0; i < 64; ++i) {
       zmq::message_t message;
@@ -322,6 +326,13 @@ void ExchangeClient::run() {
                                     "; cross-rank checks are off for this rank");
         }
       } else if (const auto* verdict = std::get_if<Verdict>(&decoded.message)) {
+        // The coordinator repeats a stopped job's verdicts until the rank goes, and replays them after a new hello:
+        // each one is acted on once.
+        const std::string_view bytes(static_cast<const char*>(message.data()), message.size());
+        if (!seen_verdicts.insert(std::hash<std::string_view>{}(bytes)).second) {
+          repeated_verdicts_.fetch_add(1);
+          continue;
+        }
         verdicts_.fetch_add(1);
         if (options_.on_verdict) options_.on_verdict(*verdict);
       }

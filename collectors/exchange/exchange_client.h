@@ -9,7 +9,8 @@
 //                                     // a repeated id is ignored, so calling it once per call is cheap)
 //   client.report_nonfinite(first, stop_job, stack_id);  // this rank's first inf/nan (any thread, locks briefly)
 //   client.stop();                    // flushes for at most stop_flush_timeout_ms, says goodbye, joins
-// Verdicts and log lines arrive through the callbacks, on the client's thread.
+// Verdicts and log lines arrive through the callbacks, on the client's thread; each verdict once, however often the
+// coordinator sends it.
 //
 // Order on the connection: a stack definition made before a push() or report_nonfinite() goes out before the
 // fingerprint batch or the inf/nan message that carries it, so the coordinator always knows a stack id before a call
@@ -66,7 +67,8 @@ struct ExchangeClientStats {
   uint64_t batches = 0;
   uint64_t heartbeats = 0;
   uint64_t verdicts = 0;
-  uint64_t hellos = 0;  // sent; more than one after reconnections to a restarted coordinator
+  uint64_t repeated_verdicts = 0;  // copies of a verdict already acted on (the coordinator repeats abort verdicts)
+  uint64_t hellos = 0;             // sent; more than one after reconnections to a restarted coordinator
   uint64_t nonfinite_sent = 0;
   uint64_t nonfinite_dropped = 0;  // more than kMaxPendingNonfinite waiting to be sent
   bool welcomed = false;           // the coordinator accepted the hello (and has not asked for it again since)
@@ -146,7 +148,7 @@ class ExchangeClient {
   std::vector<PendingNonfinite> pending_nonfinite_;
   std::atomic<size_t> nonfinite_held_{0};  // taken from pending_nonfinite_ by the client's thread, not sent yet
   std::atomic<uint64_t> pushed_{0}, dropped_{0}, sent_fingerprints_{0}, batches_{0}, heartbeats_{0}, verdicts_{0},
-      hellos_{0}, nonfinite_sent_{0}, nonfinite_dropped_{0};
+      repeated_verdicts_{0}, hellos_{0}, nonfinite_sent_{0}, nonfinite_dropped_{0};
   std::atomic<bool> welcomed_{false}, rejected_{false};
 };
 

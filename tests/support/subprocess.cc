@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 extern char** environ;
 
@@ -174,6 +176,10 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
+  // TS_TEST_KEEP_DIRS=1 keeps them: the run directory (every rank's log and recorder) of a test that failed
+  // once in a thousand repeats is what tells why.
+  const char* keep = std::getenv("TS_TEST_KEEP_DIRS");
+  if (keep != nullptr && std::string_view(keep) == "1") return;
   std::error_code ignored;
   if (path_ != "/tmp") std::filesystem::remove_all(path_, ignored);
 }

@@ -316,6 +316,57 @@ TEST_F(TransportTest, MismatchRoundTripWritesTheReportAndReachesEveryRank) {
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/run/vanished-rank0.txt"));
 }
 
+// A stopped job's verdict is sent again, every second, to every rank that has not gone: one lost on a dropped
+// connection still reaches the rank (here, rank 1 ignores the first copy). A client acts on each verdict once.
+TEST_F(TransportTest, AStoppedJobsVerdictIsSentAgainUntilTheRankGoesAndActedOnOnce) {
+  CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  VerdictCapture verdicts0;
+  ExchangeClient rank0(client_options(server.endpoint(), 0, &verdicts0, nullptr));
+  rank0.start();
+  zmq::context_t context(1);
+  zmq::socket_t rank1(context, zmq::socket_type::dealer);
+  connect_with_key(rank1, server.endpoint());
+  Hello hello;
+  hello.token = kToken;
+  hello.global_rank = 1;
+  hello.world_size = 2;
+  hello.pid = 1001;
+  hello.host = "testhost";
+  ASSERT_TRUE(rank1.send(zmq::buffer(encode(hello)), zmq::send_flags::none));
+  FingerprintBatch batch;
+  batch.rank = 1;
+  batch.batch_number = 1;
+  batch.fingerprints = {all_reduce(1, 2, 1, 512)};
+  ASSERT_TRUE(rank1.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
+  ASSERT_TRUE(rank0.push(all_reduce(0, 2, 1, 1024)));
+
+  // Every message rank 1 receives within the deadline, until it holds two copies of the verdict.
+  rank1.set(zmq::sockopt::rcvtimeo, 100);
+  std::vector<std::vector<uint8_t>> copies;
+  ASSERT_TRUE(wait_until([&] {
+    zmq::message_t message;
+    if (!rank1.recv(message)) return false;
+    const std::vector<uint8_t> bytes(static_cast<const uint8_t*>(message.data()),
+                                     static_cast<const uint8_t*>(message.data()) + message.size());
+    const DecodeResult decoded = decode(std::span<const uint8_t>(bytes));
+    if (decoded.ok && std::holds_alternative<Verdict>(decoded.message)) copies.push_back(bytes);
+    return copies.size() >= 2;
+  })) << copies.size()
+      << " verdict(s) received";
+  EXPECT_EQ(copies[0], copies[1]);
+  const DecodeResult first = decode(std::span<const uint8_t>(copies[0]));
+  ASSERT_TRUE(first.ok);
+  EXPECT_EQ(std::get<Verdict>(first.message).kind, VerdictKind::kMismatch);
+  EXPECT_EQ(std::get<Verdict>(first.message).action, VerdictAction::kAbort);
+  // Rank 0 was sent the same copies: it acts on the verdict once and counts the repeats it dropped.
+  ASSERT_TRUE(wait_until([&] { return rank0.stats().repeated_verdicts >= 2; }));
+  rank0.stop();
+  EXPECT_EQ(rank0.stats().verdicts, 1u);
+  EXPECT_EQ(verdicts0.get().size(), 1u);
+}
+
 // What a coordinator receives from one client, in order, over a plain ROUTER socket.
 TEST_F(TransportTest, StackDefinitionsGoOutOnceAndBeforeAnythingThatNamesThem) {
   zmq::context_t context(1);
