@@ -109,6 +109,17 @@ void connect_with_key(zmq::socket_t& socket, const std::string& endpoint, const 
   socket.connect(endpoint);
 }
 
+// The hello of a raw rank of a two-rank job.
+std::vector<uint8_t> raw_hello(int32_t rank) {
+  Hello hello;
+  hello.token = kToken;
+  hello.global_rank = rank;
+  hello.world_size = 2;
+  hello.pid = 1000 + rank;
+  hello.host = "testhost";
+  return encode(hello);
+}
+
 // A raw ROUTER that holds the coordinator's key, standing in for the coordinator.
 void serve_with_key(zmq::socket_t& router, const std::string& token = kToken) {
   const CurveKeyPair keys = coordinator_key_pair(token);
@@ -328,13 +339,7 @@ TEST_F(TransportTest, AStoppedJobsVerdictIsSentAgainUntilTheRankGoesAndActedOnOn
   zmq::context_t context(1);
   zmq::socket_t rank1(context, zmq::socket_type::dealer);
   connect_with_key(rank1, server.endpoint());
-  Hello hello;
-  hello.token = kToken;
-  hello.global_rank = 1;
-  hello.world_size = 2;
-  hello.pid = 1001;
-  hello.host = "testhost";
-  ASSERT_TRUE(rank1.send(zmq::buffer(encode(hello)), zmq::send_flags::none));
+  ASSERT_TRUE(rank1.send(zmq::buffer(raw_hello(1)), zmq::send_flags::none));
   FingerprintBatch batch;
   batch.rank = 1;
   batch.batch_number = 1;
@@ -697,12 +702,7 @@ TEST_F(ExchangeOriginTest, ReportUnderAnotherRanksNumberIsRefused) {
   zmq::context_t context(1);
   zmq::socket_t raw(context, zmq::socket_type::dealer);
   connect_with_key(raw, server.endpoint());
-  Hello hello;
-  hello.token = kToken;
-  hello.global_rank = 0;
-  hello.world_size = 2;
-  hello.pid = 1;
-  ASSERT_TRUE(raw.send(zmq::buffer(encode(hello)), zmq::send_flags::none));
+  ASSERT_TRUE(raw.send(zmq::buffer(raw_hello(0)), zmq::send_flags::none));
   NonfiniteMessage message;
   message.rank = 1;  // the connection said hello as rank 0
   message.op = "ncclAllReduce";
