@@ -288,7 +288,20 @@ void CoordinatorServer::run() {
     for (reports::MissingRank& m : desync->missing) read(m.global_rank, &m.launches_read, &m.launches);
   };
 
+  auto publish_stats = [&] {
+    local.peers = s.peers.size();
+    local.connections = s.rank_by_fd.size();
+    local.hellos = s.core.hellos();
+    local.core = s.core.stats();
+    std::lock_guard<std::mutex> lock(stats_lock_);
+    stats_ = local;
+  };
+
   auto deliver = [&](std::vector<CoreVerdict> verdicts) {
+    // The host rank, told of an abort verdict, stays while other ranks are connected (stats().connections): they
+    // must be counted before any rank can hear of it, or a rank that connected in this very pass is not waited for,
+    // and the verdict queued for it dies with the host.
+    if (!verdicts.empty()) publish_stats();
     for (CoreVerdict& verdict : verdicts) {
       read_missing_from_recorders(verdict);
       read_launches_from_recorders(verdict);
@@ -326,13 +339,24 @@ void CoordinatorServer::run() {
         s.abort_verdicts.push_back(bytes);
         s.next_abort_resend_ns = realtime_ns() + kAbortResendIntervalNs;
       }
+      std::string sent_to;
+      std::string unreachable;
       for (auto it = s.peers.begin(); it != s.peers.end();) {
-        if (!it->second.said_goodbye && !send_to(it->first, bytes)) {
+        if (it->second.said_goodbye) {
+          ++it;
+          continue;
+        }
+        const std::string rank = " " + std::to_string(it->second.rank);
+        if (!send_to(it->first, bytes)) {
+          unreachable += rank;
           it = s.peers.erase(it);  // unroutable: that connection is gone
           continue;
         }
+        sent_to += rank;
         ++it;
       }
+      log(LogLevel::kDebug, "coordinator: verdict sent to ranks" + (sent_to.empty() ? " (none)" : sent_to) +
+                                (unreachable.empty() ? "" : "; unreachable:" + unreachable));
       ++local.verdicts;
       if (options_.on_verdict) options_.on_verdict(message);
     }
@@ -345,10 +369,13 @@ void CoordinatorServer::run() {
   auto resend_abort_verdicts = [&](uint64_t now_ns) {
     if (s.abort_verdicts.empty() || now_ns < s.next_abort_resend_ns) return;
     s.next_abort_resend_ns = now_ns + kAbortResendIntervalNs;
+    std::string sent_to;
     for (const auto& [id, peer] : s.peers) {
       if (peer.said_goodbye) continue;
       for (const std::vector<uint8_t>& verdict : s.abort_verdicts) send_to(id, verdict);
+      sent_to += " " + std::to_string(peer.rank);
     }
+    if (!sent_to.empty()) log(LogLevel::kDebug, "coordinator: stop verdict sent again to ranks" + sent_to);
   };
 
   auto handle = [&](const std::string& id, zmq::message_t& payload, uint64_t now_ns) {
@@ -506,12 +533,7 @@ void CoordinatorServer::run() {
     deliver(s.core.tick(now_ns));
     resend_abort_verdicts(now_ns);
     write_manifest(now_ns, false);
-    local.peers = s.peers.size();
-    local.connections = s.rank_by_fd.size();
-    local.hellos = s.core.hellos();
-    local.core = s.core.stats();
-    std::lock_guard<std::mutex> lock(stats_lock_);
-    stats_ = local;
+    publish_stats();
   }
   write_manifest(realtime_ns(), true);
   zmq_socket_monitor(s.router.handle(), nullptr, 0);

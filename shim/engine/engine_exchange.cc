@@ -430,11 +430,27 @@ class Exchange {
                           /*has_batch=*/false, 0, /*report_missing=*/verdict.text_path.empty(), wall_clock_ns());
     flush_logs();
     // The rank hosting the coordinator stays until the others, told of the verdict, have gone (bounded): if it
-    // left first, a rank that had not received the verdict yet would wait alone forever.
+    // left first, a rank that had not received the verdict yet would wait alone forever. A rank that has not said
+    // hello yet is waited for too: its hello gets the verdict.
     if (server_) {
       const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
-      while (server_->stats().connections > 1 && std::chrono::steady_clock::now() < deadline)
+      const uint64_t world = setup_.world > 0 ? static_cast<uint64_t>(setup_.world) : 0;
+      exchange::CoordinatorServerStats stats = server_->stats();
+      while ((stats.connections > 1 || stats.hellos < world) && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        stats = server_->stats();
+      }
+      if (stats.connections > 1 || stats.hellos < world) {
+        log(LogLevel::kWarn,
+            ("leaving " + std::to_string(stats.connections > 0 ? stats.connections - 1 : 0) +
+             " connected rank(s) and " + std::to_string(world > stats.hellos ? world - stats.hellos : 0) +
+             " never connected that did not stop within " + std::to_string(kHostLingerLimit.count()) +
+             " s of the verdict: the coordinator goes with this rank")
+                .c_str());
+      } else {
+        log(LogLevel::kDebug, "the other ranks have gone: the coordinator stops");
+      }
+      flush_logs();
       server_->stop();
     }
     _exit(status);

@@ -170,8 +170,10 @@ ProcessResult wait_process(pid_t pid, int timeout_seconds) {
 }
 
 TempDir::TempDir() {
-  char pattern[] = "/tmp/trainscope-test-XXXXXX";
-  const char* made = mkdtemp(pattern);
+  // Under $TMPDIR when set (parallel repeats of a test each get their own), else /tmp.
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && base[0] == '/' ? base : "/tmp") + "/trainscope-test-XXXXXX";
+  const char* made = mkdtemp(pattern.data());
   path_ = made != nullptr ? made : "/tmp";
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -370,6 +371,40 @@ TEST_F(TransportTest, AStoppedJobsVerdictIsSentAgainUntilTheRankGoesAndActedOnOn
   rank0.stop();
   EXPECT_EQ(rank0.stats().verdicts, 1u);
   EXPECT_EQ(verdicts0.get().size(), 1u);
+}
+
+// The host rank stays after an abort verdict while other ranks are connected (stats().connections): a rank whose hello
+// and mismatching call arrive in the same pass must be counted before anyone hears of the verdict, or the host leaves
+// at once and the verdict queued for that rank dies with it.
+TEST_F(TransportTest, AVerdictCountsEveryConnectionBeforeAnyRankHearsOfIt) {
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  std::atomic<CoordinatorServer*> server_seen{nullptr};
+  std::atomic<int64_t> connections_at_verdict{-1};
+  options.on_verdict = [&](const Verdict&) {
+    connections_at_verdict.store(static_cast<int64_t>(server_seen.load()->stats().connections));
+  };
+  CoordinatorServer server(options);
+  server_seen.store(&server);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  zmq::context_t context(1);
+  auto join = [&](zmq::socket_t& rank, int32_t number, uint64_t count) {
+    connect_with_key(rank, server.endpoint());
+    FingerprintBatch batch;
+    batch.rank = number;
+    batch.batch_number = 1;
+    batch.fingerprints = {all_reduce(number, 2, 1, count)};
+    // Queued together: they arrive together once the connection is up.
+    ASSERT_TRUE(rank.send(zmq::buffer(raw_hello(number)), zmq::send_flags::none));
+    ASSERT_TRUE(rank.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
+  };
+  zmq::socket_t rank0(context, zmq::socket_type::dealer);
+  join(rank0, 0, 1024);
+  ASSERT_TRUE(wait_until([&] { return server.stats().hellos == 1 && server.stats().connections == 1; }));
+  zmq::socket_t rank1(context, zmq::socket_type::dealer);
+  join(rank1, 1, 512);
+  ASSERT_TRUE(wait_until([&] { return connections_at_verdict.load() >= 0; }));
+  EXPECT_EQ(connections_at_verdict.load(), 2);
 }
 
 // What a coordinator receives from one client, in order, over a plain ROUTER socket.
