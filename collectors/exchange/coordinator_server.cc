@@ -492,14 +492,9 @@ void CoordinatorServer::run() {
     }
   };
 
-  while (!stopping_.load()) {
-    zmq::pollitem_t items[] = {{s.router.handle(), 0, ZMQ_POLLIN, 0}, {s.monitor.handle(), 0, ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, std::chrono::milliseconds(options_.tick_interval_ms));
-    } catch (const zmq::error_t&) {
-    }
-    uint64_t now_ns = realtime_ns();
-    for (size_t i = 0; i < options_.max_messages_per_wakeup; ++i) {
+  // Handles what the router holds now, at most `max` messages.
+  auto receive = [&](size_t max, uint64_t now_ns) {
+    for (size_t i = 0; i < max; ++i) {
       zmq::message_t id;
       zmq::message_t payload;
       try {
@@ -526,6 +521,16 @@ void CoordinatorServer::run() {
       if ((i & 63) == 0) now_ns = realtime_ns();
       handle(id.to_string(), payload, now_ns);
     }
+  };
+
+  while (!stopping_.load()) {
+    zmq::pollitem_t items[] = {{s.router.handle(), 0, ZMQ_POLLIN, 0}, {s.monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(options_.tick_interval_ms));
+    } catch (const zmq::error_t&) {
+    }
+    uint64_t now_ns = realtime_ns();
+    receive(options_.max_messages_per_wakeup, now_ns);
     now_ns = realtime_ns();
     read_disconnects(now_ns);
     settle_disconnects(now_ns);
@@ -535,6 +540,11 @@ void CoordinatorServer::run() {
     write_manifest(now_ns, false);
     publish_stats();
   }
+  // The host stops its coordinator once the other ranks' connections have closed; a connection's close can be seen
+  // before its last messages (a rank's first inf/nan, its goodbye) were taken from the router: take them now, so the
+  // origin holds every rank that reported. Bounded: a rank still sending must not hold the host's exit up.
+  receive(options_.max_messages_per_wakeup * 4, realtime_ns());
+  write_origin();
   write_manifest(realtime_ns(), true);
   zmq_socket_monitor(s.router.handle(), nullptr, 0);
   s.monitor.close();
