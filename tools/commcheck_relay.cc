@@ -36,12 +36,16 @@ void FailureRelay::send_line(int fd, const std::string& line) {
 }
 
 void FailureRelay::report_failure(const std::string& what) {
+  // Before the line goes: rank 0, told, ends at once, and this rank's thread must not take that close (or rank 0's
+  // forwarded copy of this very failure) for the news of another rank's failure and print it instead of ours.
+  said_.store(true);
   const std::string line = "FAIL\t" + protocol_field(label_ + ": " + what) + "\n";
   for (const Link& link : links_) send_line(link.fd, line);
   stop();
 }
 
 void FailureRelay::finish() {
+  said_.store(true);
   for (const Link& link : links_) send_line(link.fd, "DONE\n");
   stop();
 }
@@ -63,7 +67,7 @@ void FailureRelay::stop() {
 void FailureRelay::run() {
   // What another rank said broke; rank 0 passes it on to every other rank before saying it here.
   auto fail = [this](size_t from, const std::string& text) {
-    if (stopping_.load()) return;
+    if (stopping_.load() || said_.load()) return;
     if (rank_ == 0) {
       const std::string line = "FAIL\t" + protocol_field(text) + "\n";
       for (size_t i = 0; i < links_.size(); ++i)

@@ -31,9 +31,10 @@ class FailureRelay {
   // Starts watching the links; `on_failure` is called at most once, on the relay's thread, with what another rank
   // said broke (the caller prints it and ends the process).
   void start(std::function<void(const std::string&)> on_failure);
-  // This rank broke: tell the others (`what` is prefixed with this rank's label). Stops the watching.
+  // This rank broke: tell the others (`what` is prefixed with this rank's label). Stops the watching: from the call
+  // on, `on_failure` is never called (a rank told of this failure ends, and its closed connection is no news).
   void report_failure(const std::string& what);
-  // This rank passed: "DONE" to the other end(s). Stops the watching.
+  // This rank passed: "DONE" to the other end(s). Stops the watching, from the call on, as report_failure does.
   void finish();
 
  private:
@@ -49,7 +50,8 @@ class FailureRelay {
   std::function<void(const std::string&)> on_failure_;
   std::mutex send_mutex_;
   std::atomic<bool> stopping_{false};
-  int wake_[2] = {-1, -1};  // a pipe that ends the thread's poll
+  std::atomic<bool> said_{false};  // this rank has said how it ended: what the others do next is not reported
+  int wake_[2] = {-1, -1};         // a pipe that ends the thread's poll
   std::thread thread_;
 };
 

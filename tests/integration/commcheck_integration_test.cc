@@ -65,7 +65,6 @@ TEST(Commcheck, OpenMpiVariablesAndASingleProcessWork) {
 TEST(Commcheck, ARankThatNeverJoinsIsNamedByTheOthersWithinTheTimeout) {
   const int port = test_port(1);
   std::vector<std::future<ProcessResult>> ranks;
-  const auto start = std::chrono::steady_clock::now();
   for (int rank = 0; rank < 2; ++rank) {
     ProcessOptions options = rank_options();
     options.env["RANK"] = std::to_string(rank);
@@ -88,7 +87,6 @@ TEST(Commcheck, ARankThatNeverJoinsIsNamedByTheOthersWithinTheTimeout) {
         << r.err;
     EXPECT_NE(std::string::npos, r.err.find("rerun with NCCL_DEBUG=INFO")) << r.err;
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(Commcheck, ARankThatCannotLoadNcclIsNamedToAll) {
@@ -109,14 +107,14 @@ TEST(Commcheck, ARankThatCannotLoadNcclIsNamedToAll) {
 // Rank 1 runs a no-op NCCL: its all-reduce "succeeds" without reducing, so its sum is wrong; it says so, and rank 0,
 // waiting for it in the stand-in NCCL, is told through the rendezvous's connection at once, not at the timeout.
 TEST(Commcheck, ARankThatBreaksAfterTheRendezvousIsNamedByTheOthersAtOnce) {
-  const auto start = std::chrono::steady_clock::now();
   const ProcessResult r = run_process({TS_LAUNCH, "-n", "2", "--timeout", "60", "--", "/bin/sh", "-c",
                                        std::string("if [ \"$RANK\" = 1 ]; then n=") + TS_NOOP_NCCL_DIR +
                                            "/libnccl.so.2; else n=libnccl.so.2; fi; exec " + TS_TOOL +
                                            " commcheck --buffers host --timeout 30 --count 1000 --nccl $n"},
                                       rank_options());
   EXPECT_EQ(1, r.exit_code) << r.out << r.err;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  // Told, not timed out: no rank's watchdog (30 s) had anything to say.
+  EXPECT_EQ(std::string::npos, r.err.find("when --timeout")) << r.err;
   const std::string why = "rank 1 (" + host_name() + "-1): ncclAllReduce returned a wrong sum: element 0 is";
   EXPECT_NE(std::string::npos, r.err.find("[" + host_name() + "-0] FAILED (global rank: 0/2): " + why)) << r.err;
   EXPECT_NE(std::string::npos, r.err.find("[" + host_name() +
@@ -127,13 +125,11 @@ TEST(Commcheck, ARankThatBreaksAfterTheRendezvousIsNamedByTheOthersAtOnce) {
 
 // Rank 1 all-reduces more elements than rank 0: like real NCCL, the stand-in waits forever; the watchdog ends both.
 TEST(Commcheck, CallsThatDoNotMatchEndWithWhereEachRankWasWithinTheTimeout) {
-  const auto start = std::chrono::steady_clock::now();
   const ProcessResult r = run_process(
       {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", "/bin/sh", "-c",
        std::string("exec ") + TS_TOOL + " commcheck --buffers host --timeout 2 --count $((1000 + RANK * 5000))"},
       rank_options());
-  EXPECT_EQ(1, r.exit_code) << r.out << r.err;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_EQ(1, r.exit_code) << r.out << r.err;  // not ts-launch's 124: the ranks' own watchdogs ended them
   // Each rank says it, of itself or as told by the other, whose watchdog fired first.
   for (int rank = 0; rank < 2; ++rank) {
     const std::string label =
