@@ -295,7 +295,7 @@ void ExchangeClient::run() {
                                   " is not reachable; the job runs on and records locally, retrying in the background");
     }
   };
-  std::unordered_set<size_t> seen_verdicts;
+  std::unordered_set<size_t> seen_abort_verdicts;
   auto receive_all = [&] {
     for (int i = 0; i < 64; ++i) {
       zmq::message_t message;
@@ -327,9 +327,10 @@ void ExchangeClient::run() {
         }
       } else if (const auto* verdict = std::get_if<Verdict>(&decoded.message)) {
         // The coordinator repeats a stopped job's verdicts until the rank goes, and replays them after a new hello:
-        // each one is acted on once.
+        // each one is acted on once. (Warnings are never repeated as such: a desync still stuck is a new report.)
         const std::string_view bytes(static_cast<const char*>(message.data()), message.size());
-        if (!seen_verdicts.insert(std::hash<std::string_view>{}(bytes)).second) {
+        if (verdict->action == VerdictAction::kAbort &&
+            !seen_abort_verdicts.insert(std::hash<std::string_view>{}(bytes)).second) {
           repeated_verdicts_.fetch_add(1);
           continue;
         }

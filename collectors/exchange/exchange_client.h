@@ -9,8 +9,8 @@
 //                                     // a repeated id is ignored, so calling it once per call is cheap)
 //   client.report_nonfinite(first, stop_job, stack_id);  // this rank's first inf/nan (any thread, locks briefly)
 //   client.stop();                    // flushes for at most stop_flush_timeout_ms, says goodbye, joins
-// Verdicts and log lines arrive through the callbacks, on the client's thread; each verdict once, however often the
-// coordinator sends it.
+// Verdicts and log lines arrive through the callbacks, on the client's thread; each abort verdict once, however often
+// the coordinator sends it.
 //
 // Order on the connection: a stack definition made before a push() or report_nonfinite() goes out before the
 // fingerprint batch or the inf/nan message that carries it, so the coordinator always knows a stack id before a call
