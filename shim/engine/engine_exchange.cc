@@ -283,14 +283,7 @@ class Exchange {
     if (server_) {
       // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be
       // judged, if they are stuck waiting for this rank), but never hold a healthy job up for long.
-      // A rank of a short job may not even have said hello yet: wait for every rank of the world to have come.
-      const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
-      const auto others_busy = [this] {
-        const exchange::CoordinatorServerStats stats = server_->stats();
-        return stats.connections > 0 || (setup_.world > 0 && stats.hellos < static_cast<uint64_t>(setup_.world));
-      };
-      while (others_busy() && std::chrono::steady_clock::now() < deadline && !aborting_.load())
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      (void)wait_for_other_ranks(/*own_connections=*/0, /*until_abort=*/true);
       server_->stop();
     }
   }
@@ -433,17 +426,10 @@ class Exchange {
     // left first, a rank that had not received the verdict yet would wait alone forever. A rank that has not said
     // hello yet is waited for too: its hello gets the verdict.
     if (server_) {
-      const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
-      const uint64_t world = setup_.world > 0 ? static_cast<uint64_t>(setup_.world) : 0;
-      exchange::CoordinatorServerStats stats = server_->stats();
-      while ((stats.connections > 1 || stats.hellos < world) && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        stats = server_->stats();
-      }
-      if (stats.connections > 1 || stats.hellos < world) {
+      const OtherRanks left = wait_for_other_ranks(/*own_connections=*/1, /*until_abort=*/false);
+      if (left.connected > 0 || left.never_came > 0) {
         log(LogLevel::kWarn,
-            ("leaving " + std::to_string(stats.connections > 0 ? stats.connections - 1 : 0) +
-             " connected rank(s) and " + std::to_string(world > stats.hellos ? world - stats.hellos : 0) +
+            ("leaving " + std::to_string(left.connected) + " connected rank(s) and " + std::to_string(left.never_came) +
              " never connected that did not stop within " + std::to_string(kHostLingerLimit.count()) +
              " s of the verdict: the coordinator goes with this rank")
                 .c_str());
@@ -454,6 +440,32 @@ class Exchange {
       server_->stop();
     }
     _exit(status);
+  }
+
+  // The ranks the coordinator hosted here still waits for: connected (besides this rank), or never said hello.
+  struct OtherRanks {
+    uint64_t connected = 0;
+    uint64_t never_came = 0;
+  };
+  // Before the host stops its coordinator: waits, at most kHostLingerLimit, while other ranks are connected or have
+  // not said hello yet (a rank of a short job may not have come yet; a rank that comes after a verdict gets it with
+  // its welcome). `own_connections`: this rank's own client, while it is still connected. `until_abort`: a verdict
+  // arriving meanwhile ends the wait (its handler waits in its turn). Returns who was still there.
+  OtherRanks wait_for_other_ranks(uint64_t own_connections, bool until_abort) {
+    const auto deadline = std::chrono::steady_clock::now() + kHostLingerLimit;
+    const uint64_t world = setup_.world > 0 ? static_cast<uint64_t>(setup_.world) : 0;
+    const auto others = [&] {
+      const exchange::CoordinatorServerStats stats = server_->stats();
+      return OtherRanks{stats.connections > own_connections ? stats.connections - own_connections : 0,
+                        world > stats.hellos ? world - stats.hellos : 0};
+    };
+    OtherRanks left = others();
+    while ((left.connected > 0 || left.never_came > 0) && std::chrono::steady_clock::now() < deadline &&
+           !(until_abort && aborting_.load())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      left = others();
+    }
+    return left;
   }
 
   struct PendingCall {
