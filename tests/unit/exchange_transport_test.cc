@@ -121,6 +121,18 @@ std::vector<uint8_t> raw_hello(int32_t rank) {
   return encode(hello);
 }
 
+// A raw rank of a two-rank job joins: connects, says hello and sends its first all-reduce of `count` elements, both
+// queued together (they arrive together once the connection is up).
+void join_raw(zmq::socket_t& socket, const std::string& endpoint, int32_t rank, uint64_t count) {
+  connect_with_key(socket, endpoint);
+  FingerprintBatch batch;
+  batch.rank = rank;
+  batch.batch_number = 1;
+  batch.fingerprints = {all_reduce(rank, 2, 1, count)};
+  ASSERT_TRUE(socket.send(zmq::buffer(raw_hello(rank)), zmq::send_flags::none));
+  ASSERT_TRUE(socket.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
+}
+
 // A raw ROUTER that holds the coordinator's key, standing in for the coordinator.
 void serve_with_key(zmq::socket_t& router, const std::string& token = kToken) {
   const CurveKeyPair keys = coordinator_key_pair(token);
@@ -339,13 +351,7 @@ TEST_F(TransportTest, AStoppedJobsVerdictIsSentAgainUntilTheRankGoesAndActedOnOn
   rank0.start();
   zmq::context_t context(1);
   zmq::socket_t rank1(context, zmq::socket_type::dealer);
-  connect_with_key(rank1, server.endpoint());
-  ASSERT_TRUE(rank1.send(zmq::buffer(raw_hello(1)), zmq::send_flags::none));
-  FingerprintBatch batch;
-  batch.rank = 1;
-  batch.batch_number = 1;
-  batch.fingerprints = {all_reduce(1, 2, 1, 512)};
-  ASSERT_TRUE(rank1.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
+  join_raw(rank1, server.endpoint(), 1, 512);
   ASSERT_TRUE(rank0.push(all_reduce(0, 2, 1, 1024)));
 
   // Every message rank 1 receives within the deadline, until it holds two copies of the verdict.
@@ -388,21 +394,11 @@ TEST_F(TransportTest, AVerdictCountsEveryConnectionBeforeAnyRankHearsOfIt) {
   std::string error;
   ASSERT_TRUE(server.start(&error)) << error;
   zmq::context_t context(1);
-  auto join = [&](zmq::socket_t& rank, int32_t number, uint64_t count) {
-    connect_with_key(rank, server.endpoint());
-    FingerprintBatch batch;
-    batch.rank = number;
-    batch.batch_number = 1;
-    batch.fingerprints = {all_reduce(number, 2, 1, count)};
-    // Queued together: they arrive together once the connection is up.
-    ASSERT_TRUE(rank.send(zmq::buffer(raw_hello(number)), zmq::send_flags::none));
-    ASSERT_TRUE(rank.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
-  };
   zmq::socket_t rank0(context, zmq::socket_type::dealer);
-  join(rank0, 0, 1024);
+  join_raw(rank0, server.endpoint(), 0, 1024);
   ASSERT_TRUE(wait_until([&] { return server.stats().hellos == 1 && server.stats().connections == 1; }));
   zmq::socket_t rank1(context, zmq::socket_type::dealer);
-  join(rank1, 1, 512);
+  join_raw(rank1, server.endpoint(), 1, 512);
   ASSERT_TRUE(wait_until([&] { return connections_at_verdict.load() >= 0; }));
   EXPECT_EQ(connections_at_verdict.load(), 2);
 }
