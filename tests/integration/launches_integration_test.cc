@@ -357,6 +357,27 @@ TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
   EXPECT_TRUE(contains(text, "fault_kernel")) << text;
 }
 
+// The optimizer story from Python (PyTorch's fused Adam is launched from a Python training loop): batches counted from
+// the fused optimizer kernel under TRAINSCOPE_STEP_MARKER=auto, the inf named with its batch, as from C.
+TEST_P(LaunchesFromPython, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithItsBatch) {
+  TempDir dir;
+  ProcessOptions options = cuda_job_options(dir);
+  clean_python_environment(&options);
+  options.env["RANK"] = "0";
+  options.env["WORLD_SIZE"] = "1";
+  options.env["TRAINSCOPE_WATCH"] = "kernels:add_kernel|inf_kernel";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "auto";
+  const ProcessResult result = testing::run_process(
+      {python_.path, python_job("cuda_launches_job.py"), "--train", "6", "3", "--optimizer"}, options);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "trained 6 steps\n");
+  int reports = 0;
+  const std::string text = report(dir, "nonfinite-rank0", &reports);
+  ASSERT_EQ(reports, 1) << log_of(dir);
+  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=3\n")) << text;
+  EXPECT_TRUE(contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
+}
+
 INSTANTIATE_TEST_SUITE_P(Versions, LaunchesFromPython,
                          ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
                          [](const ::testing::TestParamInfo<int>& param_info) {

@@ -4,7 +4,10 @@ The same calls in the same order as tests/programs/cuda_launches_program.cc (its
 launch before any NCCL call, a captured graph, a kernel that faults so that the next cuStreamSynchronize fails with
 700, one more launch failing the same way) and the same stdout. Standard library only; CPython 3.9 to 3.13.
 
-  python3 cuda_launches_job.py
+  python3 cuda_launches_job.py [--train STEPS INF_STEP [--optimizer]]
+--train runs, as the C program's does, STEPS steps of add_kernel on A, an all-reduce and a synchronisation, with
+inf_kernel after add_kernel at step INF_STEP; --optimizer ends each step with fused_adam_kernel (a fused Adam step,
+which TRAINSCOPE_STEP_MARKER=auto takes for the end of a batch).
 The driver is libcuda.so.1 as dlopen finds it (the stand-in in tests, through LD_LIBRARY_PATH); NCCL as in
 nccl_ctypes.py.
 """
@@ -26,6 +29,8 @@ MODULE = (
     b"_Z10add_kernelPfPKfS1_i 8,8,8,4\n"
     b"_Z12fault_kernelPf 8 fault\n"
     b"_Z11spin_kernelPi 8 hang\n"
+    b"_Z10inf_kernelPf 8 inf\n"
+    b"_Z17fused_adam_kernelPfPKfi 8,8,4\n"
 )
 
 p = ctypes.c_void_p
@@ -62,17 +67,31 @@ def check_cu(result, what):
         nc.fail(what, result)
 
 
-def main():
-    if len(sys.argv) != 1:
-        sys.stderr.write("usage: cuda_launches_job.py\n")
+def parse_arguments(argv):
+    """(train_steps, inf_step, optimizer); train_steps 0: the default scenario."""
+    usage = "usage: cuda_launches_job.py [--train STEPS INF_STEP [--optimizer]]\n"
+    if not argv:
+        return 0, -1, False
+    if argv[0] != "--train" or len(argv) not in (3, 4) or (len(argv) == 4 and argv[3] != "--optimizer"):
+        sys.stderr.write(usage)
         sys.exit(2)
+    try:
+        return int(argv[1]), int(argv[2]), len(argv) == 4
+    except ValueError:
+        sys.stderr.write(usage)
+        sys.exit(2)
+
+
+def main():
+    train_steps, inf_step, optimizer = parse_arguments(sys.argv[1:])
     cu = load_driver()
     check_cu(cu.cuInit(0), "cuInit")
     module = p()
     check_cu(cu.cuModuleLoadData(ctypes.byref(module), MODULE), "cuModuleLoadData")
     kernels = {}
     for name, mangled in (("scale", b"_Z12scale_kernelPfPKfi"), ("add", b"_Z10add_kernelPfPKfS1_i"),
-                          ("fault", b"_Z12fault_kernelPf"), ("spin", b"_Z11spin_kernelPi")):
+                          ("fault", b"_Z12fault_kernelPf"), ("spin", b"_Z11spin_kernelPi"),
+                          ("inf", b"_Z10inf_kernelPf"), ("adam", b"_Z17fused_adam_kernelPfPKfi")):
         kernels[name] = p()
         check_cu(cu.cuModuleGetFunction(ctypes.byref(kernels[name]), module, mangled), "cuModuleGetFunction " + name)
     a = p()
@@ -102,6 +121,19 @@ def main():
 
     def all_reduce(stream):
         nc.check(nccl.ncclAllReduce(buffer, buffer, count, nc.ncclFloat32, nc.ncclSum, comm, stream), "ncclAllReduce")
+
+    if train_steps > 0:
+        for step in range(train_steps):
+            check_cu(launch("add", 8, 32, 0, a, [y, x, x, n]), "add on a")
+            if step == inf_step:
+                check_cu(launch("inf", 1, 32, 0, a, [y]), "inf on a")
+            all_reduce(a)
+            if optimizer:
+                check_cu(launch("adam", 4, 64, 0, a, [x, y, n]), "fused_adam on a")
+            check_cu(cu.cuStreamSynchronize(a), "cuStreamSynchronize a")
+        nc.check(nccl.ncclCommDestroy(comm), "ncclCommDestroy")
+        nc.say("trained %d steps" % train_steps, flush=True)
+        return
 
     check_cu(launch("add", 8, 32, 128, b, [y, x, x, n]), "add on b")
     all_reduce(a)
