@@ -337,15 +337,20 @@ class LaunchesFromPython : public ::testing::TestWithParam<int> {
     python_ = testing::find_python(GetParam());
     if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
   }
+  // A one-rank ctypes job on the stand-in driver, CUPTI and NCCL.
+  static ProcessOptions job_options(const TempDir& dir) {
+    ProcessOptions options = cuda_job_options(dir);
+    clean_python_environment(&options);
+    options.env["RANK"] = "0";
+    options.env["WORLD_SIZE"] = "1";
+    return options;
+  }
   testing::FoundPython python_;
 };
 
 TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
   TempDir dir;
-  ProcessOptions options = cuda_job_options(dir);
-  clean_python_environment(&options);
-  options.env["RANK"] = "0";
-  options.env["WORLD_SIZE"] = "1";
+  ProcessOptions options = job_options(dir);
   const ProcessResult result = testing::run_process({python_.path, python_job("cuda_launches_job.py")}, options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "sync 700 launch 700\ndone\n");
@@ -361,10 +366,7 @@ TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
 // the fused optimizer kernel under TRAINSCOPE_STEP_MARKER=auto, the inf named with its batch, as from C.
 TEST_P(LaunchesFromPython, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithItsBatch) {
   TempDir dir;
-  ProcessOptions options = cuda_job_options(dir);
-  clean_python_environment(&options);
-  options.env["RANK"] = "0";
-  options.env["WORLD_SIZE"] = "1";
+  ProcessOptions options = job_options(dir);
   options.env["TRAINSCOPE_WATCH"] = "kernels:add_kernel|inf_kernel";
   options.env["TRAINSCOPE_STEP_MARKER"] = "auto";
   const ProcessResult result = testing::run_process(
