@@ -21,8 +21,14 @@ class ByteWriter {
     for (size_t i = 0; i < sizeof(T); ++i) out_.push_back(static_cast<uint8_t>(bits >> (8 * i)));
   }
   // Strings carry a u32 length; callers keep them within the field's limit (longer ones are cut, not sent whole).
+  // A cut never splits a UTF-8 character: a string escaped on arrival (it grew) and sent on must arrive the same, not
+  // with a broken character that the next decoder escapes again.
   void put_string(std::string_view text, size_t limit) {
-    if (text.size() > limit) text = text.substr(0, limit);
+    if (text.size() > limit) {
+      size_t cut = limit;
+      for (int back = 0; back < 3 && cut > 0 && (static_cast<uint8_t>(text[cut]) & 0xc0u) == 0x80u; ++back) --cut;
+      text = text.substr(0, cut);
+    }
     put(static_cast<uint32_t>(text.size()));
     out_.insert(out_.end(), text.begin(), text.end());
   }

@@ -432,6 +432,23 @@ TEST(WireProtocolTest, StringsFromAPeerArriveWithTheirControlCharactersEscaped) 
   EXPECT_EQ(std::get<Verdict>(decoded_verdict.message).text, "Cannot apply\n  - Process 1: host \\x1b[8m\n");
 }
 
+// A string escaped on arrival grows; sent on, it is cut at its field's limit, and the cut must not split a character,
+// or the next decoder escapes the broken bytes again and the text changes at every hop (found by the fuzzer).
+TEST(WireProtocolTest, AnEscapedStringCutAtItsLimitIsAFixedPoint) {
+  Hello hello = sample_hello();
+  // Escaped, "\x01" (4 bytes) then the 'a's puts the cut at the limit between the two bytes of the e-acute.
+  hello.host = "\x01" + std::string(kMaxShortStringBytes - 5, 'a') + "\xc3\xa9";
+  const DecodeResult once = decode(encode(hello));
+  ASSERT_TRUE(once.ok) << once.error;
+  ASSERT_EQ(std::get<Hello>(once.message).host.size(), kMaxShortStringBytes + 1);
+  const std::vector<uint8_t> sent_on = encode(once.message);
+  const DecodeResult twice = decode(sent_on);
+  ASSERT_TRUE(twice.ok) << twice.error;
+  const std::string& host = std::get<Hello>(twice.message).host;
+  EXPECT_EQ(host, "\\x01" + std::string(kMaxShortStringBytes - 5, 'a')) << "cut before the character, not in it";
+  EXPECT_EQ(encode(twice.message), sent_on);
+}
+
 TEST(WireProtocolTest, TokensCompareExactly) {
   EXPECT_TRUE(tokens_equal("abc123", "abc123"));
   EXPECT_FALSE(tokens_equal("abc123", "abc124"));
