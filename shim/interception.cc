@@ -41,6 +41,12 @@ void* fallback(RealId id, const char* name, void* self, void* caller) {
   return address == self ? nullptr : address;
 }
 
+// Whether an NCCL is in the process-wide scope (linked, or dlopen()ed RTLD_GLOBAL): ncclGetErrorString, which every
+// NCCL exports and we do not, is found there.
+bool global_nccl_loaded() {
+  return dlsym(RTLD_NEXT, "ncclGetErrorString") != nullptr || dlsym(RTLD_DEFAULT, "ncclGetErrorString") != nullptr;
+}
+
 }  // namespace
 
 const char* real_name(RealId id) {
@@ -64,16 +70,28 @@ bool interposed_function(const char* name, RealId* id) {
   return false;
 }
 
-void* resolve_real(RealId id, const char* name, void* self, void* caller) {
+void* resolve_real(RealId id, const char* name, void* self, void* caller, bool anywhere) {
   void* address = lookup(RTLD_NEXT, name, self);
   char profiling_name[64];
-  if (address == nullptr && strlen(name) + 2 < sizeof(profiling_name)) {
+  const bool has_profiling_name = strlen(name) + 2 < sizeof(profiling_name);
+  if (has_profiling_name) {
     profiling_name[0] = 'p';
     memcpy(profiling_name + 1, name, strlen(name) + 1);
-    address = lookup(RTLD_NEXT, profiling_name, self);
   }
+  if (address == nullptr && has_profiling_name) address = lookup(RTLD_NEXT, profiling_name, self);
   if (address == nullptr) address = lookup(RTLD_DEFAULT, name, self);
-  if (address == nullptr) return fallback(id, name, self, caller);
+  if (address == nullptr) {
+    if (void* own = fallback(id, name, self, caller)) return own;
+    // A process-wide NCCL that lacks the function (an older version): the call is refused, never sent to another.
+    if (!anywhere || global_nccl_loaded()) return nullptr;
+    // No NCCL in the global scope: it is loaded RTLD_LOCAL (ctypes' default), and the job found our exported hook
+    // through the global scope first (nccl4py, and any code that tries RTLD_DEFAULT before the handle). The hook must
+    // call the NCCL the process did load, wherever it is: the first loaded object that defines the function.
+    address = elf::any_other_definition(name);
+    if (address == nullptr && has_profiling_name) address = elf::any_other_definition(profiling_name);
+    if (address == self) address = nullptr;
+    if (address == nullptr) return nullptr;
+  }
   g_real_functions[static_cast<int>(id)].store(address, std::memory_order_relaxed);
   return address;
 }

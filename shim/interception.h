@@ -6,8 +6,10 @@
 // address equal to our own hook is rejected so a hook can never call itself. A function library 0 lacks resolves to
 // nullptr (the hook then returns ncclInvalidUsage and logs once) — except when the caller is an NCCL loaded on a
 // handle calling its own exported function (ncclBcast calls ncclBroadcast; the process-wide look-up binds that call
-// to our hook): then that NCCL's own definition is used. The lookup runs on the first call of each function and is
-// cached; a failed lookup is retried on later calls (NCCL may be dlopen()ed after the first attempt).
+// to our hook): then that NCCL's own definition is used. When no NCCL is in the process-wide scope at all (it was
+// loaded RTLD_LOCAL, and the job found our exported hook in the global scope first: nccl4py), library 0 is the first
+// loaded object that defines the function. The lookup runs on the first call of each function and is cached; a
+// failed lookup is retried on later calls (NCCL may be dlopen()ed after the first attempt).
 //
 // Libraries 1 to kMaxLibraries - 1 are NCCLs found by a job's dlsym(handle, "ncclX") (ctypes, JAX's stub, a renamed
 // copy): their every function is resolved once, when the library gets its slot (nccl_libraries.h).
@@ -40,7 +42,10 @@ bool interposed_function(const char* name, RealId* id);
 
 // Resolves (or returns the cached) address of library 0's function; nullptr if the loaded NCCL lacks it.
 // `self` is our own hook's address (nullptr for helpers we do not interpose); `caller` the hook's return address.
-void* resolve_real(RealId id, const char* name, void* self, void* caller);
+// With no NCCL in the process-wide scope at all, the first loaded object that defines the function is library 0's
+// (an NCCL loaded RTLD_LOCAL whose functions the job looks up in the global scope first, as nccl4py does); `anywhere`
+// false leaves that out (the handle look-ups: such a library gets a slot of its own, as before).
+void* resolve_real(RealId id, const char* name, void* self, void* caller, bool anywhere = true);
 
 // The caches; a relaxed load is all the hot path pays once a function is resolved.
 extern std::atomic<void*> g_real_functions[kRealCount];

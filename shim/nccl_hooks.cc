@@ -18,6 +18,7 @@
 #include "shim/interception.h"
 #include "shim/job_key.h"
 #include "shim/nccl_libraries.h"
+#include "shim/nccl_presence.h"
 #include "shim/runtime.h"
 
 #define TS_EXPORT extern "C" __attribute__((visibility("default")))
@@ -176,10 +177,17 @@ class Hook {
     const Op op = static_cast<Op>(record_.op);
     if (!g_missing_logged[static_cast<int>(op)].exchange(true)) {
       const int v = g_runtime.nccl_version;
-      log_message(LogLevel::kError,
-                  "%s is not in the loaded NCCL (version %d.%d.%d, code %d): the call returns ncclInvalidUsage; "
-                  "it needs NCCL 2.28 or newer",
-                  name, v >= 10000 ? v / 10000 : v / 1000, v >= 10000 ? (v / 100) % 100 : (v / 100) % 10, v % 100, v);
+      char nccl[512];
+      if (!find_loaded_nccl(nccl, sizeof(nccl))) {
+        log_message(LogLevel::kError,
+                    "%s was called but no NCCL is loaded in this process: the call returns ncclInvalidUsage", name);
+      } else {
+        log_message(LogLevel::kError,
+                    "%s is not in the loaded NCCL %s (version %d.%d.%d, code %d): the call returns ncclInvalidUsage; "
+                    "it needs NCCL 2.28 or newer",
+                    name, nccl, v >= 10000 ? v / 10000 : v / 1000, v >= 10000 ? (v / 100) % 100 : (v / 100) % 10,
+                    v % 100, v);
+      }
     }
     return finish(ncclInvalidUsage);
   }
@@ -262,7 +270,9 @@ namespace {
 
 TS_HOOK_BODY(ncclGetUniqueId)(ncclUniqueId* uniqueId) {
   TS_HOOK_ENTER(ncclGetUniqueId, kGetUniqueId, (uniqueId));
-  return hook.call(real, uniqueId);
+  const ncclResult_t result = hook.call(real, uniqueId);
+  if (result == ncclSuccess && uniqueId != nullptr) trainscope::shim::note_unique_id_made(uniqueId, sizeof(*uniqueId));
+  return result;
 }
 
 TS_HOOK_BODY(ncclCommInitRank)(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {

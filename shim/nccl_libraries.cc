@@ -56,7 +56,7 @@ int take_slot(uintptr_t base, const char* path, DlsymFunction real_dlsym) {
 void* hook_for_handle_lookup(RealId id, void* real, DlsymFunction real_dlsym) {
   if (real == exported_hook(id)) return real;
   // Library 0's own function: a handle that reaches the process-wide NCCL (the same libnccl.so.2 the job links).
-  if (real == resolve_real(id, real_name(id), exported_hook(id), nullptr)) return exported_hook(id);
+  if (real == resolve_real(id, real_name(id), exported_hook(id), nullptr, /*anywhere=*/false)) return exported_hook(id);
   Dl_info info;
   if (dladdr(real, &info) == 0 || info.dli_fbase == nullptr || info.dli_fname == nullptr) return real;
   const auto base = reinterpret_cast<uintptr_t>(info.dli_fbase);

@@ -2,11 +2,13 @@
 
 Standard library only; CPython 3.9 to 3.13. What tests/programs/bootstrap.h is to the C programs:
 
-- load(): the library, in one of two ways (argument `mode`, else env TS_NCCL_LOAD, else "handle"):
+- load(): the library, in one of three ways (argument `mode`, else env TS_NCCL_LOAD, else "handle"):
     handle  ctypes.CDLL(path) (RTLD_LOCAL, as ctypes loads), each function looked up as an attribute of that
             handle, i.e. dlsym(handle, name): vLLM's and SGLang's way;
     global  the library loaded with RTLD_GLOBAL, each function looked up through ctypes.CDLL(None), i.e.
-            dlsym on the process's global scope: what a library linked into the process (PyTorch's libnccl) gets.
+            dlsym on the process's global scope: what a library linked into the process (PyTorch's libnccl) gets;
+    scope-first  loaded RTLD_LOCAL, each function looked up in the global scope first, then on the handle:
+            nccl4py's way (under the shim the global scope holds our exported hooks, the handle the rest).
   The path is argument `path`, else env TS_NCCL_PATH, else "libnccl.so.2" (found as dlopen finds it), so that a
   renamed copy of the library can be used. Every function used is looked up once, at load, with its argtypes and
   restype.
@@ -126,7 +128,23 @@ _FUNCTIONS = {
     "ncclGroupEnd": (ncclResult_t, []),
 }
 
-LOAD_MODES = ("handle", "global")
+LOAD_MODES = ("handle", "global", "scope-first")
+
+
+class _FirstOf:
+    """Looks each function up in the process's global scope first, then on the library's handle: nccl4py's way
+    (NVIDIA's nccl.bindings), and that of any loader that tries dlsym(RTLD_DEFAULT) before the handle."""
+
+    def __init__(self, *lookups):
+        self._lookups = lookups
+
+    def __getattr__(self, name):
+        for lookup in self._lookups:
+            try:
+                return getattr(lookup, name)
+            except AttributeError:
+                pass
+        raise AttributeError(name)
 
 
 class Nccl:
@@ -154,12 +172,15 @@ def load(mode=None, path=None):
     if path is None:
         path = os.environ.get("TS_NCCL_PATH") or "libnccl.so.2"
     if mode not in LOAD_MODES:
-        sys.stderr.write("nccl_ctypes: TS_NCCL_LOAD must be handle or global, not '%s'\n" % mode)
+        sys.stderr.write("nccl_ctypes: TS_NCCL_LOAD must be handle, global or scope-first, not '%s'\n" % mode)
         sys.exit(2)
     try:
         if mode == "handle":
             library = ctypes.CDLL(path)
             lookup = library
+        elif mode == "scope-first":
+            library = ctypes.CDLL(path)  # RTLD_LOCAL, as ctypes loads: nothing of it is in the global scope
+            lookup = _FirstOf(ctypes.CDLL(None), library)
         else:
             library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             lookup = ctypes.CDLL(None)
