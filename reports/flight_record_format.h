@@ -261,6 +261,16 @@ enum class LaunchMode : uint32_t {
   kUnavailable = 3,  // wanted but not possible: launch_note says why (CUPTI taken by another tool, no CUPTI)
 };
 
+// FileHeader::exchange_state: whether this process's calls were compared with the other ranks' (the out-of-band
+// exchange). A run whose checks did not run must never read as a clean one: a mismatch there hangs unreported.
+enum class ExchangeState : uint32_t {
+  kNotSaid = 0,    // nothing said: an older file, or a process that never started the engine
+  kNotNeeded = 1,  // nothing to compare with (one process) or turned off by the user (TRAINSCOPE_COORDINATOR=off)
+  kWaiting = 2,    // started, not (yet) welcomed by the coordinator: exchange_note says what it waits for
+  kRan = 3,        // the coordinator accepted this rank: its calls were compared
+  kDidNotRun = 4,  // the checks never ran for this process: exchange_note says why
+};
+
 // One intercepted call. 128 bytes, two cache lines.
 struct Record {
   uint64_t commit;  // index + 1 once the fields up to `checksum` are final; 0 while being written
@@ -347,6 +357,7 @@ enum EndFlags : uint32_t {
   kEndStopBatch = 1u << 2,      // stop_batch holds a batch number
   kEndReportMissing = 1u << 3,  // the verdict that stopped it came without a report: the coordinator could not write it
   kEndUnwritten = 1u << 4,      // unwritten_report / unwritten_cause hold the first report it could not write
+  kEndExec = 1u << 5,           // the process replaced its program by exec(): a clean end of this recording
 };
 
 // FileHeader::unwritten_note: who may write the note of an unwritten report, and what it holds.
@@ -458,6 +469,10 @@ struct FileHeader {
   uint64_t completions_ns;     // when the engine last brought the stream table's completion up to date (0: never)
   uint64_t dropped_launches;   // launches not recorded (name or stream table full is not a drop: those are recorded)
   char launch_note[160];       // why launches are not (all) seen: "CUPTI is in use by another tool (Nsight Systems?)"
+  // --- the cross-rank checks (appended later in version 3: older files hold zeros here, which says nothing) ---
+  uint32_t exchange_state;     // ExchangeState; exchange_note is stored before it (release)
+  uint32_t reserved_exchange;  // 0
+  char exchange_note[256];     // why the checks did not run (or have not started yet) on this process
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);
 static_assert(offsetof(FileHeader, exe) + 256 == offsetof(FileHeader, max_sites), "version 1 offsets are kept");
@@ -513,6 +528,23 @@ inline void record_exit_status(FileHeader* h, int status) {
   __atomic_fetch_or(&h->end_flags, static_cast<uint32_t>(kEndExitStatus), __ATOMIC_RELEASE);
 }
 
+// The process ends without exit()'s handlers (_exit(), or exec() when `exec`): marks it exited at `exit_ns`, as the
+// recorder's close at a normal exit would, so that a clean end never reads as a crash. Async-signal-safe.
+inline void record_end_without_exit(FileHeader* h, bool exec, uint64_t exit_ns) {
+  if (h == nullptr) return;
+  if (exec) __atomic_fetch_or(&h->end_flags, static_cast<uint32_t>(kEndExec), __ATOMIC_RELEASE);
+  __atomic_store_n(&h->exit_ns, exit_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->state, static_cast<uint32_t>(ProcessState::kExited), __ATOMIC_RELEASE);
+}
+
+// A failed exec(): the process goes on, and so does its recording.
+inline void record_exec_failed(FileHeader* h) {
+  if (h == nullptr) return;
+  __atomic_fetch_and(&h->end_flags, ~static_cast<uint32_t>(kEndExec), __ATOMIC_RELAXED);
+  __atomic_store_n(&h->exit_ns, uint64_t{0}, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->state, static_cast<uint32_t>(ProcessState::kRunning), __ATOMIC_RELEASE);
+}
+
 // trainscope stops this process with `status` (it calls _exit() next): why, about which call or batch, and whether
 // the verdict's report is missing. Marks the process exited at `exit_ns`, as a clean exit would.
 inline void record_stop(FileHeader* h, StopReason reason, int status, uint64_t comm_id, uint64_t seq, bool has_batch,
@@ -549,6 +581,14 @@ inline void record_unwritten_report(FileHeader* h, const char* report, const cha
   __atomic_store_n(&h->unwritten_note, static_cast<uint32_t>(has_cause ? kNoteWithCause : kNoteWithoutCause),
                    __ATOMIC_RELEASE);
   __atomic_fetch_or(&h->end_flags, static_cast<uint32_t>(kEndUnwritten), __ATOMIC_RELEASE);
+}
+
+// Whether this process's calls are compared across ranks, and if not why (`note`, cut to fit). Any thread; the
+// last call wins.
+inline void record_exchange_state(FileHeader* h, ExchangeState state, const char* note) {
+  if (h == nullptr) return;
+  copy_header_text(h->exchange_note, sizeof(h->exchange_note), note);
+  __atomic_store_n(&h->exchange_state, static_cast<uint32_t>(state), __ATOMIC_RELEASE);
 }
 
 // A cheap 32-bit checksum of a record's immutable fields (a 64-bit multiply-xorshift mix per word).

@@ -141,7 +141,11 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     h.completions_ns = 0;
     h.dropped_launches = 0;
     std::memset(h.launch_note, 0, sizeof(h.launch_note));
+    h.exchange_state = static_cast<uint32_t>(ExchangeState::kNotSaid);
+    std::memset(h.exchange_note, 0, sizeof(h.exchange_note));
   }
+  if (h.exchange_state > static_cast<uint32_t>(ExchangeState::kDidNotRun))
+    h.exchange_state = static_cast<uint32_t>(ExchangeState::kNotSaid);  // a value no writer stores says nothing
   if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
     return fail(error, path,
                 "corrupt header: sizes header/record/comm " + std::to_string(h.header_bytes) + "/" +
@@ -184,6 +188,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   terminate_field(h.unwritten_report);
   terminate_field(h.unwritten_cause);
   terminate_field(h.launch_note);
+  terminate_field(h.exchange_note);
   // The first error's index is trusted only when it names a claimed slot; first_error() also checks its record.
   if (h.first_error_index > h.next) h.first_error_index = 0;
   // How the process ended: only what its flags vouch for (a version 1 file, or one written before these fields,

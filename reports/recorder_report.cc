@@ -41,6 +41,7 @@ RankState rank_state(const RecorderFile& file, const ReportOptions& options) {
     return {"stopped", stop_text(h) + (h.exit_ns != 0 ? " " + utc_time_of_day(h.exit_ns) : std::string()), true};
   }
   if (h.state == static_cast<uint32_t>(ProcessState::kExited)) {
+    if ((h.end_flags & kEndExec) != 0) return {"exited", "replaced by exec() " + utc_time_of_day(h.exit_ns), true};
     std::string text = "exited " + utc_time_of_day(h.exit_ns);
     if ((h.end_flags & kEndExitStatus) != 0) text += " (status " + std::to_string(h.exit_status) + ")";
     return {"exited", text, true};
@@ -412,6 +413,8 @@ ProcessOverview process_overview(const RunDirectory& run, const ReportOptions& o
     detail.launch_mode = h.launch_mode;
     detail.launch_note = h.launch_note;
     detail.cuda_errors = h.cuda_errors;
+    detail.exchange_state = h.exchange_state;
+    detail.exchange_note = h.exchange_note;
     if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
       detail.first_cuda_error = reports::cuda_error_summary(error);
     }

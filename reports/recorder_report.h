@@ -77,6 +77,8 @@ struct ProcessDetail {
   std::string launch_note;           // why not more
   uint32_t cuda_errors = 0;          // CUDA API calls that returned an error
   std::string first_cuda_error;      // reports::cuda_error_summary() of the first, "" when none (or its record is gone)
+  uint32_t exchange_state = 0;       // ExchangeState: whether its calls were compared across ranks
+  std::string exchange_note;         // why not
 };
 
 struct ProcessOverview {
