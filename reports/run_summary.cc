@@ -617,8 +617,10 @@ void desync_line(const RunSummary& summary, Analysis* a) {
     std::vector<std::pair<std::string, std::vector<int32_t>>> missing_by_state;  // in order of appearance
     json missing = json::array();
     bool certain = false;
+    bool creation = std::string_view(r->base_name).ends_with("-creation");
     std::optional<uint64_t> repeat;
     if (r->has_json) {
+      creation = bool_member(r->json, "creation", creation);
       comm = string_member(r->json, "communicator");
       seq = uint_member(r->json, "seq");
       operation = string_member(r->json, "operation");
@@ -646,11 +648,13 @@ void desync_line(const RunSummary& summary, Analysis* a) {
       parse_call_name(r->base_name, "desync-", &comm, &seq);
       p2p = parse_send_name(r->base_name, &sender, &receiver, &seq);
     }
+    if (creation) seq = 0;
     items.push_back({{"file", source_file(*r)},
                      {"communicator", string_or_null(comm)},
                      {"seq", optional_json(seq)},
                      {"operation", string_or_null(operation)},
                      {"point_to_point", p2p},
+                     {"creation", creation},
                      {"sender", rank_json(sender)},
                      {"receiver", rank_json(receiver)},
                      {"certain", certain},
@@ -661,7 +665,9 @@ void desync_line(const RunSummary& summary, Analysis* a) {
         std::make_tuple(comm.substr(0, std::min<size_t>(comm.size(), 6)), seq, p2p ? sender : -1, p2p ? receiver : -1);
     if (std::find(calls.begin(), calls.end(), call) == calls.end()) calls.push_back(call);
     if (!first.empty()) continue;
-    first = "communicator " + short_comm(comm) + (p2p ? " send #" : " call #") + (seq ? std::to_string(*seq) : "?");
+    first = "communicator " + short_comm(comm) +
+            (creation ? std::string(" at its creation")
+                      : (p2p ? " send #" : " call #") + (seq ? std::to_string(*seq) : std::string("?")));
     if (!operation.empty()) first += " `" + operation + "`";
     std::vector<std::string> missing_parts;
     for (const auto& [state, ranks] : missing_by_state)
@@ -1296,14 +1302,23 @@ void nccl_calls_line(const RunSummary& summary, Analysis* a) {
                                      {"unexplained", unexplained.size()},
                                      {"no_nccl_call_in_job", nothing_seen || (none_recorded && !unexplained.empty())}};
   std::vector<std::string> parts;
-  if (!unexplained.empty()) {
-    std::vector<std::string> who;
-    for (const NcclWithoutCalls* n : unexplained) who.push_back(note_process(*n));
-    parts.push_back(plural(unexplained.size(), "process", "processes") +
+  // A process whose recorder holds NCCL calls (ncclGetUniqueId) reached our hooks: its NCCL is not hidden from us, it
+  // just made no communicator (a rank that ended, or failed, before creating one).
+  std::vector<std::string> silent, ended_early;
+  for (const NcclWithoutCalls* n : unexplained)
+    (n->calls > 0 ? ended_early : silent)
+        .push_back(note_process(*n) + (n->calls > 0 ? ", " + plural(n->calls, "call", "calls") : std::string()));
+  if (!silent.empty()) {
+    parts.push_back(plural(silent.size(), "process", "processes") +
                     " loaded libnccl but no NCCL call was seen: NCCL may be linked statically into the job (" +
-                    join_capped(who, ", ") + "; " + unexplained.front()->nccl + ")");
-    a->nothing_wrong = false;
+                    join_capped(silent, ", ") + "; " + unexplained.front()->nccl + ")");
   }
+  if (!ended_early.empty()) {
+    parts.push_back(plural(ended_early.size(), "process", "processes") +
+                    " called NCCL but made no communicator: it ended before creating one (" +
+                    join_capped(ended_early, ", ") + ")");
+  }
+  if (!unexplained.empty()) a->nothing_wrong = false;
   if (nothing_seen) {
     parts.push_back(
         "no process of this job recorded an NCCL call: NCCL may be linked statically into the job "
@@ -1497,6 +1512,40 @@ void launches_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back("launches: " + join_capped(parts, "; "));
 }
 
+// The cross-rank checks that did not run (or had not started when the process went): a mismatch or a desync there
+// is not reported, so the run is not clean, and the mismatches line must not read "none" as if they had been looked
+// for. Processes that ran them, or had nothing to compare with, say nothing here.
+void checks_line(const RunSummary& summary, Analysis* a) {
+  json items = json::array();
+  std::vector<std::pair<std::string, std::vector<ProcessRef>>> reasons;  // why -> processes, in order of appearance
+  size_t ran = 0;
+  for (const recorder::ProcessDetail& d :
+       summary.processes ? summary.processes->details : std::vector<recorder::ProcessDetail>{}) {
+    const auto state = static_cast<recorder::ExchangeState>(d.exchange_state);
+    if (state == recorder::ExchangeState::kRan) ++ran;
+    if (state != recorder::ExchangeState::kDidNotRun && state != recorder::ExchangeState::kWaiting) continue;
+    const std::string why = d.exchange_note.empty() ? "no reason recorded" : d.exchange_note;
+    items.push_back({{"rank", rank_json(d.who.rank)},
+                     {"pid", d.who.pid},
+                     {"state", state == recorder::ExchangeState::kWaiting ? "waiting" : "did_not_run"},
+                     {"why", why}});
+    auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
+    if (it == reasons.end()) it = reasons.insert(reasons.end(), {why, {}});
+    it->second.push_back(d.who);
+  }
+  a->fields["cross_rank_checks"] = {{"ran", ran}, {"did_not_run", items}};
+  if (reasons.empty()) return;
+  a->nothing_wrong = false;
+  std::vector<std::string> parts;
+  for (const auto& [why, who] : reasons) parts.push_back(processes_phrase(who) + ": " + why);
+  a->lines.push_back("cross-rank checks: did not run on " + join_capped(parts, "; ") +
+                     " (a mismatch or desync there was not looked for)");
+  for (std::string& line : a->lines)
+    if (line == "mismatches: none")
+      line = ran == 0 ? "mismatches: not looked for (the cross-rank checks did not run)"
+                      : "mismatches: none found where the cross-rank checks ran";
+}
+
 Analysis analyse(const RunSummary& summary) {
   Analysis a;
   const bool any_nonfinite = !reports_of(summary, ReportKind::kNonfinite).empty();
@@ -1510,6 +1559,7 @@ Analysis analyse(const RunSummary& summary) {
   stop_line(summary, &a);
   cuda_error_lines(summary, &a);
   launches_line(summary, &a);
+  checks_line(summary, &a);
   job_line(summary, only_requested_stops(summary), &a);
   processes_line(summary, &a);
   unwritten_line(summary, &a);

@@ -178,8 +178,9 @@ void note_recorders(RunSummary* summary, const recorder::RunDirectory& run,
 std::string format_summary_text(const RunSummary& summary);
 // The same as JSON: {"run", "run_dir", "nothing_wrong", "lines", "origin", "first_nonfinite", "mismatches",
 // "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "cuda_errors" ([{"rank", "pid", "file",
-// "cuda_errors", "first"}]), "launches" ([{"rank", "pid", "mode", "note"}]), "job", "processes", "unwritten", "setup",
-// "traces", "unreadable"}.
+// "cuda_errors", "first"}]), "launches" ([{"rank", "pid", "mode", "note"}]), "cross_rank_checks" ({"ran": N,
+// "did_not_run": [{"rank", "pid", "state" (did_not_run or waiting), "why"}]}), "job", "processes", "unwritten",
+// "setup", "traces", "unreadable"}.
 nlohmann::json summary_json(const RunSummary& summary);
 
 // Each report's full text in display order, each after a line "=== <file> ===" (preceded by a blank line).

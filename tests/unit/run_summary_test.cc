@@ -548,7 +548,7 @@ TEST(RunSummary, JsonHasEveryKey) {
                                          "job",           "processes",
                                          "unwritten",     "nccl_without_calls",
                                          "setup",         "traces",
-                                         "unreadable"}));
+                                         "unreadable",    "cross_rank_checks"}));
   EXPECT_EQ(j["run"], "run-42");
   EXPECT_EQ(j["lines"][0],
             "inf/nan origin: rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and "
