@@ -205,7 +205,18 @@ std::string format_desync_text(const DesyncReport& report) {
   const std::string again = report.repeat > 1 ? " (reported again: still stuck)" : "";
   const std::string alive = "a long checkpoint save or evaluation on some ranks looks like this too.\n";
   std::string out = "Desync on communicator " + recorder::short_hex_id(report.comm_id);
-  if (report.point_to_point) {
+  if (report.creation) {
+    out += " at its creation (`" + op_text(report.op) + "`, " + std::to_string(report.missing.size()) + " of its " +
+           std::to_string(report.waiting.size() + report.missing.size()) + " ranks missing): ";
+    if (report.certain) {
+      out += "the missing ranks can never join it (their processes are gone).\n";
+    } else {
+      out += "the missing ranks have not joined it after " + stuck_for + again +
+             ". They may be alive and slow to "
+             "start; " +
+             alive;
+    }
+  } else if (report.point_to_point) {
     const bool send_waits = static_cast<Op>(report.op) == Op::kSend;
     out += " at send #" + std::to_string(report.seq) + " from " + p2p_rank_text(report, report.sender) + " to " +
            p2p_rank_text(report, report.receiver) +
@@ -234,8 +245,9 @@ std::string format_desync_text(const DesyncReport& report) {
   out += "Waiting in the communicator:\n";
   for (const WaitingRank& w : report.waiting) {
     out += "  - " + label(w.global_rank, w.comm_rank) + "): " +
-           (report.point_to_point ? p2p_call_text(report, w.op, w.seq, p2p_other(report))
-                                  : "call #" + std::to_string(w.seq)) +
+           (report.creation         ? std::string("creating it in")
+            : report.point_to_point ? p2p_call_text(report, w.op, w.seq, p2p_other(report))
+                                    : "call #" + std::to_string(w.seq)) +
            " `" + op_text(w.op) + "` " + since_text(w.since_ns, report.detected_ns) + "\n";
     out += launches_text(w.launches);
   }
@@ -254,7 +266,7 @@ std::string format_desync_text(const DesyncReport& report) {
                                     : " (from its flight recorder: it is still inside it; the coordinator had not "
                                       "heard of it)";
     } else {
-      out += "no call on this communicator seen";
+      out += report.creation ? "never joined it" : "no call on this communicator seen";
     }
     out += "; " + std::string(laggard_state_text(m.state)) + "; process " +
            (m.process_gone ? "gone" : "still running") + "\n";
@@ -324,6 +336,7 @@ nlohmann::json desync_json(const DesyncReport& report) {
           {"seq", report.seq},
           {"operation", report.point_to_point ? "ncclSend/ncclRecv" : op_text(report.op)},
           {"point_to_point", report.point_to_point},
+          {"creation", report.creation},
           {"sender", rank_or_null(report.sender)},
           {"receiver", rank_or_null(report.receiver)},
           {"certain", report.certain},
@@ -337,9 +350,13 @@ nlohmann::json desync_json(const DesyncReport& report) {
 
 std::string desync_base_name(const DesyncReport& report) {
   std::string name = "desync-" + recorder::short_hex_id(report.comm_id) + "-";
-  if (report.point_to_point)
-    name += "send-" + std::to_string(report.sender) + "-" + std::to_string(report.receiver) + "-";
-  name += std::to_string(report.seq);
+  if (report.creation) {
+    name += "creation";
+  } else {
+    if (report.point_to_point)
+      name += "send-" + std::to_string(report.sender) + "-" + std::to_string(report.receiver) + "-";
+    name += std::to_string(report.seq);
+  }
   if (report.repeat > 1) name += "-" + std::to_string(report.repeat);
   return name;
 }

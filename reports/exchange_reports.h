@@ -93,7 +93,8 @@ struct DesyncReport {
   uint64_t seq = 0;  // the first call some members reached and others did not; send/recv: the send's number n
   uint16_t op = 0;   // that call's operation, as the members that reached it issued it (send/recv: the waiting side's)
   bool point_to_point = false;
-  int32_t sender = -1;  // point_to_point: the pair, by communicator rank
+  bool creation = false;  // the communicator's creation (`op`: ncclCommInitRank...): some members never joined it
+  int32_t sender = -1;    // point_to_point: the pair, by communicator rank
   int32_t receiver = -1;
   bool certain = false;  // a missing member can never arrive (communicator ended, process exited or vanished)
   uint32_t repeat = 1;   // 2, 3, ...: the same stuck call reported again after another timeout
@@ -123,7 +124,8 @@ std::string mismatch_base_name(const MismatchReport& report);  // "mismatch-3f2a
 std::string format_desync_text(const DesyncReport& report);
 nlohmann::json desync_json(const DesyncReport& report);
 // "desync-3f2a9c-813", "...-813-2" when repeated; a send/recv: "desync-3f2a9c-send-0-1-7" (send #7 from communicator
-// rank 0 to communicator rank 1), "...-7-2" when repeated — never the name of a collective's desync.
+// rank 0 to communicator rank 1), "...-7-2" when repeated — never the name of a collective's desync; a creation:
+// "desync-3f2a9c-creation", "...-creation-2".
 std::string desync_base_name(const DesyncReport& report);
 
 std::string format_vanished_text(const VanishedReport& report);

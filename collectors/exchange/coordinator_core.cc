@@ -120,6 +120,12 @@ struct CoordinatorCore::Member {
   uint32_t call_stack_id = 0;
   std::array<Fingerprint, kRecentCalls> recent{};
   size_t recent_next = 0;
+  // Waiting in the communicator's creation (kCommCreating), until any member says it is created.
+  bool creating = false;
+  uint16_t creating_op = 0;
+  uint64_t creating_start_ns = 0;  // the rank's clock
+  uint32_t creating_stack_id = 0;
+  uint64_t creating_caller = 0;
 };
 
 struct CoordinatorCore::Entry {
@@ -179,6 +185,13 @@ struct CoordinatorCore::Comm {
   uint32_t warnings = 0;
   uint64_t next_warning_ns = 0;
   std::unordered_map<uint64_t, PairQueue> pairs;  // (sender << 32 | receiver) by communicator rank; never empty
+  // Its creation: a member said it is created, or called on it (NCCL's creation returns once every member is in).
+  // Until then, members waiting in it whose others never come are a desync like a collective's.
+  bool created = false;
+  uint64_t creating_since_ns = 0;  // coordinator time of the first member waiting in the creation; 0: none
+  bool creation_certain_reported = false;
+  uint32_t creation_warnings = 0;
+  uint64_t creation_next_warning_ns = 0;
 };
 
 struct CoordinatorCore::RankInfo {
@@ -270,6 +283,7 @@ void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint>
     const auto op = static_cast<Op>(f.op);
     switch (static_cast<EventKind>(f.kind)) {
       case EventKind::kCall: {
+        comm->created = true;
         info.has_last_call = true;
         info.last_call = f;
         const bool point_to_point = recorder::is_point_to_point(op);
@@ -292,9 +306,27 @@ void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint>
       case EventKind::kCommEnded:
         on_comm_ended(*comm, f, now_ns);
         break;
-      case EventKind::kReturned:
+      case EventKind::kCommCreating: {
+        Member& member = comm->members[static_cast<size_t>(f.comm_rank)];
+        member.creating = true;
+        member.creating_op = f.op;
+        member.creating_start_ns = f.start_ns;
+        member.creating_stack_id = f.stack_id;
+        member.creating_caller = f.caller;
+        if (comm->creating_since_ns == 0) comm->creating_since_ns = now_ns;
+        break;
+      }
       case EventKind::kCommCreated:
-        break;  // membership was recorded by comm_for
+        comm->created = true;  // membership was recorded by comm_for
+        break;
+      case EventKind::kReturned:
+        // A creation that returned waits for nobody: it failed (its members are NCCL's to tell), or it succeeded and
+        // the communicator's entry says so too.
+        if (op == Op::kCommInitRank || op == Op::kCommInitRankConfig || op == Op::kCommInitRankScalable) {
+          comm->members[static_cast<size_t>(f.comm_rank)].creating = false;
+          if (f.result == 0) comm->created = true;
+        }
+        break;
     }
   }
 }
@@ -847,9 +879,110 @@ void CoordinatorCore::check_nonfinite_stop(uint64_t now_ns) {
 
 void CoordinatorCore::scan_timeouts(uint64_t now_ns) {
   for (auto& [id, comm_ptr] : comms_) {
+    scan_creation(*comm_ptr, now_ns);
     scan_collective_timeout(*comm_ptr, now_ns);
     scan_pair_timeouts(*comm_ptr, now_ns);
   }
+}
+
+bool CoordinatorCore::rank_gone(int32_t rank) const {
+  auto it = ranks_.find(rank);
+  return it != ranks_.end() && (it->second->said_goodbye || it->second->vanished);
+}
+
+// Members wait in a communicator's creation and others have not come. The ranks of the job that could still take the
+// empty seats are those not in it; when fewer of them are alive than there are empty seats, the creation can never
+// complete: a certain desync, stopping the waiting ranks as TRAINSCOPE_ON_DESYNC says. It waits kCreationGrace (or the
+// desync timeout, if shorter) first: a restarted rank (torchelastic) takes its seat with a new hello, which makes it
+// alive again. Otherwise a warning after each desync timeout, as for a collective.
+void CoordinatorCore::scan_creation(Comm& comm, uint64_t now_ns) {
+  if (comm.created || comm.creating_since_ns == 0 || comm.creation_certain_reported) return;
+  std::vector<int32_t> empty_seats;
+  std::set<int32_t> present;
+  bool anyone_waits = false;
+  for (size_t r = 0; r < comm.members.size(); ++r) {
+    const Member& member = comm.members[r];
+    if (member.global_rank < 0) {
+      empty_seats.push_back(static_cast<int32_t>(r));
+      continue;
+    }
+    present.insert(member.global_rank);
+    anyone_waits |= member.creating && !rank_gone(member.global_rank);
+  }
+  if (empty_seats.empty() || !anyone_waits) return;
+  const int32_t world = world_size();
+  size_t alive = 0;
+  for (int32_t g = 0; g < world; ++g)
+    if (present.count(g) == 0 && !rank_gone(g)) ++alive;
+  const uint64_t grace = std::min(options_.desync_timeout_ns, kCreationGraceNs);
+  if (world > 0 && alive < empty_seats.size() && now_ns >= comm.creating_since_ns + grace) {
+    comm.creation_certain_reported = true;
+    emit_verdict(VerdictKind::kDesync, options_.on_desync, comm.id, 0,
+                 creation_desync_report(comm, empty_seats, present, true, now_ns));
+    return;
+  }
+  if (comm.creation_next_warning_ns == 0)
+    comm.creation_next_warning_ns = comm.creating_since_ns + options_.desync_timeout_ns;
+  if (now_ns < comm.creation_next_warning_ns) return;
+  reports::DesyncReport report = creation_desync_report(comm, empty_seats, present, false, now_ns);
+  report.repeat = ++comm.creation_warnings;
+  comm.creation_next_warning_ns = now_ns + options_.desync_timeout_ns;
+  emit_verdict(VerdictKind::kDesync, VerdictAction::kWarn, comm.id, 0, std::move(report));
+}
+
+// Who waits in the creation, and who could take each empty seat: when the communicator spans the world and every
+// member sits at its own global rank (a world communicator, as launchers make it), seat r is rank r's; otherwise the
+// ranks not in it are paired with the empty seats in order, and the report says it is a guess.
+reports::DesyncReport CoordinatorCore::creation_desync_report(const Comm& comm, const std::vector<int32_t>& empty_seats,
+                                                              const std::set<int32_t>& present, bool certain,
+                                                              uint64_t now_ns) const {
+  reports::DesyncReport report;
+  report.comm_id = comm.id;
+  report.creation = true;
+  report.certain = certain;
+  report.detected_ns = now_ns;
+  report.stuck_since_ns = comm.creating_since_ns;
+  bool identity = comm.nranks == world_size();
+  for (size_t r = 0; r < comm.members.size(); ++r) {
+    const Member& member = comm.members[r];
+    if (member.global_rank < 0) continue;
+    identity &= member.global_rank == static_cast<int32_t>(r);
+    if (!member.creating) continue;
+    if (report.op == 0) report.op = member.creating_op;
+    reports::WaitingRank waiting;
+    waiting.global_rank = member.global_rank;
+    waiting.comm_rank = static_cast<int32_t>(r);
+    waiting.op = member.creating_op;
+    waiting.since_ns = member.creating_start_ns;
+    waiting.stack = stack_of(member.global_rank, member.creating_stack_id);
+    waiting.caller = member.creating_caller;
+    report.waiting.push_back(std::move(waiting));
+  }
+  std::vector<int32_t> candidates;
+  for (int32_t g = 0; g < world_size(); ++g)
+    if (present.count(g) == 0) candidates.push_back(g);
+  // The gone ones first: they are why the seats stay empty.
+  std::stable_partition(candidates.begin(), candidates.end(), [this](int32_t g) { return rank_gone(g); });
+  for (size_t i = 0; i < empty_seats.size(); ++i) {
+    reports::MissingRank missing;
+    missing.comm_rank = empty_seats[i];
+    missing.global_rank = identity ? empty_seats[i] : i < candidates.size() ? candidates[i] : -1;
+    missing.state = LaggardState::kUnknown;
+    if (auto it = ranks_.find(missing.global_rank); missing.global_rank >= 0 && it != ranks_.end()) {
+      const RankInfo& info = *it->second;
+      missing.host = info.hello.host;
+      missing.pid = info.hello.pid;
+      missing.process_gone = info.vanished || info.said_goodbye;
+      missing.state = info.vanished       ? LaggardState::kVanished
+                      : info.said_goodbye ? LaggardState::kExited
+                      : info.has_hello    ? LaggardState::kAlive
+                                          : LaggardState::kUnknown;
+    }
+    report.missing.push_back(std::move(missing));
+  }
+  if (!identity && !empty_seats.empty())
+    report.note = "which rank would take each empty seat is a guess: the communicator's ranks are not the job's";
+  return report;
 }
 
 void CoordinatorCore::scan_collective_timeout(Comm& comm, uint64_t now_ns) {

@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,10 @@
 #include "reports/frame_report.h"
 
 namespace trainscope::exchange {
+
+// A creation whose empty seats no live rank can take is reported this long after its first member came at most (the
+// desync timeout if shorter): time for a restarted rank to say hello.
+inline constexpr uint64_t kCreationGraceNs = 10'000'000'000ull;
 
 struct CoordinatorOptions {
   VerdictAction on_mismatch = VerdictAction::kAbort;  // TRAINSCOPE_ON_MISMATCH
@@ -155,6 +160,10 @@ class CoordinatorCore {
   void start_mismatch(Comm& comm, Entry& entry, uint64_t seq, std::vector<std::string> differences, uint64_t now_ns);
   void emit_mismatch(Comm& comm, Entry& entry);
   void scan_timeouts(uint64_t now_ns);
+  void scan_creation(Comm& comm, uint64_t now_ns);
+  bool rank_gone(int32_t rank) const;
+  reports::DesyncReport creation_desync_report(const Comm& comm, const std::vector<int32_t>& empty_seats,
+                                               const std::set<int32_t>& present, bool certain, uint64_t now_ns) const;
   void scan_collective_timeout(Comm& comm, uint64_t now_ns);
   void scan_pair_timeouts(Comm& comm, uint64_t now_ns);
   reports::DesyncReport desync_report(const Comm& comm, uint64_t seq, bool certain, uint64_t now_ns) const;

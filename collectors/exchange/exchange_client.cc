@@ -179,6 +179,7 @@ ExchangeClientStats ExchangeClient::stats() const {
   stats.nonfinite_sent = nonfinite_sent_.load();
   stats.nonfinite_dropped = nonfinite_dropped_.load();
   stats.welcomed = welcomed_.load();
+  stats.reached = reached_.load();
   stats.rejected = rejected_.load();
   stats.impostors = impostors_.load();
   return stats;
@@ -254,6 +255,7 @@ void ExchangeClient::run() {
         tcp_connected = true;
       } else if (kind == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         connected = true;
+        reached_.store(true);
         tcp_connected = false;
       } else if (kind == ZMQ_EVENT_DISCONNECTED) {
         // Dropped before the handshake succeeded: the listener could not prove it holds the job's key.

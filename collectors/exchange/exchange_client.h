@@ -72,6 +72,7 @@ struct ExchangeClientStats {
   uint64_t nonfinite_sent = 0;
   uint64_t nonfinite_dropped = 0;  // more than kMaxPendingNonfinite waiting to be sent
   bool welcomed = false;           // the coordinator accepted the hello (and has not asked for it again since)
+  bool reached = false;            // a handshake with the job's coordinator succeeded, at least once
   bool rejected = false;           // the coordinator refused the job token: nothing more is sent
   uint64_t impostors = 0;          // connections to a listener that could not prove it holds the job's key
 };
@@ -149,7 +150,7 @@ class ExchangeClient {
   std::atomic<size_t> nonfinite_held_{0};  // taken from pending_nonfinite_ by the client's thread, not sent yet
   std::atomic<uint64_t> pushed_{0}, dropped_{0}, sent_fingerprints_{0}, batches_{0}, heartbeats_{0}, verdicts_{0},
       repeated_verdicts_{0}, hellos_{0}, nonfinite_sent_{0}, nonfinite_dropped_{0};
-  std::atomic<bool> welcomed_{false}, rejected_{false};
+  std::atomic<bool> welcomed_{false}, rejected_{false}, reached_{false};
 };
 
 }  // namespace trainscope::exchange

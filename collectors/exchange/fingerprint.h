@@ -13,10 +13,12 @@
 namespace trainscope::exchange {
 
 enum class EventKind : uint8_t {
-  kCall = 1,         // an NCCL call was issued (collective, send/recv, split/shrink, group markers are not sent)
-  kReturned = 2,     // the call with this (comm, seq, op) returned; result in `result`
-  kCommCreated = 3,  // this rank became member `comm_rank` of `nranks` of communicator `comm_id`
-  kCommEnded = 4,    // this rank finalized/destroyed/aborted/revoked the communicator (`op` says which)
+  kCall = 1,          // an NCCL call was issued (collective, send/recv, split/shrink, group markers are not sent)
+  kReturned = 2,      // the call with this (comm, seq, op) returned; result in `result`
+  kCommCreated = 3,   // this rank became member `comm_rank` of `nranks` of communicator `comm_id`
+  kCommEnded = 4,     // this rank finalized/destroyed/aborted/revoked the communicator (`op` says which)
+  kCommCreating = 5,  // this rank waits in the creation (`op`: ncclCommInitRank...) of communicator `comm_id`, as
+                      // member `comm_rank` of `nranks`, since `start_ns`: the members that never come are a desync
 };
 
 struct Fingerprint {

@@ -166,7 +166,7 @@ class ByteReader {
     f.op = get_in_range<uint16_t>("op", 0, static_cast<int64_t>(recorder::Op::kCount) - 1);
     f.dtype = get<int8_t>("dtype");
     f.kind = get_in_range<uint8_t>("kind", static_cast<int64_t>(EventKind::kCall),
-                                   static_cast<int64_t>(EventKind::kCommEnded));
+                                   static_cast<int64_t>(EventKind::kCommCreating));
     f.flags = get<uint8_t>("flags");
     return f;
   }

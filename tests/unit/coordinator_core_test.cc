@@ -1238,5 +1238,119 @@ TEST(CoordinatorNonfiniteTest, DefaultGraceIsOneSecond) {
   EXPECT_EQ(core.tick(kT0 + kSecond).size(), 1u);
 }
 
+// ---- a communicator's creation: members waiting in ncclCommInitRank for others that never come ----
+
+Fingerprint creating(int32_t comm_rank, int32_t nranks, uint64_t comm = kComm) {
+  Fingerprint f = call(comm_rank, nranks, 0, Op::kCommInitRank, 0, kFloat32, kSum, -1, comm);
+  f.kind = static_cast<uint8_t>(EventKind::kCommCreating);
+  return f;
+}
+
+class CreationTest : public ::testing::Test {
+ protected:
+  static CoordinatorOptions options() {
+    CoordinatorOptions o;
+    o.desync_timeout_ns = 30 * kSecond;
+    return o;
+  }
+  CreationTest() : core_(options()) {}
+  void hello(int32_t rank, int32_t world) {
+    Hello h;
+    h.global_rank = rank;
+    h.world_size = world;
+    h.host = "node" + std::to_string(rank);
+    h.pid = 100 + rank;
+    core_.on_hello(h, kT0);
+  }
+  void feed(int32_t global_rank, const Fingerprint& f, uint64_t now = kT0) {
+    core_.on_fingerprints(global_rank, {&f, 1}, 0, now);
+  }
+  CoordinatorCore core_;
+};
+
+// vLLM's start-up failure: rank 0 made the unique id and exited; rank 1 waits in ncclCommInitRank for it.
+TEST_F(CreationTest, AMemberWhoseProcessIsGoneIsACertainDesyncAfterTheGrace) {
+  hello(0, 2);
+  hello(1, 2);
+  core_.on_goodbye(0, kT0);
+  feed(1, creating(1, 2));
+  EXPECT_TRUE(core_.tick(kT0 + kSecond).empty());  // within the grace a restarted rank 0 could still come
+  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.creation);
+  EXPECT_TRUE(report.certain);
+  ASSERT_EQ(report.waiting.size(), 1u);
+  EXPECT_EQ(report.waiting[0].global_rank, 1);
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].global_rank, 0);
+  EXPECT_EQ(report.missing[0].comm_rank, 0);
+  EXPECT_EQ(report.missing[0].state, reports::LaggardState::kExited);
+  EXPECT_TRUE(report.missing[0].process_gone);
+  const std::string text = reports::format_desync_text(report);
+  EXPECT_NE(text.find("Desync on communicator 3f2a9c at its creation (`ncclCommInitRank`, 1 of its 2 ranks missing): "
+                      "the missing ranks can never join it"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  - Process 0 (communicator rank 0, host node0, pid 100): never joined it; exited; process "
+                      "gone\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(reports::desync_base_name(report), "desync-3f2a9c-creation");
+  EXPECT_EQ(reports::desync_json(report)["creation"], true);
+  EXPECT_TRUE(core_.tick(kT0 + 100 * kSecond).empty());  // said once
+}
+
+// A rank that has not said hello yet may be starting slowly: a warning after the timeout, repeated, never a stop.
+TEST_F(CreationTest, AMemberNotYetSeenIsAWarningAfterTheTimeoutNotAStop) {
+  hello(1, 2);
+  feed(1, creating(1, 2));
+  EXPECT_TRUE(core_.tick(kT0 + 20 * kSecond).empty());
+  auto verdicts = core_.tick(kT0 + 31 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
+  EXPECT_FALSE(desync_of(verdicts[0]).certain);
+  EXPECT_EQ(desync_of(verdicts[0]).missing[0].state, reports::LaggardState::kUnknown);
+  verdicts = core_.tick(kT0 + 62 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
+  EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-creation-2");
+}
+
+// A restarted rank says hello again within the grace: it is alive, and nothing stops the waiting rank.
+TEST_F(CreationTest, ARankThatComesBackWithinTheGraceIsNoDesync) {
+  hello(0, 2);
+  hello(1, 2);
+  core_.on_goodbye(0, kT0);
+  feed(1, creating(1, 2));
+  hello(0, 2);
+  feed(0, creating(0, 2), kT0 + kSecond);
+  Fingerprint made = creating(1, 2);
+  made.kind = static_cast<uint8_t>(EventKind::kCommCreated);
+  feed(1, made, kT0 + 2 * kSecond);
+  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kSecond).empty());
+  EXPECT_TRUE(core_.tick(kT0 + 100 * kSecond).empty());
+}
+
+// A creation every member is in (or that returned) is NCCL's own business; a communicator made of some ranks of a
+// bigger world is certain only when too few of the ranks outside it are alive to fill its empty seats.
+TEST_F(CreationTest, ASubsetCommunicatorIsCertainOnlyWhenTooFewOfTheOtherRanksAreAlive) {
+  for (int32_t r = 0; r < 4; ++r) hello(r, 4);
+  feed(2, creating(0, 2));  // ranks 2 and 3 in a 2-rank communicator, as seats 0 and 1
+  core_.on_goodbye(0, kT0);
+  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kSecond).empty());  // ranks 1 and 3 are alive: no certainty
+  core_.on_goodbye(1, kT0);
+  core_.on_goodbye(3, kT0);
+  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + 2 * kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = desync_of(verdicts[0]);
+  EXPECT_TRUE(report.certain);
+  ASSERT_EQ(report.missing.size(), 1u);
+  EXPECT_EQ(report.missing[0].comm_rank, 1);
+  EXPECT_NE(report.note.find("is a guess"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainscope::exchange

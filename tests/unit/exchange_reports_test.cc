@@ -132,6 +132,7 @@ TEST(ExchangeReportsTest, PointToPointDesyncJson) {
     "seq": 7,
     "operation": "ncclSend/ncclRecv",
     "point_to_point": true,
+    "creation": false,
     "sender": 0,
     "receiver": 1,
     "certain": true,
