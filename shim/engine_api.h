@@ -35,6 +35,7 @@ struct EngineStartArgs {
   int32_t local_rank;    // -1 when the launcher gave none
   const char* run_id;
   recorder::FileHeader* recorder;  // this process's live flight recorder mapping, nullptr if none
+  int32_t forked_child;            // 1: a forked child of a process that used NCCL (which joined the exchange)
 };
 
 // One Python frame as the shim read it at a call site's first sight (strings owned by the shim, valid for the call).

@@ -17,6 +17,8 @@ namespace {
 pthread_mutex_t g_key_lock = PTHREAD_MUTEX_INITIALIZER;
 unsigned char g_key[128 * 4];
 size_t g_key_len = 0;
+unsigned char g_made_id[128];  // the first unique id this process made, under g_key_lock
+size_t g_made_id_len = 0;
 
 const char* base_name(const char* path) {
   const char* slash = strrchr(path, '/');
@@ -95,10 +97,34 @@ void note_job_key(const void* unique_id, size_t len, int nranks) {
   pthread_mutex_unlock(&g_key_lock);
 }
 
+void note_unique_id_made(const void* unique_id, size_t len) {
+  if (unique_id == nullptr || len == 0 || g_runtime.job_key_state.load(std::memory_order_acquire) != 0) return;
+  pthread_mutex_lock(&g_key_lock);
+  if (g_made_id_len == 0) {
+    g_made_id_len = len < sizeof(g_made_id) ? len : sizeof(g_made_id);
+    memcpy(g_made_id, unique_id, g_made_id_len);
+  }
+  pthread_mutex_unlock(&g_key_lock);
+}
+
+void settle_run_directory_at_exit() {
+  Runtime& rt = g_runtime;
+  pthread_mutex_lock(&g_key_lock);
+  if (rt.job_key_state.load(std::memory_order_relaxed) == 0 && g_made_id_len != 0 && rt.launcher_world > 1 &&
+      run_id_is_reused(rt.run_id_source) && rt.recorder_path[0] != '\0') {
+    const int error = move_into_run_subdirectory(rt, g_made_id, g_made_id_len);
+    if (error != 0)
+      log_message(LogLevel::kWarn, "cannot move this process's files into its run's own folder below %s (%s)",
+                  rt.run_dir, strerror(error));
+  }
+  pthread_mutex_unlock(&g_key_lock);
+}
+
 void reset_job_key() {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&g_key_lock, &fresh, sizeof(fresh));
   g_key_len = 0;
+  g_made_id_len = 0;
   g_runtime.job_key_state.store(0, std::memory_order_relaxed);
 }
 

@@ -18,6 +18,15 @@ namespace trainscope::shim {
 // communicator's size. Cheap after the first time (one acquire load).
 void note_job_key(const void* unique_id, size_t len, int nranks);
 
+// Called by ncclGetUniqueId's hook with the id it made. The first one is what this process's run is named after if it
+// ends before any world communicator is created (settle_run_directory_at_exit).
+void note_unique_id_made(const void* unique_id, size_t len);
+
+// At exit, a process that never learnt the job key but made a unique id (rank 0 of a job whose start-up failed after
+// it published the id) moves its files into the run's own folder named after that id, where the other ranks, which
+// created their communicator from it, put theirs: one run, one directory.
+void settle_run_directory_at_exit();
+
 // A forked child starts anew: it learns its own key.
 void reset_job_key();
 

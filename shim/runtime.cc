@@ -107,6 +107,7 @@ void start_engine(int run_dir_error) {
   args.local_rank = rt.local_rank;
   args.run_id = rt.run_id;
   args.recorder = rt.writer.header();
+  args.forked_child = rt.forked_from_nccl_user ? 1 : 0;
   if (engine_start(&args) != 0) {
     log_message(LogLevel::kWarn, "the engine %s failed to start; recording goes on without it", path);
     return;
@@ -382,8 +383,9 @@ void start_locked(int library) {
     log_message(LogLevel::kInfo, "NCCL looked up on a library handle: %s (recorded like a linked NCCL)",
                 library_path(slot));
   // Typos are warned about here, in processes that use NCCL, not in every shell or compiler that inherits
-  // LD_PRELOAD.
-  for_each_unknown_variable(environ, warn_unknown_variable, nullptr);
+  // LD_PRELOAD; once per job: a forked child inherits its parent's environment, and that it was said.
+  if (!rt.startup_warnings_said) for_each_unknown_variable(environ, warn_unknown_variable, nullptr);
+  rt.startup_warnings_said = true;
 }
 
 }  // namespace
@@ -563,10 +565,17 @@ void note_nccl_without_calls(bool started) {
   // A launcher (no rank) or a helper of a rank that did use NCCL is expected to look like this: only a rank's own
   // process is worth a warning.
   const bool worth_a_warning = rt.launcher_rank >= 0 && !rank_has_recorder(rt.run_dir, rt.launcher_rank);
-  log_message(worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
-              "%s is loaded in this process but no NCCL communicator was seen: if this process runs collectives, NCCL "
-              "may be linked statically into it (trainscope sees calls into a shared libnccl only)",
-              nccl);
+  if (note.calls > 0) {
+    // Its calls reached our hooks (ncclGetUniqueId): nothing is hidden from us, it just ended before its communicator.
+    log_message(LogLevel::kWarn,
+                "this process made %llu NCCL call(s) but no communicator: it ended before creating one",
+                static_cast<unsigned long long>(note.calls));
+  } else {
+    log_message(worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
+                "%s is loaded in this process but no NCCL communicator was seen: if this process runs collectives, "
+                "NCCL may be linked statically into it (trainscope sees calls into a shared libnccl only)",
+                nccl);
+  }
 }
 
 __attribute__((destructor)) void stop_at_exit() {
@@ -576,6 +585,7 @@ __attribute__((destructor)) void stop_at_exit() {
                        rt.owner_pid == static_cast<int32_t>(getpid());
   if (rt.start_state.load(std::memory_order_acquire) != static_cast<int>(StartState::kNotStarted) && !started) return;
   ++t_thread.depth;  // what the check touches is ours
+  if (started) settle_run_directory_at_exit();
   note_nccl_without_calls(started);
   --t_thread.depth;
   if (!started) return;

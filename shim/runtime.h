@@ -22,6 +22,7 @@ struct Runtime {
   std::atomic<int> start_state;  // StartState
   int32_t owner_pid;             // the process that started (a forked child starts anew)
   bool forked_from_nccl_user;    // a forked child of a process that used NCCL: its loaded NCCL is its parent's
+  bool startup_warnings_said;    // the start-up warnings of the environment were said (kept across fork: once a job)
   recorder::Writer writer;
   std::atomic<int32_t> global_rank;  // launcher rank, else rank in the first communicator, else -1
   int32_t launcher_rank;

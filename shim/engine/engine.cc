@@ -50,6 +50,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     setup.world = args->world;
     setup.local_rank = args->local_rank;
     setup.nccl_version = args->nccl_version;
+    setup.forked_child = args->forked_child != 0;
     trainscope::engine::start_exchange(setup);
     trainscope::engine::FramesSetup frames;
     frames.config = args->config;

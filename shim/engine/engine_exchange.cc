@@ -3,15 +3,18 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <signal.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -23,6 +26,8 @@
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/job_secret.h"
 #include "kernels/cuda_devices.h"
+#include "reports/flight_recorder_reader.h"
+#include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "shim/engine/engine_frames.h"
 #include "shim/engine/engine_logging.h"
@@ -45,6 +50,10 @@ constexpr auto kPumpInterval = std::chrono::milliseconds(5);
 constexpr auto kHostLingerLimit = std::chrono::seconds(5);
 
 bool exchanged(Op op) { return recorder::is_collective(op) || recorder::is_point_to_point(op); }
+// A communicator's creation from unique ids: every member must come, as to a collective.
+bool creation(Op op) {
+  return op == Op::kCommInitRank || op == Op::kCommInitRankConfig || op == Op::kCommInitRankScalable;
+}
 
 Fingerprint fingerprint_of(const Record& r, uint64_t index, EventKind kind) {
   Fingerprint f{};
@@ -236,6 +245,8 @@ class Exchange {
         log(LogLevel::kWarn, ("cannot host the coordinator at " + plan_.bind_address + " (" + error +
                               "): this job runs without the cross-rank checks; set TRAINSCOPE_COORDINATOR")
                                  .c_str());
+        host_failure_ = "cannot host the coordinator at " + plan_.bind_address + " (" + error + ")";
+        recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kDidNotRun, host_failure_.c_str());
         server_.reset();
       } else {
         log(LogLevel::kInfo, ("coordinator listening at " + server_->endpoint()).c_str());
@@ -259,6 +270,9 @@ class Exchange {
     options.on_verdict = [this](const exchange::Verdict& verdict) { on_verdict(verdict); };
     options.inside_calls = [this] { return inside_calls(); };
     client_ = std::make_unique<exchange::ExchangeClient>(std::move(options));
+    if (host_failure_.empty())
+      recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kWaiting,
+                                      ("not yet accepted by the coordinator at " + plan_.endpoint).c_str());
     client_->start();
     pump_ = std::thread([this] { pump_loop(); });
     return true;
@@ -280,6 +294,19 @@ class Exchange {
                             "TRAINSCOPE_RECORDER_RECORDS")
                                .c_str());
     client_->stop(stopping_job);
+    // After the stop, which delivers what was queued: a short job's rank may be accepted only then, and its calls
+    // were compared all the same.
+    note_if_welcomed(/*reached_is_enough=*/true);
+    if (!welcomed_) {
+      const exchange::ExchangeClientStats stats = client_->stats();
+      const std::string why =
+          !host_failure_.empty() ? host_failure_
+          : stats.rejected       ? "the coordinator at " + plan_.endpoint + " refused this job's token"
+          : stats.impostors > 0
+              ? "the listener at " + plan_.endpoint + " is not this job's coordinator (another program holds the port?)"
+              : "never reached the coordinator at " + plan_.endpoint;
+      recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kDidNotRun, why.c_str());
+    }
     if (server_) {
       // The coordinator lives in this process: give the other ranks time to finish and say goodbye (or to be
       // judged, if they are stuck waiting for this rank), but never hold a healthy job up for long.
@@ -306,11 +333,78 @@ class Exchange {
   void define_stack(uint32_t stack_id) { client_->define_stack(stack_id, call_stack(stack_id)); }
 
  private:
+  // Without a coordinator (none answers: under plain LD_PRELOAD rank 0 hosts it, and a rank 0 that ended before its
+  // communicator never did), nobody can tell this rank, waiting in a communicator's creation, that a member will
+  // never come: after the desync timeout it says so itself, once, in its log, with what the run directory knows of
+  // the other ranks' processes.
+  void warn_if_waiting_alone() {
+    if (creation_warned_ || creating_.empty() || welcomed_) return;
+    const CreatingCall& call = creating_.front();
+    const uint64_t now = wall_clock_ns();
+    const uint64_t timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
+    if (now < call.start_ns || now - call.start_ns < timeout_ns) return;
+    creation_warned_ = true;
+    std::string message = "waiting " + std::to_string((now - call.start_ns) / 1000000000ull) + " s in " +
+                          recorder::op_name(static_cast<Op>(call.op)) + " for communicator " +
+                          recorder::short_hex_id(call.comm_id) + " (rank " + std::to_string(call.rank) + " of " +
+                          std::to_string(call.nranks) +
+                          "): some of its other ranks have not joined, and no coordinator "
+                          "answers at " +
+                          plan_.endpoint + " to say which";
+    const std::string others = other_ranks_seen_ending();
+    message += others.empty() ? "; no other rank's process is seen to have ended in " + setup_.run_dir
+                              : "; in " + setup_.run_dir + ": " + others;
+    log(LogLevel::kWarn, message.c_str());
+    flush_logs();  // on disk before the launcher's deadline kills this rank
+  }
+
+  // "rank 0 (pid 812) exited with status 5, rank 2 (pid 815) is gone without a clean exit": what the recorders of
+  // this run directory say of the other launcher ranks' processes that have ended. Headers only.
+  std::string other_ranks_seen_ending() const {
+    std::string text;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(setup_.run_dir, ec)) {
+      if (entry.path().extension() != ".tsrec" || entry.path().string() == setup_.recorder_path) continue;
+      recorder::RecorderFile file;
+      std::string error;
+      recorder::ReadLimits limits;
+      limits.max_records = 0;
+      limits.follow_links = false;
+      if (!recorder::read_recorder_file(entry.path().string(), &file, &error, limits)) continue;
+      const FileHeader& h = file.header;
+      if (h.launcher_rank < 0 || h.launcher_rank == setup_.launcher_rank) continue;
+      std::string how;
+      if (h.state == static_cast<uint32_t>(recorder::ProcessState::kExited)) {
+        how = (h.end_flags & recorder::kEndExitStatus) != 0 ? "exited with status " + std::to_string(h.exit_status)
+                                                            : "exited";
+      } else if (std::string(h.host) == setup_.host && kill(h.pid, 0) != 0 && errno == ESRCH) {
+        how = "is gone without a clean exit (crashed or killed)";
+      } else {
+        continue;
+      }
+      text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(h.launcher_rank) + " (pid " +
+              std::to_string(h.pid) + ") " + how;
+    }
+    return text;
+  }
+
+  // The first time the coordinator accepts this rank (or, at the stop, once a handshake with it succeeded: what was
+  // queued then reached it), the recorder says its calls are compared.
+  void note_if_welcomed(bool reached_is_enough = false) {
+    if (welcomed_) return;
+    const exchange::ExchangeClientStats stats = client_->stats();
+    if (!stats.welcomed && !(reached_is_enough && stats.reached && !stats.rejected)) return;
+    welcomed_ = true;
+    recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kRan, "");
+  }
+
   void pump_loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       lock.unlock();
+      note_if_welcomed();
       drain();
+      warn_if_waiting_alone();
       lock.lock();
       wake_.wait_for(lock, kPumpInterval, [this] { return stopping_; });
     }
@@ -326,6 +420,16 @@ class Exchange {
     const uint64_t next = __atomic_load_n(&header->next, __ATOMIC_ACQUIRE);
     cursor_.poll_until(header, next, [this](uint64_t index, const Record& r) {
       const Op op = static_cast<Op>(r.op);
+      if (creation(op) && r.comm_id != 0 && r.result == recorder::kResultPending) {
+        // Still inside: the coordinator learns that this rank waits for the others (a creation that returned is
+        // told by its communicator's entry instead).
+        Fingerprint f = fingerprint_of(r, index, EventKind::kCommCreating);
+        f.stack_id = has_stack(r.site) ? r.site : 0;
+        if (f.stack_id != 0 && defined_stacks_.insert(f.stack_id).second) define_stack(f.stack_id);
+        client_->push(f);
+        creating_.push_back({index, r.comm_id, r.seq, r.start_ns, r.op, r.rank, r.nranks});
+        return;
+      }
       if (!exchanged(op) || r.comm_id == 0) return;
       Fingerprint f = fingerprint_of(r, index, EventKind::kCall);
       f.stack_id = has_stack(r.site) ? r.site : 0;
@@ -355,6 +459,19 @@ class Exchange {
       }
     }
     pending_.resize(kept);
+    // Creations that were still running: one that returned (a failure too) no longer waits for anybody.
+    kept = 0;
+    for (const CreatingCall& call : creating_) {
+      const int32_t result = live_result(header, call.index);
+      if (result == recorder::kResultPending) {
+        creating_[kept++] = call;
+        continue;
+      }
+      Record r{};
+      if (result >= 0 && read_live_record(header, call.index, &r))
+        client_->push(fingerprint_of(r, call.index, EventKind::kReturned));
+    }
+    creating_.resize(kept);
   }
 
   // Announces communicators created since the last pass; returns every known communicator's current state.
@@ -475,6 +592,15 @@ class Exchange {
     uint64_t start_ns;
     uint16_t op;
   };
+  struct CreatingCall {
+    uint64_t index;
+    uint64_t comm_id;
+    uint64_t seq;
+    uint64_t start_ns;
+    uint16_t op;
+    int32_t rank;
+    int32_t nranks;
+  };
 
   Config config_;
   ExchangeSetup setup_;
@@ -493,6 +619,10 @@ class Exchange {
   std::mutex pending_mutex_;  // the pump writes, the client's heartbeat reads
   std::vector<PendingCall> pending_;
   std::atomic<bool> aborting_{false};
+  std::string host_failure_;  // why this rank could not host the coordinator ("" when it hosts it, or need not)
+  bool welcomed_ = false;     // the pump's (and, after it is joined, stop()'s)
+  std::vector<CreatingCall> creating_;  // communicator creations still running when drained (the pump's)
+  bool creation_warned_ = false;
 };
 
 // Leaked on purpose: a verdict may arrive while the process exits, and a forked child must never run its
@@ -561,9 +691,15 @@ CoordinatorPlan plan_coordinator(const Config& config, int32_t launcher_rank, in
 namespace {
 
 // The exchange waits for the job key when the job has no TRAINSCOPE_TOKEN (job_key.h): its setup and plan until then.
-std::mutex g_pending_mutex;
-std::unique_ptr<ExchangeSetup> g_pending_setup;
-CoordinatorPlan g_pending_plan;
+// Leaked, like g_exchange: the shim stops the engine from its ELF destructor, after exit() has run the destructors of
+// the engine's static objects, so a static unique_ptr here would be freed twice (issue 19: a process that made an NCCL
+// call but no world communicator died at exit with "double free" instead of its own status).
+struct PendingExchange {
+  std::mutex mutex;
+  std::unique_ptr<ExchangeSetup> setup;
+  CoordinatorPlan plan;
+};
+PendingExchange* const g_pending = new PendingExchange;
 
 void start_with_plan(const ExchangeSetup& setup, const CoordinatorPlan& plan) {
   try {
@@ -580,11 +716,24 @@ void start_with_plan(const ExchangeSetup& setup, const CoordinatorPlan& plan) {
 
 void start_exchange(const ExchangeSetup& setup) {
   if (setup.config == nullptr || g_exchange != nullptr) return;
+  if (setup.forked_child) {
+    // Its environment says it is its parent's rank: joining would claim the parent's seat (and rank 0's child would
+    // try to host a second coordinator on its port). The parent's warnings about the exchange were said already.
+    log(LogLevel::kDebug, "cross-rank checks off in this forked child: its parent is the job's rank");
+    recorder::record_exchange_state(setup.recorder, recorder::ExchangeState::kNotNeeded,
+                                    "a forked child: its parent is the job's rank in the cross-rank checks");
+    return;
+  }
   const CoordinatorPlan plan = plan_coordinator(*setup.config, setup.launcher_rank, setup.world,
                                                 std::getenv("MASTER_ADDR"), std::getenv("MASTER_PORT"));
   if (!plan.enabled) {
     log(plan.worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
         (plan.worth_a_warning ? plan.why_disabled : "cross-rank checks off: " + plan.why_disabled).c_str());
+    recorder::record_exchange_state(
+        setup.recorder,
+        plan.worth_a_warning ? recorder::ExchangeState::kDidNotRun : recorder::ExchangeState::kNotNeeded,
+        plan.worth_a_warning ? "no MASTER_ADDR/MASTER_PORT to find the coordinator at, and no TRAINSCOPE_COORDINATOR"
+                             : plan.why_disabled.c_str());
     return;
   }
   if (setup.launcher_rank < 0 || setup.world <= 0) {
@@ -592,6 +741,8 @@ void start_exchange(const ExchangeSetup& setup) {
                           " needs each rank's launcher rank and world size (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, "
                           "PMI_*, SLURM_PROCID/SLURM_NTASKS)")
                              .c_str());
+    recorder::record_exchange_state(setup.recorder, recorder::ExchangeState::kDidNotRun,
+                                    "no launcher rank and world size in the environment to join the coordinator with");
     return;
   }
   if (setup.recorder == nullptr) {
@@ -600,9 +751,13 @@ void start_exchange(const ExchangeSetup& setup) {
     return;
   }
   if (plan.token.empty()) {
-    std::lock_guard<std::mutex> lock(g_pending_mutex);
-    g_pending_setup = std::make_unique<ExchangeSetup>(setup);
-    g_pending_plan = plan;
+    std::lock_guard<std::mutex> lock(g_pending->mutex);
+    g_pending->setup = std::make_unique<ExchangeSetup>(setup);
+    g_pending->plan = plan;
+    recorder::record_exchange_state(setup.recorder, recorder::ExchangeState::kWaiting,
+                                    ("waiting for a communicator that spans all " + std::to_string(setup.world) +
+                                     " ranks (the job's secret comes from its unique id)")
+                                        .c_str());
     log(LogLevel::kDebug,
         "cross-rank checks start with the first communicator that spans every rank (the job's "
         "secret comes from its unique id)");
@@ -619,10 +774,10 @@ void job_key_known(const JobKeyArgs& args) {
   std::unique_ptr<ExchangeSetup> setup;
   CoordinatorPlan plan;
   {
-    std::lock_guard<std::mutex> lock(g_pending_mutex);
-    if (!g_pending_setup || g_exchange != nullptr) return;
-    setup = std::move(g_pending_setup);
-    plan = g_pending_plan;
+    std::lock_guard<std::mutex> lock(g_pending->mutex);
+    if (!g_pending->setup || g_exchange != nullptr) return;
+    setup = std::move(g_pending->setup);
+    plan = g_pending->plan;
   }
   plan.token = exchange::token_from_job_key(std::span<const uint8_t>(args.key, args.key_len));
   if (args.run_dir != nullptr) setup->run_dir = args.run_dir;
@@ -632,18 +787,23 @@ void job_key_known(const JobKeyArgs& args) {
 
 void stop_exchange(bool stopping_job) {
   {
-    std::lock_guard<std::mutex> lock(g_pending_mutex);
-    if (g_pending_setup) {
-      const ExchangeSetup& setup = *g_pending_setup;
+    std::lock_guard<std::mutex> lock(g_pending->mutex);
+    if (g_pending->setup) {
+      const ExchangeSetup& setup = *g_pending->setup;
       const uint32_t comms =
           setup.recorder != nullptr ? __atomic_load_n(&setup.recorder->comms_used, __ATOMIC_ACQUIRE) : 0;
+      const std::string why = "no communicator spanned all " + std::to_string(setup.world) +
+                              " ranks of the launcher, so the ranks had no shared secret";
       if (comms > 0)
-        log(LogLevel::kWarn,
-            ("cross-rank checks never ran: no communicator spanned all " + std::to_string(setup.world) +
-             " ranks of the launcher, so the ranks had no shared secret; set TRAINSCOPE_TOKEN to one "
-             "secret on every rank (or use trainscope run)")
-                .c_str());
-      g_pending_setup.reset();
+        log(LogLevel::kWarn, ("cross-rank checks never ran: " + why +
+                              "; set TRAINSCOPE_TOKEN to one secret on every rank (or use trainscope run)")
+                                 .c_str());
+      // A process that made no communicator had nothing to compare (a launcher, or a rank that ended first: its own
+      // end says so); one that made communicators ran unchecked.
+      recorder::record_exchange_state(
+          setup.recorder, comms > 0 ? recorder::ExchangeState::kDidNotRun : recorder::ExchangeState::kNotNeeded,
+          comms > 0 ? (why + "; set TRAINSCOPE_TOKEN").c_str() : "it made no communicator");
+      g_pending->setup.reset();
     }
   }
   if (g_exchange == nullptr) return;

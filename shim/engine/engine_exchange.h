@@ -28,6 +28,7 @@ struct ExchangeSetup {
   int32_t world = -1;
   int32_t local_rank = -1;
   int32_t nccl_version = 0;
+  bool forked_child = false;  // a forked child of a process that used NCCL: its parent is the rank in the exchange
 };
 
 // Where the coordinator is, derived from the configuration and the launcher's environment.

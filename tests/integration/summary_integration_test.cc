@@ -2,15 +2,22 @@
 // trainscope stopped, a job killed by SIGTERM or SIGKILL, ranks still waiting in a call, a rank's exit status, a
 // recorder whose records are all torn, and a full disk (libts_full_disk.so) on which no report can be written.
 // Every wait is bounded: ts-launch kills a job past its deadline, polls stop after a fixed count.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "integration_helpers.h"
 #include "reports/flight_record_format.h"
@@ -327,6 +334,62 @@ TEST(Summary, OnAFullDiskRankZerosCoordinatorSaysWhatItCouldNotWriteInItsRecorde
   EXPECT_TRUE(contains(summary.out, ".json: No space left on device (rank 0")) << summary.out;
   EXPECT_TRUE(contains(summary.out, "; its report could not be written; it stopped ranks 0\u20133)\n")) << summary.out;
   EXPECT_FALSE(contains(summary.out, "mismatches: none")) << summary.out;
+}
+
+// Another program holds the coordinator's port (MASTER_PORT + 3): rank 0 cannot host it, no rank's calls are
+// compared, and a mismatch would hang unreported. The summary must say so, and why, and not call the run clean.
+TEST(SummaryOfRealJobs, ChecksThatNeverRanBecauseThePortWasTakenAreSaidAndTheRunIsNotClean) {
+  TempDir dir;
+  const int master_port = 20000 + getpid() % 12000;
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  const int yes = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(master_port + 3));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 16), 0);
+  ProcessOptions options = job_options(dir);
+  options.env["MASTER_PORT"] = std::to_string(master_port);
+  const ProcessResult run = testing::run_process(
+      {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", program("loop_program"), "--iterations", "5"}, options);
+  close(listener);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ProcessResult summary = report_summary(dir);
+  EXPECT_FALSE(contains(summary.out, "nothing went wrong")) << summary.out;
+  EXPECT_TRUE(contains(summary.out, "cross-rank checks: did not run on ")) << summary.out;
+  EXPECT_TRUE(
+      contains(summary.out, "cannot host the coordinator at tcp://127.0.0.1:" + std::to_string(master_port + 3)))
+      << summary.out;
+  EXPECT_TRUE(contains(summary.out, "mismatches: not looked for (the cross-rank checks did not run)")) << summary.out;
+  EXPECT_FALSE(contains(summary.out, "mismatches: none\n")) << summary.out;
+  const ProcessResult as_json = testing::run_process({TS_TOOL, "report", "--summary", "--json", run_dir(dir)});
+  const nlohmann::json all = nlohmann::json::parse(as_json.out, nullptr, false);
+  ASSERT_FALSE(all.is_discarded()) << as_json.out;
+  const nlohmann::json& j = all["summary"];
+  EXPECT_EQ(j["nothing_wrong"], false);
+  EXPECT_EQ(j["cross_rank_checks"]["ran"], 0);
+  ASSERT_EQ(j["cross_rank_checks"]["did_not_run"].size(), 2u) << j.dump(2);
+  for (const nlohmann::json& rank : j["cross_rank_checks"]["did_not_run"]) EXPECT_TRUE(rank["why"].is_string());
+}
+
+// The same job with the port free: its checks ran on every rank, and nothing about them is said.
+TEST(SummaryOfRealJobs, ChecksThatRanAreCountedAndSayNothing) {
+  TempDir dir;
+  const ProcessResult run = testing::run_process(
+      {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", program("loop_program"), "--iterations", "5"}, job_options(dir));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ProcessResult summary = report_summary(dir);
+  EXPECT_FALSE(contains(summary.out, "cross-rank checks")) << summary.out;
+  EXPECT_TRUE(contains(summary.out, "mismatches: none\n")) << summary.out;
+  const ProcessResult as_json = testing::run_process({TS_TOOL, "report", "--summary", "--json", run_dir(dir)});
+  const nlohmann::json all = nlohmann::json::parse(as_json.out, nullptr, false);
+  ASSERT_FALSE(all.is_discarded()) << as_json.out;
+  const nlohmann::json& j = all["summary"];
+  EXPECT_EQ(j["cross_rank_checks"]["ran"], 2);
+  EXPECT_TRUE(j["cross_rank_checks"]["did_not_run"].empty());
 }
 
 }  // namespace
