@@ -425,6 +425,7 @@ std::vector<Finding> evaluate(const Facts& f) {
   if (f.torch_dir.empty()) {
     add("nvcc-vs-torch", Severity::kInfo,
         f.python.empty()                ? "no Python interpreter found on PATH: PyTorch not checked"
+        : !f.python_note.empty()        ? f.python + " " + f.python_note + ": PyTorch not checked"
         : !f.torch_version_file.empty() ? "the version of PyTorch could not be told from " + f.torch_version_file +
                                               " (of " + f.python + "): not checked"
                                         : "PyTorch is not installed for " + f.python);

@@ -53,6 +53,7 @@ struct Facts {
   std::string ld_cudart_toolkit;
   std::vector<std::string> dead_dirs;     // "PATH: /usr/local/cuda-10.2/bin" entries naming CUDA that do not exist
   std::string python;                     // the interpreter asked for its import path, "" when none ran
+  std::string python_note;                // why it told no import path ("could not be run"), "" when it did
   std::string torch_dir;                  // the torch package found (its folder), "" when none
   std::string torch_version_file;         // a torch/version.py found that told no version (not read, or none in it)
   std::string torch_version;              // torch/version.py's __version__

@@ -123,8 +123,10 @@ std::string which(const std::string& name, const std::vector<std::string>& dirs)
   return "";
 }
 
-// Runs argv with the given PATH, stdout and stderr together, for at most `timeout` seconds (then killed).
-std::optional<std::string> run_capture(const std::vector<std::string>& argv, int timeout_seconds) {
+// Runs argv with the given PATH, stdout and stderr together, for at most `timeout` seconds (then killed, and
+// *killed set).
+std::optional<std::string> run_capture(const std::vector<std::string>& argv, int timeout_seconds,
+                                       bool* killed = nullptr) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return std::nullopt;
   posix_spawn_file_actions_t actions;
@@ -176,6 +178,7 @@ std::optional<std::string> run_capture(const std::vector<std::string>& argv, int
     nanosleep(&pause, nullptr);
   }
   if (timed_out) {
+    if (killed != nullptr) *killed = true;
     kill(-pid, SIGKILL);
     waitpid(pid, &status, 0);
     return std::nullopt;
@@ -208,10 +211,16 @@ std::string toolkit_of_library_dir(const std::string& dir) {
   return p.string();
 }
 
-std::vector<std::string> python_import_path(const std::string& python, int timeout_seconds) {
+std::vector<std::string> python_import_path(const std::string& python, int timeout_seconds, std::string* note) {
   std::vector<std::string> dirs;
-  const auto out = run_capture({python, "-c", "import sys\nfor p in sys.path:\n    print(p)"}, timeout_seconds);
-  if (!out) return dirs;
+  bool killed = false;
+  const auto out =
+      run_capture({python, "-c", "import sys\nfor p in sys.path:\n    print(p)"}, timeout_seconds, &killed);
+  if (!out) {
+    *note = killed ? "did not tell its import path within " + std::to_string(timeout_seconds) + " s (stopped)"
+                   : "could not be run";
+    return dirs;
+  }
   std::stringstream in(*out);
   for (std::string line; std::getline(in, line);)
     if (!line.empty() && line[0] == '/') dirs.push_back(line);
@@ -292,7 +301,7 @@ Facts probe(const ProbeOptions& o) {
   f.python = o.python.empty() ? which("python3", path) : o.python;
   if (f.python.empty()) f.python = which("python", path);
   std::vector<std::string> site_dirs;
-  if (!f.python.empty()) site_dirs = python_import_path(f.python, timeout);
+  if (!f.python.empty()) site_dirs = python_import_path(f.python, timeout, &f.python_note);
   for (const std::string& site : site_dirs) {
     const std::string file = site + "/torch/version.py";
     const auto text = read_text(file, "nvcc-vs-torch", &f);

@@ -298,6 +298,21 @@ TEST(CmdDoctor, AFifoWhereAVersionFileBelongsIsNotRead) {
   }
 }
 
+// A Python that closes its output and goes on running: doctor waited for its exit for ever, now for its 10 s.
+TEST(CmdDoctor, APythonThatClosesItsOutputAndRunsOnIsStopped) {
+  FakeMachine m;
+  write(m.bin + "/python3", "#!/bin/sh\nexec >/dev/null 2>&1\nexec /bin/sleep 120\n", true);
+  m.options.timeout_seconds = 60;
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_FALSE(r.timed_out) << "doctor waited for the Python for ever";
+  ASSERT_EQ(0, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(finding_with(report, "nvcc-vs-torch",
+                            m.bin + "/python3 did not tell its import path within 10 s (stopped): PyTorch not checked")
+                   .is_null())
+      << r.out;
+}
+
 // nlohmann's dump threw type_error.316 on a byte that is not UTF-8 and doctor aborted: each such byte is U+FFFD.
 TEST(CmdDoctor, JsonIsValidWhenTheEnvironmentIsNotUtf8) {
   FakeMachine m;
