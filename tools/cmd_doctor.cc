@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/printable.h"
 #include "tools/commands.h"
 #include "tools/doctor_checks.h"
 #include "tools/doctor_probe.h"
@@ -72,13 +73,18 @@ int cmd_doctor(int argc, char** argv) {
                                  {"remedy", f.remedy}});
     out["worst"] = doctor::severity_name(worst);
     out["exit_status"] = status;
-    std::printf("%s\n", out.dump(2).c_str());
+    // The findings carry bytes of the environment and of files as they are, UTF-8 or not: dump replaces each byte
+    // that is not UTF-8 with U+FFFD (as every JSON of trainscope does) and printable_json escapes DEL and the C1
+    // controls, so the JSON is valid for any input and drives no terminal.
+    std::printf("%s\n",
+                reports::printable_json(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)).c_str());
     return status;
   }
+  // Every string may hold control characters from the environment or a file: each is shown escaped.
   for (const doctor::Finding& f : findings) {
     const std::string tag = std::string("[") + doctor::severity_name(f.severity) + "]";
-    std::printf("%-9s %s: %s\n", tag.c_str(), f.check.c_str(), f.found.c_str());
-    if (!f.remedy.empty()) std::printf("          remedy: %s\n", f.remedy.c_str());
+    std::printf("%-9s %s: %s\n", tag.c_str(), reports::printable(f.check).c_str(), reports::printable(f.found).c_str());
+    if (!f.remedy.empty()) std::printf("          remedy: %s\n", reports::printable(f.remedy).c_str());
   }
   std::printf("worst finding: %s (exit status %d)\n", doctor::severity_name(worst), status);
   return status;

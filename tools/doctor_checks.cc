@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <set>
+#include <string_view>
 
 #include "collectors/exchange/coordinator_core.h"
 
@@ -40,6 +40,9 @@ constexpr const char* kDriver =
 constexpr const char* kMixedGpus =
     "Ranks on different GPU models run at different speeds, and code built for one architecture may not run on the "
     "other: build for every architecture present (TORCH_CUDA_ARCH_LIST=\"{list}\"), or run on identical GPUs.";
+constexpr const char* kNotRegular =
+    "Put the regular file that belongs there back (reinstall the package or driver that installs it); a program that "
+    "reads it blocks or fails as well.";
 constexpr const char* kNccl =
     "Build against the headers of the NCCL the job loads (its include folder first in the compiler's path, or "
     "NCCL_HOME), or put the lib folder of the NCCL matching the headers first in LD_LIBRARY_PATH.";
@@ -48,6 +51,92 @@ std::string substitute(std::string text, const std::string& key, const std::stri
   for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
     text.replace(at, key.size(), value);
   return text;
+}
+
+// ---- scanning ------------------------------------------------------------------------------------------------------
+// The parsers scan by hand, never with std::regex: libstdc++'s regex recurses once for each character a quantifier
+// takes, so one long line (30,000 spaces in an nccl.h) overflows the stack. Each helper is linear in what it reads.
+
+// Longer numbers are no version (and would overflow an int).
+constexpr size_t kMaxDigits = 9;
+// A driver version longer than this is cut: it is shown, never compared.
+constexpr size_t kMaxVersionText = 64;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_word(char c) { return is_digit(c) || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+size_t skip_spaces(std::string_view t, size_t i) {
+  while (i < t.size() && is_space(t[i])) ++i;
+  return i;
+}
+
+bool literal_at(std::string_view t, size_t i, std::string_view literal) {
+  return i <= t.size() && t.substr(i).substr(0, literal.size()) == literal;
+}
+
+// The end of the run of 1 to kMaxDigits digits at i, its value in *value; npos when there is none or it is longer.
+size_t number_at(std::string_view t, size_t i, int* value) {
+  size_t end = i;
+  int v = 0;
+  while (end < t.size() && is_digit(t[end])) {
+    if (end - i == kMaxDigits) return std::string_view::npos;
+    v = v * 10 + (t[end++] - '0');
+  }
+  if (end == i) return std::string_view::npos;
+  *value = v;
+  return end;
+}
+
+// "MAJOR.MINOR" at i (what follows is not looked at), as "12.4" in *out.
+bool major_minor_at(std::string_view t, size_t i, std::string* out) {
+  int major = 0;
+  int minor = 0;
+  const size_t dot = number_at(t, i, &major);
+  if (dot == std::string_view::npos || dot >= t.size() || t[dot] != '.') return false;
+  if (number_at(t, dot + 1, &minor) == std::string_view::npos) return false;
+  *out = std::to_string(major) + "." + std::to_string(minor);
+  return true;
+}
+
+// One line of Python assigning a string or None to `name`, with an optional annotation: `cuda: Optional[str] = '12.1'`.
+struct PythonValue {
+  bool none = false;
+  std::string text;
+};
+std::optional<PythonValue> python_assignment(std::string_view line, std::string_view name) {
+  if (!literal_at(line, 0, name)) return std::nullopt;
+  size_t i = skip_spaces(line, name.size());
+  if (i < line.size() && line[i] == ':') {
+    const size_t type = skip_spaces(line, i + 1);
+    i = type;
+    while (i < line.size() && (is_word(line[i]) || line[i] == '[' || line[i] == ']')) ++i;
+    if (i == type) return std::nullopt;
+    i = skip_spaces(line, i);
+  }
+  if (i >= line.size() || line[i] != '=') return std::nullopt;
+  i = skip_spaces(line, i + 1);
+  if (literal_at(line, i, "None")) return PythonValue{true, ""};
+  if (i >= line.size() || (line[i] != '\'' && line[i] != '"')) return std::nullopt;
+  const size_t close = line.find_first_of("'\"", i + 1);
+  if (close == std::string_view::npos) return std::nullopt;
+  return PythonValue{false, std::string(line.substr(i + 1, close - i - 1))};
+}
+
+// "8.6", "9.0a", "10.0f", "8.6+PTX"; nullopt for anything else.
+std::optional<Arch> numeric_arch(std::string_view entry) {
+  Arch arch;
+  const size_t dot = number_at(entry, 0, &arch.major);
+  if (dot == std::string_view::npos || dot >= entry.size() || entry[dot] != '.') return std::nullopt;
+  size_t end = number_at(entry, dot + 1, &arch.minor);
+  if (end == std::string_view::npos) return std::nullopt;
+  if (end < entry.size() && (entry[end] == 'a' || entry[end] == 'f')) ++end;
+  if (literal_at(entry, end, "+PTX")) {
+    arch.ptx = true;
+    end += 4;
+  }
+  if (end != entry.size()) return std::nullopt;
+  return arch;
 }
 
 std::string arch_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
@@ -98,48 +187,142 @@ Severity worst(const std::vector<Finding>& findings) {
 }
 
 std::string parse_nvcc_release(const std::string& nvcc_output) {
-  std::smatch m;
-  static const std::regex kRelease(R"(release ([0-9]+)\.([0-9]+))");
-  if (!std::regex_search(nvcc_output, m, kRelease)) return "";
-  return m[1].str() + "." + m[2].str();
+  const std::string_view t = nvcc_output;
+  std::string version;
+  for (size_t at = t.find("release "); at != std::string_view::npos; at = t.find("release ", at + 1))
+    if (major_minor_at(t, at + 8, &version)) return version;
+  return "";
 }
 
 std::string parse_toolkit_version_file(const std::string& text) {
-  std::smatch m;
-  static const std::regex kJson(R"re("cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([0-9]+)\.([0-9]+))re");
-  static const std::regex kTxt(R"(CUDA Version ([0-9]+)\.([0-9]+))");
-  if (std::regex_search(text, m, kJson) || std::regex_search(text, m, kTxt)) return m[1].str() + "." + m[2].str();
+  const std::string_view t = text;
+  std::string version;
+  // version.json: "cuda" : { ... "version" : "12.4.1" with no '}' between the '{' and "version".
+  bool in_cuda_object = false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '}') {
+      in_cuda_object = false;
+    } else if (literal_at(t, i, "\"cuda\"")) {
+      size_t j = skip_spaces(t, i + 6);
+      if (j < t.size() && t[j] == ':') {
+        j = skip_spaces(t, j + 1);
+        if (j < t.size() && t[j] == '{') in_cuda_object = true;
+      }
+    } else if (in_cuda_object && literal_at(t, i, "\"version\"")) {
+      size_t j = skip_spaces(t, i + 9);
+      if (j >= t.size() || t[j] != ':') continue;
+      j = skip_spaces(t, j + 1);
+      if (j < t.size() && t[j] == '"' && major_minor_at(t, j + 1, &version)) return version;
+    }
+  }
+  // version.txt: "CUDA Version 10.2.89".
+  for (size_t at = t.find("CUDA Version "); at != std::string_view::npos; at = t.find("CUDA Version ", at + 1))
+    if (major_minor_at(t, at + 13, &version)) return version;
   return "";
 }
 
 bool parse_torch_version_py(const std::string& text, std::string* version, std::optional<std::string>* cuda) {
-  std::smatch m;
-  static const std::regex kVersion(R"re(^__version__\s*(?::\s*\w+\s*)?=\s*['"]([^'"]+)['"])re", std::regex::multiline);
-  static const std::regex kCuda(R"re(^cuda\s*(?::\s*[\w\[\]]+\s*)?=\s*(?:['"]([^'"]*)['"]|None))re",
-                                std::regex::multiline);
-  if (!std::regex_search(text, m, kVersion)) return false;
-  *version = m[1].str();
+  std::optional<std::string> found_version;
+  std::optional<PythonValue> found_cuda;
+  const std::string_view t = text;
+  for (size_t start = 0; start < t.size() && !(found_version && found_cuda);) {
+    const size_t end = std::min(t.find('\n', start), t.size());
+    const std::string_view line = t.substr(start, end - start);
+    if (!found_version) {
+      const std::optional<PythonValue> v = python_assignment(line, "__version__");
+      if (v && !v->none && !v->text.empty()) found_version = v->text;
+    }
+    if (!found_cuda) found_cuda = python_assignment(line, "cuda");
+    start = end + 1;
+  }
+  if (!found_version) return false;
+  *version = *found_version;
   cuda->reset();
-  if (std::regex_search(text, m, kCuda) && m[1].matched && !m[1].str().empty()) *cuda = m[1].str();
+  if (found_cuda && !found_cuda->none && !found_cuda->text.empty()) *cuda = found_cuda->text;
   return true;
 }
 
 int parse_host_config_gcc_max(const std::string& text) {
-  std::smatch m;
-  static const std::regex kGnucMax(R"(#\s*if\s+__GNUC__\s*>\s*([0-9]+))");
-  return std::regex_search(text, m, kGnucMax) ? std::atoi(m[1].str().c_str()) : -1;
+  const std::string_view t = text;
+  for (size_t at = t.find('#'); at != std::string_view::npos; at = t.find('#', at + 1)) {
+    size_t i = skip_spaces(t, at + 1);
+    if (!literal_at(t, i, "if")) continue;
+    const size_t name = skip_spaces(t, i + 2);
+    if (name == i + 2 || !literal_at(t, name, "__GNUC__")) continue;
+    i = skip_spaces(t, name + 8);
+    if (i >= t.size() || t[i] != '>') continue;
+    i = skip_spaces(t, i + 1);
+    int value = 0;
+    if (number_at(t, i, &value) != std::string_view::npos) return value;
+  }
+  return -1;
 }
 
 std::string parse_nccl_header_version(const std::string& text) {
-  std::smatch major;
-  std::smatch minor;
-  std::smatch patch;
-  static const std::regex kMajor(R"(#define\s+NCCL_MAJOR\s+([0-9]+))");
-  static const std::regex kMinor(R"(#define\s+NCCL_MINOR\s+([0-9]+))");
-  static const std::regex kPatch(R"(#define\s+NCCL_PATCH\s+([0-9]+))");
-  if (!std::regex_search(text, major, kMajor) || !std::regex_search(text, minor, kMinor)) return "";
-  const bool has_patch = std::regex_search(text, patch, kPatch);
-  return major[1].str() + "." + minor[1].str() + "." + (has_patch ? patch[1].str() : std::string("0"));
+  const std::string_view t = text;
+  // The number of the first `#define NAME <digits>`, "" when there is none.
+  auto defined = [&](std::string_view name) -> std::string {
+    for (size_t at = t.find("#define"); at != std::string_view::npos; at = t.find("#define", at + 1)) {
+      const size_t i = skip_spaces(t, at + 7);
+      if (i == at + 7 || !literal_at(t, i, name)) continue;
+      const size_t digits = skip_spaces(t, i + name.size());
+      int value = 0;
+      if (digits == i + name.size()) continue;
+      const size_t end = number_at(t, digits, &value);
+      if (end != std::string_view::npos) return std::string(t.substr(digits, end - digits));
+    }
+    return "";
+  };
+  const std::string major = defined("NCCL_MAJOR");
+  const std::string minor = major.empty() ? "" : defined("NCCL_MINOR");
+  if (minor.empty()) return "";
+  const std::string patch = defined("NCCL_PATCH");
+  return major + "." + minor + "." + (patch.empty() ? std::string("0") : patch);
+}
+
+std::string parse_gcc_version(const std::string& output) {
+  const std::string_view t = output;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (!is_digit(t[i])) continue;
+    int value = 0;
+    size_t end = number_at(t, i, &value);
+    if (end == std::string_view::npos) return "";
+    while (end + 1 < t.size() && t[end] == '.' && is_digit(t[end + 1])) {
+      const size_t next = number_at(t, end + 1, &value);
+      if (next == std::string_view::npos) break;
+      end = next;
+    }
+    return std::string(t.substr(i, end - i));
+  }
+  return "";
+}
+
+std::string parse_driver_module_version(const std::string& text) {
+  const std::string_view t = text;
+  // Spaces, then [0-9]+\.[0-9.]+ at i: the version, "" when not there.
+  auto version_after = [&](size_t i) -> std::string {
+    const size_t start = skip_spaces(t, i);
+    size_t end = start;
+    while (end < t.size() && is_digit(t[end])) ++end;
+    if (start == i || end == start || end >= t.size() || t[end] != '.') return "";
+    const size_t dot = end++;
+    while (end < t.size() && (is_digit(t[end]) || t[end] == '.')) ++end;
+    return end == dot + 1 ? "" : std::string(t.substr(start, std::min(end - start, kMaxVersionText)));
+  };
+  for (size_t at = t.find("Kernel Module"); at != std::string_view::npos; at = t.find("Kernel Module", at + 1)) {
+    const size_t i = at + 13;
+    if (literal_at(t, i, " for ")) {  // "NVIDIA UNIX Open Kernel Module for x86_64  535.104.05"
+      size_t j = i + 5;
+      while (j < t.size() && (is_word(t[j]))) ++j;
+      if (j > i + 5) {
+        std::string version = version_after(j);
+        if (!version.empty()) return version;
+      }
+    }
+    std::string version = version_after(i);
+    if (!version.empty()) return version;
+  }
+  return "";
 }
 
 std::string nccl_version_text(int code) {
@@ -159,10 +342,8 @@ bool parse_arch_list(const std::string& text, std::vector<Arch>* archs, std::str
   std::string entry;
   auto take = [&]() -> bool {
     if (entry.empty()) return true;
-    std::smatch m;
-    static const std::regex kNumeric(R"(([0-9]+)\.([0-9]+)[af]?(\+PTX)?)");
-    if (std::regex_match(entry, m, kNumeric)) {
-      archs->push_back({std::atoi(m[1].str().c_str()), std::atoi(m[2].str().c_str()), m[3].matched});
+    if (const std::optional<Arch> numeric = numeric_arch(entry)) {
+      archs->push_back(*numeric);
     } else {
       const bool ptx = entry.size() > 4 && entry.compare(entry.size() - 4, 4, "+PTX") == 0;
       const std::string name = ptx ? entry.substr(0, entry.size() - 4) : entry;
@@ -243,8 +424,11 @@ std::vector<Finding> evaluate(const Facts& f) {
   // nvcc vs the CUDA the framework was built with.
   if (f.torch_dir.empty()) {
     add("nvcc-vs-torch", Severity::kInfo,
-        f.python.empty() ? "no Python interpreter found on PATH: PyTorch not checked"
-                         : "PyTorch is not installed for " + f.python);
+        f.python.empty()                ? "no Python interpreter found on PATH: PyTorch not checked"
+        : !f.python_note.empty()        ? f.python + " " + f.python_note + ": PyTorch not checked"
+        : !f.torch_version_file.empty() ? "the version of PyTorch could not be told from " + f.torch_version_file +
+                                              " (of " + f.python + "): not checked"
+                                        : "PyTorch is not installed for " + f.python);
   } else if (!f.torch_cuda) {
     add("nvcc-vs-torch", Severity::kInfo,
         "PyTorch " + f.torch_version + " (" + f.torch_dir + ") is a CPU-only build: it uses no CUDA");
@@ -450,6 +634,12 @@ std::vector<Finding> evaluate(const Facts& f) {
     else
       add("nccl", Severity::kOk, found);
   }
+
+  // Files found but not read whole: what was told from them may be missing, and a FIFO or device where a version
+  // file belongs stops the programs that read it too (import torch blocks on a FIFO version.py).
+  for (const FileNote& note : f.file_notes)
+    out.push_back({note.check, note.not_regular ? Severity::kWarning : Severity::kInfo, note.path + " " + note.problem,
+                   note.not_regular ? kNotRegular : ""});
   return out;
 }
 

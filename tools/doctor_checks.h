@@ -32,6 +32,15 @@ struct Gpu {
   int minor = 0;
 };
 
+// A file the probes found but did not read whole: not a regular file (a FIFO, a device, a folder), longer than
+// their limit (only its start was read), or unreadable.
+struct FileNote {
+  std::string check;  // the check that wanted it ("driver" for /proc/driver/nvidia/version)
+  std::string path;
+  std::string problem;  // "is not a regular file (a FIFO): not read"
+  bool not_regular = false;
+};
+
 struct Facts {
   std::vector<Toolkit> toolkits;  // every toolkit found, each folder once
   std::string cuda_home;          // CUDA_HOME (or CUDA_PATH) as set, "" when neither
@@ -44,7 +53,9 @@ struct Facts {
   std::string ld_cudart_toolkit;
   std::vector<std::string> dead_dirs;     // "PATH: /usr/local/cuda-10.2/bin" entries naming CUDA that do not exist
   std::string python;                     // the interpreter asked for its import path, "" when none ran
+  std::string python_note;                // why it told no import path ("could not be run"), "" when it did
   std::string torch_dir;                  // the torch package found (its folder), "" when none
+  std::string torch_version_file;         // a torch/version.py found that told no version (not read, or none in it)
   std::string torch_version;              // torch/version.py's __version__
   std::optional<std::string> torch_cuda;  // its cuda ("12.1"); nullopt for a CPU-only build
   std::string driver_cuda;                // the CUDA the driver supports ("12.4", cuDriverGetVersion), "" if unknown
@@ -63,11 +74,13 @@ struct Facts {
   std::string nccl_note;    // why no library version is known
   std::string nccl_header;  // the nccl.h found first, and its NCCL_MAJOR.MINOR.PATCH
   std::string nccl_header_version;
+  std::vector<FileNote> file_notes;  // each path once
 };
 
 std::vector<Finding> evaluate(const Facts& facts);
 Severity worst(const std::vector<Finding>& findings);
 
+// The parsers take any bytes (files of any content, cut at the probes' size limit) in time linear in their length.
 // ---- parsers -------------------------------------------------------------------------------------------------------
 // "Cuda compilation tools, release 12.4, V12.4.131" -> "12.4".
 std::string parse_nvcc_release(const std::string& nvcc_output);
@@ -79,6 +92,10 @@ bool parse_torch_version_py(const std::string& text, std::string* version, std::
 int parse_host_config_gcc_max(const std::string& text);
 // nccl.h: "MAJOR.MINOR.PATCH" from NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH; "" when absent.
 std::string parse_nccl_header_version(const std::string& text);
+// gcc -dumpfullversion's "13.2.0" (the first dotted number in the output); "" when there is none.
+std::string parse_gcc_version(const std::string& output);
+// /proc/driver/nvidia/version: the number after "Kernel Module" ("550.54.14"); "" when absent.
+std::string parse_driver_module_version(const std::string& text);
 // ncclGetVersion's code (22105 or 2708) -> "2.21.5" / "2.7.8".
 std::string nccl_version_text(int code);
 // cuDriverGetVersion's 12040 -> "12.4".

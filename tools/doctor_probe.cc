@@ -7,18 +7,18 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -57,12 +57,63 @@ std::string real(const std::string& path) {
   return ec ? fs::path(path).lexically_normal().string() : canonical.string();
 }
 
-std::optional<std::string> read_text(const std::string& path, std::size_t limit = 1 << 20) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(limit, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+// The machine's files can be anything: a FIFO (an open or a read of it blocks forever), a device, a file of
+// gigabytes, one line of a megabyte. Each is opened without blocking, read only when it is a regular file, and only
+// its first kFileLimit bytes; a file not read whole is noted (f->file_notes) for the findings. Links are followed:
+// /usr/local/cuda and system headers are links on most machines.
+constexpr size_t kFileLimit = 256 << 10;
+constexpr const char* kFileLimitText = "256 KiB";
+
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+// The file's first kFileLimit bytes; nullopt when it is missing (silently) or could not be read (noted).
+std::optional<std::string> read_text(const std::string& path, const char* check, Facts* f) {
+  auto note = [&](std::string problem, bool not_regular) {
+    for (const FileNote& n : f->file_notes)
+      if (n.path == path) return;
+    f->file_notes.push_back({check, path, std::move(problem), not_regular});
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG)
+      note(std::string("cannot be opened (") + std::strerror(errno) + ")", false);
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    note(std::string("is not a regular file (") + file_kind(st.st_mode) + "): not read", true);
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  bool cut = false;
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      note(std::string("cannot be read (") + std::strerror(errno) + ")", false);
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    const size_t room = kFileLimit - text.size();
+    text.append(buffer, std::min(room, static_cast<size_t>(n)));
+    if (static_cast<size_t>(n) > room) {
+      cut = true;
+      break;
+    }
+  }
+  ::close(fd);
+  if (cut)
+    note(std::string("is longer than ") + kFileLimitText + ": only its first " + kFileLimitText + " were read", false);
   return text;
 }
 
@@ -72,8 +123,10 @@ std::string which(const std::string& name, const std::vector<std::string>& dirs)
   return "";
 }
 
-// Runs argv with the given PATH, stdout and stderr together, for at most `timeout` seconds (then killed).
-std::optional<std::string> run_capture(const std::vector<std::string>& argv, int timeout_seconds) {
+// Runs argv with the given PATH, stdout and stderr together, for at most `timeout` seconds (then killed, and
+// *killed set).
+std::optional<std::string> run_capture(const std::vector<std::string>& argv, int timeout_seconds,
+                                       bool* killed = nullptr) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return std::nullopt;
   posix_spawn_file_actions_t actions;
@@ -114,14 +167,26 @@ std::optional<std::string> run_capture(const std::vector<std::string>& argv, int
     if (output.size() < (1 << 20)) output.append(chunk, static_cast<std::size_t>(n));
   }
   close(pipe_fds[0]);
-  if (timed_out) kill(-pid, SIGKILL);
+  // A program may close its output and go on running: its exit is waited for until the same deadline.
   int status = 0;
-  waitpid(pid, &status, 0);
-  if (timed_out) return std::nullopt;
+  while (!timed_out && waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    timespec pause{0, 10 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  if (timed_out) {
+    if (killed != nullptr) *killed = true;
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return std::nullopt;
+  }
   return output;
 }
 
-std::string toolkit_version(const std::string& root, int timeout_seconds) {
+std::string toolkit_version(const std::string& root, int timeout_seconds, Facts* f) {
   if (is_executable(root + "/bin/nvcc")) {
     if (const auto out = run_capture({root + "/bin/nvcc", "--version"}, timeout_seconds)) {
       const std::string v = parse_nvcc_release(*out);
@@ -129,7 +194,7 @@ std::string toolkit_version(const std::string& root, int timeout_seconds) {
     }
   }
   for (const char* file : {"/version.json", "/version.txt"}) {
-    if (const auto text = read_text(root + file)) {
+    if (const auto text = read_text(root + file, "toolkits", f)) {
       const std::string v = parse_toolkit_version_file(*text);
       if (!v.empty()) return v;
     }
@@ -146,10 +211,16 @@ std::string toolkit_of_library_dir(const std::string& dir) {
   return p.string();
 }
 
-std::vector<std::string> python_import_path(const std::string& python, int timeout_seconds) {
+std::vector<std::string> python_import_path(const std::string& python, int timeout_seconds, std::string* note) {
   std::vector<std::string> dirs;
-  const auto out = run_capture({python, "-c", "import sys\nfor p in sys.path:\n    print(p)"}, timeout_seconds);
-  if (!out) return dirs;
+  bool killed = false;
+  const auto out =
+      run_capture({python, "-c", "import sys\nfor p in sys.path:\n    print(p)"}, timeout_seconds, &killed);
+  if (!out) {
+    *note = killed ? "did not tell its import path within " + std::to_string(timeout_seconds) + " s (stopped)"
+                   : "could not be run";
+    return dirs;
+  }
   std::stringstream in(*out);
   for (std::string line; std::getline(in, line);)
     if (!line.empty() && line[0] == '/') dirs.push_back(line);
@@ -157,11 +228,8 @@ std::vector<std::string> python_import_path(const std::string& python, int timeo
 }
 
 void probe_driver(const ProbeOptions& o, Facts* f) {
-  if (const auto text = read_text(o.root + "/proc/driver/nvidia/version")) {
-    std::smatch m;
-    static const std::regex kModule(R"(Kernel Module(?: for [A-Za-z0-9_]+)?\s+([0-9]+\.[0-9.]+))");
-    if (std::regex_search(*text, m, kModule)) f->driver_version = m[1].str();
-  }
+  if (const auto text = read_text(o.root + "/proc/driver/nvidia/version", "driver", f))
+    f->driver_version = parse_driver_module_version(*text);
   const stats::CudaDriver driver = stats::query_cuda_driver(o.libcuda, -1);
   f->driver_cuda = cuda_version_text(driver.version);
   if (f->driver_cuda.empty())
@@ -211,7 +279,7 @@ void probe_nccl(const ProbeOptions& o, const std::vector<std::string>& site_dirs
   for (const std::string& site : site_dirs) headers.push_back(site + "/nvidia/nccl/include/nccl.h");
   for (const Toolkit& t : f->toolkits) headers.push_back(t.root + "/include/nccl.h");
   for (const std::string& header : headers) {
-    const auto text = is_file(header) ? read_text(header) : std::nullopt;
+    const auto text = read_text(header, "nccl", f);
     if (!text) continue;
     const std::string version = parse_nccl_header_version(*text);
     if (version.empty()) continue;
@@ -233,10 +301,15 @@ Facts probe(const ProbeOptions& o) {
   f.python = o.python.empty() ? which("python3", path) : o.python;
   if (f.python.empty()) f.python = which("python", path);
   std::vector<std::string> site_dirs;
-  if (!f.python.empty()) site_dirs = python_import_path(f.python, timeout);
+  if (!f.python.empty()) site_dirs = python_import_path(f.python, timeout, &f.python_note);
   for (const std::string& site : site_dirs) {
-    const auto text = read_text(site + "/torch/version.py");
-    if (!text || !parse_torch_version_py(*text, &f.torch_version, &f.torch_cuda)) continue;
+    const std::string file = site + "/torch/version.py";
+    const auto text = read_text(file, "nvcc-vs-torch", &f);
+    if (!text || !parse_torch_version_py(*text, &f.torch_version, &f.torch_cuda)) {
+      std::error_code ec;
+      if (f.torch_version_file.empty() && (text || fs::exists(file, ec))) f.torch_version_file = file;
+      continue;
+    }
     f.torch_dir = site + "/torch";
     break;
   }
@@ -266,7 +339,7 @@ Facts probe(const ProbeOptions& o) {
     if (!is_executable(dir + "/bin/nvcc")) continue;
     const std::string root = real(dir);
     if (std::any_of(f.toolkits.begin(), f.toolkits.end(), [&](const Toolkit& t) { return t.root == root; })) continue;
-    f.toolkits.push_back({root, toolkit_version(root, timeout), source});
+    f.toolkits.push_back({root, toolkit_version(root, timeout, &f), source});
   }
   auto index_of = [&](const std::string& dir) {
     const std::string root = real(dir);
@@ -317,18 +390,15 @@ Facts probe(const ProbeOptions& o) {
   if (!build_root.empty()) {
     f.gcc = is_executable(build_root + "/bin/gcc") ? build_root + "/bin/gcc" : which("gcc", path);
     if (!f.gcc.empty()) {
-      if (const auto out = run_capture({f.gcc, "-dumpfullversion", "-dumpversion"}, timeout)) {
-        std::smatch m;
-        static const std::regex kVersion(R"(([0-9]+(?:\.[0-9]+)*))");
-        if (std::regex_search(*out, m, kVersion)) f.gcc_version = m[1].str();
-      }
+      if (const auto out = run_capture({f.gcc, "-dumpfullversion", "-dumpversion"}, timeout))
+        f.gcc_version = parse_gcc_version(*out);
     }
     std::vector<std::string> configs = {build_root + "/include/crt/host_config.h"};
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(build_root + "/targets", ec))
       configs.push_back(entry.path().string() + "/include/crt/host_config.h");
     for (const std::string& config : configs) {
-      if (const auto text = read_text(config)) {
+      if (const auto text = read_text(config, "gcc", &f)) {
         f.host_config = config;
         f.gcc_max_major = parse_host_config_gcc_max(*text);
         break;
@@ -338,7 +408,7 @@ Facts probe(const ProbeOptions& o) {
 
   if (const char* arch = std::getenv("TORCH_CUDA_ARCH_LIST"); arch != nullptr) f.arch_list = arch;
 
-  if (const auto release = read_text(o.root + "/proc/sys/kernel/osrelease")) {
+  if (const auto release = read_text(o.root + "/proc/sys/kernel/osrelease", "kernel", &f)) {
     f.kernel_release = release->substr(0, release->find_first_of("\r\n"));
   } else if (o.root.empty()) {
     utsname u{};

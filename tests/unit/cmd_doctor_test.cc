@@ -201,6 +201,154 @@ TEST(CmdDoctor, NoDriverNoGpuNoTorchIsInfoOnly) {
                                    "PyTorch is not installed for " + m.bin + "/python3"));
 }
 
+// The finding of `check` whose found text holds `text`; null when there is none.
+nlohmann::json finding_with(const nlohmann::json& report, const std::string& check, const std::string& text) {
+  for (const auto& f : report["findings"])
+    if (f["check"] == check && f["found"].get<std::string>().find(text) != std::string::npos) return f;
+  return nullptr;
+}
+
+// A toolkit whose nvcc does not tell its release: its version comes from version.json.
+std::string toolkit_with_version_json(FakeMachine& m, const std::string& json) {
+  const std::string cuda = m.root + "/usr/local/cuda-12.1";
+  write(cuda + "/bin/nvcc", "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n", true);
+  write(cuda + "/version.json", json);
+  return cuda;
+}
+
+// std::regex overflowed the stack (SIGSEGV) on each of these lines; they are parsed.
+TEST(CmdDoctor, LongLinesInTheMachinesFilesAreParsed) {
+  FakeMachine m;
+  const std::string spaces(100000, ' ');
+  write(m.root + "/usr/include/nccl.h",
+        "#define" + std::string(30000, ' ') + "NCCL_MAJOR 2\n#define NCCL_MINOR 18\n#define NCCL_PATCH 3\n");
+  write(m.site + "/torch/version.py", "__version__ =" + spaces + "'2.3.0+cu121'\ncuda = '12.1'\n");
+  write(m.root + "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module" + spaces + "550.54.14  Thu Feb 22 01:44:30 UTC 2024\n");
+  const std::string cuda =
+      toolkit_with_version_json(m, "{\"cuda\" :" + spaces + "{\"name\" : \"CUDA SDK\", \"version\" : \"12.1.1\"}}");
+  m.options.env["CUDA_HOME"] = cuda;
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_LT(r.exit_code, 128) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(finding_with(report, "nccl", "headers 2.18.3 (" + m.root + "/usr/include/nccl.h)").is_null()) << r.out;
+  EXPECT_FALSE(finding_with(report, "nvcc-vs-torch", "is CUDA 12.1; PyTorch 2.3.0+cu121").is_null()) << r.out;
+  EXPECT_FALSE(finding_with(report, "driver", "the driver 550.54.14 supports CUDA up to 12.4").is_null()) << r.out;
+  EXPECT_FALSE(finding_with(report, "toolkits", "one CUDA toolkit: " + cuda + " (CUDA 12.1, CUDA_HOME)").is_null())
+      << r.out;
+}
+
+// Files of a megabyte on one line: only their first 256 KiB are read, and the findings say so.
+TEST(CmdDoctor, FilesOfAMegabyteAreCutAndSaidToBe) {
+  FakeMachine m;
+  const std::string megabyte(1 << 20, ' ');
+  write(m.root + "/usr/include/nccl.h", "#define" + megabyte + "NCCL_MAJOR 2\n");
+  write(m.site + "/torch/version.py", "__version__ =" + megabyte + "'2.3.0+cu121'\n");
+  write(m.root + "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module" + megabyte + "550.54\n");
+  const std::string cuda = toolkit_with_version_json(m, "{\"cuda\" :" + megabyte + "{\"version\" : \"12.1.1\"}}");
+  m.options.env["CUDA_HOME"] = cuda;
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_LT(r.exit_code, 128) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const std::string cut = " is longer than 256 KiB: only its first 256 KiB were read";
+  for (const auto& [check, path] : {std::pair<std::string, std::string>{"nccl", m.root + "/usr/include/nccl.h"},
+                                    {"nvcc-vs-torch", m.site + "/torch/version.py"},
+                                    {"driver", m.root + "/proc/driver/nvidia/version"},
+                                    {"toolkits", cuda + "/version.json"}}) {
+    const nlohmann::json f = finding_with(report, check, path + cut);
+    ASSERT_FALSE(f.is_null()) << check << ": " << r.out;
+    EXPECT_EQ("info", f["severity"]) << f.dump();
+  }
+  EXPECT_FALSE(finding_with(report, "toolkits", cuda + " (version unknown, CUDA_HOME)").is_null()) << r.out;
+  EXPECT_FALSE(finding_with(report, "nvcc-vs-torch",
+                            "the version of PyTorch could not be told from " + m.site + "/torch/version.py")
+                   .is_null())
+      << r.out;
+}
+
+// Opening a FIFO to read it waits for a writer: doctor hung for ever. Bounded by the subprocess timeout here.
+TEST(CmdDoctor, AFifoWhereAVersionFileBelongsIsNotRead) {
+  FakeMachine m;
+  const std::string cuda = toolkit_with_version_json(m, "");
+  for (const std::string& path :
+       {m.site + "/torch/version.py", cuda + "/version.json", m.root + "/proc/driver/nvidia/version",
+        m.root + "/usr/include/nccl.h", m.root + "/proc/sys/kernel/osrelease"}) {
+    std::filesystem::remove(path);
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    ASSERT_EQ(0, mkfifo(path.c_str(), 0600)) << path;
+  }
+  m.options.env["CUDA_HOME"] = cuda;
+  m.options.timeout_seconds = 30;
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_FALSE(r.timed_out) << "doctor hung on a FIFO";
+  ASSERT_EQ(1, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const std::string fifo = " is not a regular file (a FIFO): not read";
+  for (const auto& [check, path] : {std::pair<std::string, std::string>{"nvcc-vs-torch", m.site + "/torch/version.py"},
+                                    {"toolkits", cuda + "/version.json"},
+                                    {"driver", m.root + "/proc/driver/nvidia/version"},
+                                    {"nccl", m.root + "/usr/include/nccl.h"},
+                                    {"kernel", m.root + "/proc/sys/kernel/osrelease"}}) {
+    const nlohmann::json f = finding_with(report, check, path + fifo);
+    ASSERT_FALSE(f.is_null()) << check << ": " << r.out;
+    EXPECT_EQ("warning", f["severity"]) << f.dump();
+  }
+}
+
+// A Python that closes its output and goes on running: doctor waited for its exit for ever, now for its 10 s.
+TEST(CmdDoctor, APythonThatClosesItsOutputAndRunsOnIsStopped) {
+  FakeMachine m;
+  write(m.bin + "/python3", "#!/bin/sh\nexec >/dev/null 2>&1\nexec /bin/sleep 120\n", true);
+  m.options.timeout_seconds = 60;
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_FALSE(r.timed_out) << "doctor waited for the Python for ever";
+  ASSERT_EQ(0, r.exit_code) << r.out << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(finding_with(report, "nvcc-vs-torch",
+                            m.bin + "/python3 did not tell its import path within 10 s (stopped): PyTorch not checked")
+                   .is_null())
+      << r.out;
+}
+
+// nlohmann's dump threw type_error.316 on a byte that is not UTF-8 and doctor aborted: each such byte is U+FFFD.
+TEST(CmdDoctor, JsonIsValidWhenTheEnvironmentIsNotUtf8) {
+  FakeMachine m;
+  const std::string cuda_home = m.dir.path() + "/cuda\xff\xfe";
+  m.options.env["CUDA_HOME"] = cuda_home;
+  m.options.env["PATH"] = m.bin + ":/opt/cuda-\xc3/bin";
+  const ProcessResult r = m.doctor({"--json"});
+  ASSERT_EQ(3, r.exit_code) << r.out << r.err;
+  nlohmann::json report;
+  ASSERT_NO_THROW(report = nlohmann::json::parse(r.out)) << r.out;
+  const std::string replacement = "\xef\xbf\xbd";  // U+FFFD
+  EXPECT_FALSE(finding_with(report, "toolkits", "CUDA_HOME=" + m.dir.path() + "/cuda" + replacement).is_null())
+      << r.out;
+  EXPECT_FALSE(
+      finding_with(report, "path-order", "PATH entry /opt/cuda-" + replacement + "/bin does not exist").is_null())
+      << r.out;
+}
+
+// Environment values reached the terminal raw: an escape sequence or a newline in one now shows as \xHH.
+TEST(CmdDoctor, ControlCharactersInTheEnvironmentArePrintedEscaped) {
+  FakeMachine m;
+  m.options.env["CUDA_HOME"] = "/opt/cuda\x1b[31m\nred";
+  m.options.env["TORCH_CUDA_ARCH_LIST"] = "8.0;\x1b]0;title\x07";
+  m.options.env["PATH"] = m.bin + ":/opt/cuda-\xff/bin";
+  const ProcessResult r = m.doctor();
+  ASSERT_EQ(3, r.exit_code) << r.out << r.err;
+  EXPECT_EQ(std::string::npos, r.out.find('\x1b')) << r.out;
+  EXPECT_EQ(std::string::npos, r.out.find('\x07')) << r.out;
+  EXPECT_NE(
+      std::string::npos,
+      r.out.find("[error]   toolkits: CUDA_HOME=/opt/cuda\\x1b[31m\\x0ared is not a CUDA toolkit (no bin/nvcc)\n"))
+      << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("'\\x1b]0' is not an architecture")) << r.out;
+  EXPECT_NE(std::string::npos, r.out.find("PATH entry /opt/cuda-\\xff/bin does not exist")) << r.out;
+}
+
 TEST(CmdDoctor, BadArgumentsAreClearErrors) {
   FakeMachine m;
   ProcessResult r = run_process({TRAINSCOPE_TOOL_PATH, "doctor", "--root"}, m.options);

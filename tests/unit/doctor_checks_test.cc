@@ -70,6 +70,43 @@ TEST(DoctorParsers, ArchListAndCoverage) {
   EXPECT_EQ("sm_90", bad);
 }
 
+TEST(DoctorParsers, GccVersionAndDriverModuleVersion) {
+  EXPECT_EQ("13.2.0", parse_gcc_version("13.2.0\n"));
+  EXPECT_EQ("11", parse_gcc_version("gcc 11.\n"));
+  EXPECT_EQ("", parse_gcc_version("no version here"));
+  EXPECT_EQ("550.54.14", parse_driver_module_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu "
+                                                     "Feb 22 01:44:30 UTC 2024\nGCC version:  gcc version 12.2.0\n"));
+  EXPECT_EQ("535.104.05", parse_driver_module_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                                                      "535.104.05  Release Build  (dvs-builder@U16)\n"));
+  EXPECT_EQ("", parse_driver_module_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module\n"));
+}
+
+// std::regex recursed once per character a quantifier took: each of these overflowed the stack (SIGSEGV).
+TEST(DoctorParsers, LongLinesAreParsedInsteadOfOverflowingTheStack) {
+  const std::string spaces(1 << 20, ' ');
+  EXPECT_EQ("2.18.3",
+            parse_nccl_header_version("#define" + std::string(30000, ' ') + "NCCL_MAJOR 2\n#define NCCL_MINOR" +
+                                      spaces + "18\n#define NCCL_PATCH 3\n"));
+  EXPECT_EQ("12.4", parse_toolkit_version_file("{\"cuda\" :" + spaces + "{\"name\" : \"" + std::string(1 << 20, 'x') +
+                                               "\", \"version\" :" + spaces + "\"12.4.1\"}}"));
+  EXPECT_EQ("10.2", parse_toolkit_version_file(std::string(1 << 20, '"') + "CUDA Version 10.2.89\n"));
+  std::string version;
+  std::optional<std::string> cuda;
+  ASSERT_TRUE(parse_torch_version_py(
+      "__version__ =" + spaces + "'2.3.0+cu121'\ncuda: Optional[str] =" + spaces + "'12.1'\n", &version, &cuda));
+  EXPECT_EQ("2.3.0+cu121", version);
+  EXPECT_EQ("12.1", cuda.value_or("none"));
+  EXPECT_FALSE(parse_torch_version_py("__version__ = '" + std::string(1 << 20, 'x'), &version, &cuda));
+  EXPECT_EQ("550.54.14", parse_driver_module_version("NVIDIA UNIX x86_64 Kernel Module" + spaces + "550.54.14\n"));
+  EXPECT_EQ(12, parse_host_config_gcc_max("#if" + spaces + "__GNUC__" + spaces + ">" + spaces + "12\n"));
+  EXPECT_EQ("", parse_nvcc_release("release " + std::string(1 << 20, '1')));  // no version, and no int overflow
+  EXPECT_EQ("13.2", parse_gcc_version(std::string(1 << 20, '.') + "13.2"));
+  std::vector<Arch> archs;
+  std::string bad;
+  EXPECT_FALSE(parse_arch_list(std::string(1 << 20, '8') + ".0", &archs, &bad));
+  EXPECT_EQ((1u << 20) + 2, bad.size());
+}
+
 Facts healthy() {
   Facts f;
   f.toolkits = {{"/usr/local/cuda-12.1", "12.1", "/usr/local"}};
@@ -156,6 +193,27 @@ TEST(DoctorFindings, MinorMismatchesAreWarningsAndNothingFoundIsInfo) {
   EXPECT_EQ(0, exit_status(worst(findings)));
   EXPECT_NE(std::string::npos, find(findings, "arch-list")->found.find("no GPU visible (no driver)"));
   EXPECT_EQ(nullptr, find(findings, "gcc"));  // no toolkit, nothing to build with
+}
+
+TEST(DoctorFindings, FilesNotReadWholeAreFindingsOfTheirCheck) {
+  Facts f = healthy();
+  f.file_notes = {{"driver", "/proc/driver/nvidia/version", "is not a regular file (a FIFO): not read", true},
+                  {"nccl", "/usr/include/nccl.h", "is longer than 256 KiB: only its first 256 KiB were read", false}};
+  const std::vector<Finding> findings = evaluate(f);
+  int seen = 0;
+  for (const Finding& finding : findings) {
+    if (finding.check == "driver" && finding.severity == Severity::kWarning) {
+      EXPECT_EQ("/proc/driver/nvidia/version is not a regular file (a FIFO): not read", finding.found);
+      EXPECT_NE(std::string::npos, finding.remedy.find("Put the regular file that belongs there back"));
+      ++seen;
+    }
+    if (finding.check == "nccl" && finding.severity == Severity::kInfo) {
+      EXPECT_EQ("/usr/include/nccl.h is longer than 256 KiB: only its first 256 KiB were read", finding.found);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(2, seen);
+  EXPECT_EQ(1, exit_status(worst(findings)));
 }
 
 TEST(DoctorFindings, CudaHomeThatIsNotAToolkitIsAnError) {
