@@ -46,6 +46,19 @@ inline void clean_python_environment(testing::ProcessOptions* options) {
   options->env["TS_GIL_HELPERS"] = std::string(TS_GIL_HELPERS);
 }
 
+// The environment of a Python job without trainscope: the stand-in NCCL, nothing preloaded (but a sanitizer's
+// runtime, which an instrumented libnccl.so.2 needs in front of an uninstrumented Python), no launcher or loader
+// settings.
+inline testing::ProcessOptions plain_python_options() {
+  testing::ProcessOptions options;
+  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
+  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
+  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
+  clean_python_environment(&options);
+  options.timeout_seconds = 120;
+  return options;
+}
+
 inline std::vector<std::string> launch(int ranks, int deadline_s, const std::vector<std::string>& command) {
   std::vector<std::string> argv = {TS_LAUNCH, "-n", std::to_string(ranks), "--timeout", std::to_string(deadline_s),
                                    "--"};

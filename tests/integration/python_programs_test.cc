@@ -43,18 +43,6 @@ std::vector<std::string> early_fault(const char* fault, int rank, int step) {
           std::to_string(step)};
 }
 
-// The environment of a job without trainscope: the stand-in NCCL, nothing preloaded (but a sanitizer's runtime,
-// which an instrumented libnccl.so.2 needs in front of an uninstrumented Python), no launcher or loader settings.
-ProcessOptions plain_options() {
-  ProcessOptions options;
-  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
-  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
-  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
-  clean_python_environment(&options);
-  options.timeout_seconds = 120;
-  return options;
-}
-
 std::string joined(const std::vector<std::string>& words) {
   std::string text;
   for (const auto& word : words) text += (text.empty() ? "" : " ") + word;
@@ -105,7 +93,7 @@ long counted_opens(const std::string& path) {
 }
 
 ProcessOptions preloading_open_counter(const std::string& out) {
-  ProcessOptions options = plain_options();
+  ProcessOptions options = plain_python_options();
   options.env["LD_PRELOAD"] =
       sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_OPEN_COUNTER : std::string(TS_OPEN_COUNTER);
   options.env["TS_OPEN_COUNTER_OUT"] = out;
@@ -129,14 +117,14 @@ class PythonJobs : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(PythonJobs, InterpreterIsTheVersionItWasFoundFor) {
-  const ProcessResult run =
-      testing::run_process({python_.path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"}, plain_options());
+  const ProcessResult run = testing::run_process(
+      {python_.path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"}, plain_python_options());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, python_.version + "\n") << python_.path;
 }
 
 TEST_P(PythonJobs, ScenarioJobPrintsWhatScenarioProgramPrints) {
-  const ProcessOptions options = plain_options();
+  const ProcessOptions options = plain_python_options();
   for (int ranks : {2, 4}) {
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{}, std::vector<std::string>{"--steps", "4", "--count", "4096", "--digest"},
@@ -164,7 +152,7 @@ TEST_P(PythonJobs, ScenarioJobLeavesEarlyAsScenarioProgramDoes) {
       whats.push_back(std::to_string(ranks) + " ranks, scenario " + joined(args));
     }
   }
-  const std::vector<ProcessResult> results = run_all(commands, plain_options());
+  const std::vector<ProcessResult> results = run_all(commands, plain_python_options());
   for (size_t i = 0; i < whats.size(); ++i) {
     const ProcessResult& c = results[2 * i];
     const ProcessResult& twin = results[2 * i + 1];
@@ -177,7 +165,7 @@ TEST_P(PythonJobs, ScenarioJobLeavesEarlyAsScenarioProgramDoes) {
 }
 
 TEST_P(PythonJobs, TrainJobPrintsWhatTrainProgramPrints) {
-  const ProcessOptions options = plain_options();
+  const ProcessOptions options = plain_python_options();
   for (int ranks : {2, 4}) {
     for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
              {"--steps", "4"},
@@ -204,7 +192,7 @@ TEST_P(PythonJobs, TrainJobPrintsWhatTrainProgramPrints) {
 }
 
 TEST_P(PythonJobs, PipelineJobPrintsWhatPipelineProgramPrints) {
-  const ProcessOptions options = plain_options();
+  const ProcessOptions options = plain_python_options();
   for (int ranks : {2, 4}) {
     for (const std::vector<std::string>& args :
          std::vector<std::vector<std::string>>{{},
@@ -231,7 +219,7 @@ TEST_P(PythonJobs, EveryWayOfLoadingNcclGivesTheSameDigests) {
   };
   std::vector<Mode> modes;
   for (const char* load : {"handle", "global"}) {
-    ProcessOptions options = plain_options();
+    ProcessOptions options = plain_python_options();
     options.env["TS_NCCL_LOAD"] = load;
     modes.push_back({std::string(load) + " libnccl.so.2", options});
     options.env["TS_NCCL_PATH"] = copy;
@@ -241,7 +229,7 @@ TEST_P(PythonJobs, EveryWayOfLoadingNcclGivesTheSameDigests) {
   const std::vector<std::string> scenario_args = {"--steps", "4", "--count", "2048", "--digest"};
   for (int ranks : {2, 4}) {
     const ProcessResult c = testing::run_process(
-        launch(ranks, 60, with_args({program("scenario_program")}, scenario_args)), plain_options());
+        launch(ranks, 60, with_args({program("scenario_program")}, scenario_args)), plain_python_options());
     ASSERT_EQ(c.exit_code, 0) << c.err;
     ProcessResult first_forward_backward;
     ProcessResult first_gil;
@@ -283,7 +271,8 @@ TEST_P(PythonJobs, EveryWayOfLoadingNcclGivesTheSameDigests) {
 
 TEST_P(PythonJobs, ForwardBackwardJobRunsAndEveryRankGetsTheSameSums) {
   for (int ranks : {2, 4}) {
-    const ProcessResult run = testing::run_process(launch(ranks, 60, job("forward_backward_job.py")), plain_options());
+    const ProcessResult run =
+        testing::run_process(launch(ranks, 60, job("forward_backward_job.py")), plain_python_options());
     EXPECT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.err, "");
     const std::vector<std::string> lines = sorted_lines(run.out);
@@ -304,7 +293,7 @@ TEST_P(PythonJobs, GilJobRunsToCompletionWithTheGilHeldDuringEveryAllReduce) {
   for (int ranks : {1, 2, 4}) {
     const ProcessResult run = testing::run_process(
         launch(ranks, 60, job("gil_job.py", {"--steps", std::to_string(kSteps), "--count", std::to_string(kCount)})),
-        plain_options());
+        plain_python_options());
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.err, "");
@@ -358,7 +347,7 @@ INSTANTIATE_TEST_SUITE_P(Versions, PythonJobs,
 TEST(PythonPrograms, DlopenProgramPrintsWhatScenarioProgramPrints) {
   TempDir dir;
   const std::string copy = renamed_copy(dir);
-  const ProcessOptions options = plain_options();
+  const ProcessOptions options = plain_python_options();
   ProcessOptions env_path = options;
   env_path.env["TS_NCCL_PATH"] = copy;
   env_path.env["LD_LIBRARY_PATH"] = std::nullopt;
@@ -398,7 +387,7 @@ TEST(PythonPrograms, DlopenProgramLeavesEarlyAsScenarioProgramDoes) {
     commands.push_back(launch(4, early_fault_deadline(), with_args({program("scenario_program")}, args)));
     commands.push_back(launch(4, early_fault_deadline(), with_args({program("dlopen_program")}, args)));
   }
-  const std::vector<ProcessResult> results = run_all(commands, plain_options());
+  const std::vector<ProcessResult> results = run_all(commands, plain_python_options());
   for (size_t i = 0; i < results.size(); i += 2) {
     EXPECT_EQ(results[i].exit_code, kDeadlineStatus) << results[i].err;
     EXPECT_EQ(results[i].out.rfind("rank 2 leaves the loop at step 1 and ", 0), 0u) << results[i].out;
@@ -408,13 +397,14 @@ TEST(PythonPrograms, DlopenProgramLeavesEarlyAsScenarioProgramDoes) {
 
 TEST(PythonPrograms, DlopenProgramSaysWhichFunctionItCannotFind) {
   // Neither the plain stand-in nor the real libnccl.so.2 versions its symbols: dlvsym finds nothing there.
-  const ProcessResult run = testing::run_process({program("dlopen_program"), "--dlvsym", "NCCL_2.28"}, plain_options());
+  const ProcessResult run =
+      testing::run_process({program("dlopen_program"), "--dlvsym", "NCCL_2.28"}, plain_python_options());
   EXPECT_EQ(run.exit_code, 3);
   EXPECT_NE(run.err.find("dlopen_program: ncclGetUniqueId not found in libnccl.so.2 at version NCCL_2.28: "),
             std::string::npos)
       << run.err;
   const ProcessResult missing =
-      testing::run_process({program("dlopen_program"), "--nccl", "/nonexistent/libnccl.so.2"}, plain_options());
+      testing::run_process({program("dlopen_program"), "--nccl", "/nonexistent/libnccl.so.2"}, plain_python_options());
   EXPECT_EQ(missing.exit_code, 3);
   EXPECT_EQ(missing.err.rfind("dlopen_program: cannot load /nonexistent/libnccl.so.2: ", 0), 0u) << missing.err;
 }

@@ -14,6 +14,7 @@
 #include "api_export.h"
 #include "comm.h"
 #include "element_math.h"
+#include "nccl_2_29.h"
 #include "operations.h"
 #include "shared_segment.h"
 
@@ -64,6 +65,14 @@ ncclResult_t check_comm(const ncclComm* comm, const char* call) {
   return ncclSuccess;
 }
 
+// For the calls that move data: a suspended communicator has let its memory go until ncclCommResume.
+ncclResult_t check_not_suspended(const ncclComm* comm, const char* call) {
+  if (comm->suspended) {
+    return report(ncclInvalidUsage, "%s: communicator is suspended (ncclCommSuspend); call ncclCommResume first", call);
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t check_datatype(ncclDataType_t datatype, const char* call) {
   if (!is_valid_datatype(datatype)) return report(ncclInvalidArgument, "%s: invalid datatype %d", call, datatype);
   return ncclSuccess;
@@ -110,6 +119,7 @@ ncclResult_t submit_deferrable(std::unique_ptr<Operation> operation) {
 
 ncclResult_t run_collective(ncclComm* comm, CollectiveArgs args, const char* call) {
   if (ncclResult_t r = check_comm(comm, call); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_not_suspended(comm, call); r != ncclSuccess) return r;
   if (ncclResult_t r = check_datatype(args.datatype, call); r != ncclSuccess) return r;
   if (args.root != -1) {
     if (ncclResult_t r = check_rank(comm, args.root, "root", call); r != ncclSuccess) return r;
@@ -437,6 +447,46 @@ TSFAKE_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t
 }
 #endif
 
+// NCCL 2.29.7 (nccl_2_29.h). Real NCCL's suspend and resume are collective (a barrier on every member); here each
+// rank's communicator keeps its own state, which is all a host-memory stand-in has to release.
+#ifndef TSFAKE_PRETEND_NCCL_2_18
+TSFAKE_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommSuspend"); r != ncclSuccess) return r;
+  if ((flags & ~NCCL_SUSPEND_MEM) != 0) {
+    return report(ncclInvalidArgument, "ncclCommSuspend: flags 0x%x: only NCCL_SUSPEND_MEM (0x%x) is known", flags,
+                  NCCL_SUSPEND_MEM);
+  }
+  if ((flags & NCCL_SUSPEND_MEM) == 0) return ncclSuccess;  // nothing asked to be released
+  if (comm->suspended) return report(ncclInvalidUsage, "ncclCommSuspend: communicator is already suspended");
+  comm->suspended = true;
+  return ncclSuccess;
+}
+
+TSFAKE_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommResume"); r != ncclSuccess) return r;
+  if (!comm->suspended) return report(ncclInvalidUsage, "ncclCommResume: communicator is not suspended");
+  comm->suspended = false;
+  return ncclSuccess;
+}
+
+// The stand-in's buffers are the caller's host memory: it holds no device memory of its own to count.
+TSFAKE_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommMemStats"); r != ncclSuccess) return r;
+  if (value == nullptr) return report(ncclInvalidArgument, "ncclCommMemStats: value is NULL");
+  switch (stat) {
+    case ncclStatGpuMemSuspended:
+      *value = comm->suspended ? 1 : 0;
+      return ncclSuccess;
+    case ncclStatGpuMemSuspend:
+    case ncclStatGpuMemPersist:
+    case ncclStatGpuMemTotal:
+      *value = 0;
+      return ncclSuccess;
+  }
+  return report(ncclInvalidArgument, "ncclCommMemStats: stat %d is not an ncclCommMemStat_t (0..3)", stat);
+}
+#endif
+
 TSFAKE_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
            ncclScalarResidence_t residence, ncclComm_t comm) {
   if (ncclResult_t r = check_comm(comm, "ncclRedOpCreatePreMulSum"); r != ncclSuccess) return r;
@@ -539,6 +589,7 @@ TSFAKE_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataT
            ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
   if (ncclResult_t r = check_comm(comm, "ncclSend"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_not_suspended(comm, "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_datatype(datatype, "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(comm, peer, "peer", "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffer(sendbuff, count, "sendbuff", "ncclSend"); r != ncclSuccess) return r;
@@ -549,6 +600,7 @@ TSFAKE_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t 
            cudaStream_t stream) {
   (void)stream;
   if (ncclResult_t r = check_comm(comm, "ncclRecv"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_not_suspended(comm, "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_datatype(datatype, "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(comm, peer, "peer", "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_buffer(recvbuff, count, "recvbuff", "ncclRecv"); r != ncclSuccess) return r;

@@ -46,6 +46,9 @@ struct ncclComm {
   std::uint64_t splits_called = 0;
   std::uint64_t shrinks_called = 0;
 
+  // ncclCommSuspend(NCCL_SUSPEND_MEM) until ncclCommResume: no collective or send/recv may run in between.
+  bool suspended = false;
+
   std::atomic<bool> aborted{false};
   std::atomic<bool> revoked{false};
   std::atomic<int> calls_in_progress{0};

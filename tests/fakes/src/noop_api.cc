@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include "api_export.h"
+#include "nccl_2_29.h"
 
 // Just enough state for the queries a caller makes after creating a communicator.
 struct ncclComm {
@@ -108,6 +109,12 @@ TSFAKE_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t, void* buff, size_t,
 }
 TSFAKE_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t, ncclWindow_t) { return ncclSuccess; }
 #endif
+TSFAKE_API(ncclResult_t, ncclCommSuspend, ncclComm_t, int) { return ncclSuccess; }
+TSFAKE_API(ncclResult_t, ncclCommResume, ncclComm_t) { return ncclSuccess; }
+TSFAKE_API(ncclResult_t, ncclCommMemStats, ncclComm_t, ncclCommMemStat_t, uint64_t* value) {
+  if (value != nullptr) *value = 0;
+  return ncclSuccess;
+}
 TSFAKE_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t,
            ncclComm_t) {
   if (op != nullptr) *op = ncclNumOps;

@@ -14,6 +14,7 @@ Standard library only; CPython 3.9 to 3.13. What tests/programs/bootstrap.h is t
   restype.
 - job(), shared_unique_id(): RANK / WORLD_SIZE, and the ncclUniqueId (a 128-byte structure) that rank 0 writes to
   TS_UID_WRITE_FD and ts-launch relays to the other ranks' TS_UID_READ_FD; blocking reads, no polling.
+  relayed_unique_id(): the same relay for a job that makes the id its own way (a client's wrapper).
 - digest(): tsprog::digest's FNV-1a, so outputs compare byte for byte with the C programs'.
 - fail(), check(): "test program: WHAT failed (CODE)" on stderr and exit status 3, as tsprog::fail; say(): a line
   of output in one write.
@@ -261,36 +262,48 @@ def job():
 
 def shared_unique_id(nccl, the_job):
     """Every rank gets the same id: rank 0 creates it, the launcher relays it (tsprog::shared_unique_id)."""
+
+    def make_id():
+        made = ncclUniqueId()
+        check(nccl.ncclGetUniqueId(ctypes.byref(made)), "ncclGetUniqueId")
+        return bytes(made)
+
     uid = ncclUniqueId()
+    data = relayed_unique_id(the_job, make_id)
+    ctypes.memmove(ctypes.addressof(uid), data, NCCL_UNIQUE_ID_BYTES)
+    return uid
+
+
+def relayed_unique_id(the_job, make_id):
+    """The 128 bytes of the job's ncclUniqueId on every rank: rank 0 makes them with make_id() (however the job
+    calls NCCL) and writes them to TS_UID_WRITE_FD; the others read what ts-launch relays to TS_UID_READ_FD."""
     if the_job.world == 1 and os.environ.get("TS_UID_WRITE_FD") is None:
-        check(nccl.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        return uid
+        return make_id()
     if the_job.rank == 0:
-        check(nccl.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+        data = make_id()
         fd = env_int("TS_UID_WRITE_FD", -1)
         try:
-            written = os.write(fd, bytes(uid)) if fd >= 0 else -1
+            written = os.write(fd, data) if fd >= 0 and len(data) == NCCL_UNIQUE_ID_BYTES else -1
         except OSError:
             written = -1
         if written != NCCL_UNIQUE_ID_BYTES:
             fail("writing the unique id", fd)
         os.close(fd)
-    else:
-        fd = env_int("TS_UID_READ_FD", -1)
-        data = b""
-        while fd >= 0 and len(data) < NCCL_UNIQUE_ID_BYTES:
-            try:
-                chunk = os.read(fd, NCCL_UNIQUE_ID_BYTES - len(data))
-            except OSError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        if len(data) != NCCL_UNIQUE_ID_BYTES:
-            fail("reading the unique id", fd)
-        os.close(fd)
-        ctypes.memmove(ctypes.addressof(uid), data, NCCL_UNIQUE_ID_BYTES)
-    return uid
+        return data
+    fd = env_int("TS_UID_READ_FD", -1)
+    data = b""
+    while fd >= 0 and len(data) < NCCL_UNIQUE_ID_BYTES:
+        try:
+            chunk = os.read(fd, NCCL_UNIQUE_ID_BYTES - len(data))
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    if len(data) != NCCL_UNIQUE_ID_BYTES:
+        fail("reading the unique id", fd)
+    os.close(fd)
+    return data
 
 
 FNV_OFFSET = 1469598103934665603
