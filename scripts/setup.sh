@@ -33,8 +33,3 @@ if [ ! -f "$cuda_root/include/nccl.h" ] || [ ! -f "$cuda_root/include/cuda_runti
   echo "setup: install the CUDA toolkit (nvcc, cuda_runtime.h) and NCCL (nccl.h), or set CUDA_HOME" >&2
   exit 1
 fi
-
-# The real clients' NCCL wrappers that tests/clients runs unchanged (not committed: see tests/clients/README.md).
-# Without the package index the tests that need them skip with a message; everything else still runs.
-bash "$(dirname "$0")/client_wrappers.sh" "$(dirname "$0")/../.clients" ||
-  echo "setup: the client wrappers are missing; their tests will skip (run scripts/client_wrappers.sh .clients)" >&2

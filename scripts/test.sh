@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The real clients' NCCL wrappers that tests/clients runs unchanged (not committed: see tests/clients/README.md); only
+# the tests need them, so the demo does not download their wheels. Without the package index those tests skip.
+bash scripts/client_wrappers.sh .clients ||
+  echo "test: the client wrappers are missing; their tests will skip (run scripts/client_wrappers.sh .clients)" >&2
 jobs="$(nproc)"
 
 echo "== $(date -u +%T) format check (clang-format)"
