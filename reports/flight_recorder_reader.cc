@@ -79,6 +79,15 @@ void terminate_field(char (&field)[N]) {
   field[N - 1] = '\0';
 }
 
+// What a file that is not a regular one is, for its error.
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "of another kind";
+}
+
 bool fail(std::string* error, const std::string& path, const std::string& what) {
   *error = path + ": " + what;
   return false;
@@ -94,7 +103,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   if (fd.get() < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail(error, path, "not a regular file");
+  if (!S_ISREG(st.st_mode)) return fail(error, path, std::string("not a regular file (") + kind_of(st.st_mode) + ")");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) {
     return fail(error, path, "empty file (0 bytes): its process died while creating the recorder, or it is not one");
@@ -422,7 +431,8 @@ bool read_run_directory(const std::string& dir, RunDirectory* out, std::string* 
   for (const fs::directory_entry& entry : it) {
     const fs::path& p = entry.path();
     std::error_code entry_ec;
-    if (p.extension() == ".tsrec" && !entry.is_directory(entry_ec)) {
+    // Anything named *.tsrec is a recorder to read, a folder or a FIFO too: what it is instead is said as its error.
+    if (p.extension() == ".tsrec") {
       paths.push_back(p.string());
     } else if (entry.is_directory(entry_ec)) {
       // Remember run folders one level down: the user may have passed TRAINSCOPE_DIR itself.

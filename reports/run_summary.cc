@@ -1783,6 +1783,19 @@ bool parse_coordinator_write_error(std::string_view message, UnwrittenReport* ou
   return true;
 }
 
+bool is_run_file_name(std::string_view name) {
+  // A temporary the writers rename into place: "<name>.tmp.<pid>.<n>", or ".<base>.<pid>.<n>.part-<ext>".
+  if (name.starts_with('.')) return true;
+  if (const size_t tmp = name.find(".tmp."); tmp != std::string_view::npos) name = name.substr(0, tmp);
+  const fs::path path{std::string(name)};
+  const std::string extension = path.extension().string();
+  const std::string base = path.stem().string();
+  if (extension == ".tsrec" || extension == ".log") return true;  // recorders and the ranks' logs
+  if (name == "manifest.json" || name == kJobEndFile || name.ends_with(kNoCallsSuffix)) return true;
+  if (base.starts_with("trace-rank") && (extension == ".txt" || extension == ".jsonl")) return true;
+  return (extension == ".txt" || extension == ".json") && kind_of_name(base) != nullptr;
+}
+
 bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error) {
   *out = RunSummary{};
   out->path = dir;

@@ -170,6 +170,11 @@ struct RunSummary {
 // file that cannot be read lands in `out->unreadable`. `out->processes` is left empty for the caller to fill.
 bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error);
 
+// Whether `name` (a file name, no folder) is one trainscope gives the files of a run directory: a flight recorder
+// (*.tsrec), a rank's log (*.log), the manifest, the job's end, a no-NCCL-calls note, a trace, a report (text or
+// JSON) or a temporary one of them is written to. What the run's readers take as the run's own.
+bool is_run_file_name(std::string_view name);
+
 // Fills what the summary needs from the run's flight recorders: `processes` and which ranks made a communicator.
 void note_recorders(RunSummary* summary, const recorder::RunDirectory& run,
                     const recorder::ReportOptions& options = {});

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "reports/printable_escape.h"
 #include "reports/private_files.h"
 #include "shim/call_site_capture.h"
 #include "shim/call_sites.h"
@@ -424,18 +425,28 @@ void learn_global_rank(int32_t rank) {
 void log_message(LogLevel level, const char* format, ...) {
   const Runtime& rt = g_runtime;
   if (level < rt.config.log_level || rt.config.log_level == LogLevel::kOff) return;
-  char message[1024];
+  char raw[1024];
   va_list args;
   va_start(args, format);
-  vsnprintf(message, sizeof(message), format, args);
+  vsnprintf(raw, sizeof(raw), format, args);
   va_end(args);
+  // Every message here is one line, and what it names (a host, TRAINSCOPE_DIR, a path, a variable's name) comes from
+  // outside: its control characters and newlines are escaped as the reports escape them, never written raw.
+  char message[sizeof(raw) * 4];  // each byte at most 4 ("\x0a"): the whole message always fits
+  size_t used = 0;
+  reports::escape_printable(raw, strlen(raw), reports::PrintableForm::kLine, [&](const char* piece, size_t n) {
+    if (used + n >= sizeof(message)) return;
+    memcpy(message + used, piece, n);
+    used += n;
+  });
+  message[used] = '\0';
   if (rt.engine_log != nullptr) {
     rt.engine_log(static_cast<int>(level), message);
     return;
   }
   const int32_t rank = rt.global_rank.load(std::memory_order_relaxed);
   if (!config_logs_to_stderr(rt.config, rank)) return;
-  char line[1200];
+  char line[sizeof(message) + 64];
   int n = rank >= 0 ? snprintf(line, sizeof(line), "[trainscope][rank %d] %s: %s\n", static_cast<int>(rank),
                                log_level_name(level), message)
                     : snprintf(line, sizeof(line), "[trainscope][rank ?] %s: %s\n", log_level_name(level), message);

@@ -261,6 +261,7 @@ int cmd_commcheck(int argc, char** argv) {
   request.world = world;
   request.local_rank = local_rank;
   request.host = host;
+  request.pid = static_cast<int>(getpid());
   if (world > 1) {
     std::string reason;
     if (!endpoint.empty()) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
@@ -16,6 +17,7 @@
 #include "reports/json_stream.h"
 #include "reports/printable.h"
 #include "reports/recorder_report.h"
+#include "reports/run_output_guard.h"
 #include "reports/run_summary.h"
 #include "reports/run_timeline.h"
 #include "tools/commands.h"
@@ -35,7 +37,8 @@ constexpr const char* kUsage =
     "             slice, verdicts and the first inf/nan as instant events\n"
     "  --html FILE   write the whole run to FILE as one self-contained page: the summary, every rank's timeline,\n"
     "             every report and the per-batch abs-max of the watched tensors as plots\n"
-    "With --trace or --html the files are written and only the summary is printed.\n"
+    "With --trace or --html the files are written and only the summary is printed; FILE is never RUN_DIR or one of\n"
+    "its files (a recorder, a report, the manifest, a log), nor a new name that would be read as one of them.\n"
     "Prints the summary, then the recorders' table (ranks, communicators, last calls, last launches per stream), then\n"
     "every report in full, with the first CUDA error of each process that had one (rebuilt from its flight recorder\n"
     "when the process did not write its cuda-error-rank<R> report).\n";
@@ -138,6 +141,15 @@ int cmd_report(int argc, char** argv) {
     return usage_error("missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
   }
 
+  // What the run left is what this command reads: a file it writes is never one of them.
+  for (const auto& [option, path] : {std::pair{"--trace", trace_path}, std::pair{"--html", html_path}}) {
+    if (path == nullptr) continue;
+    const std::string overwrites = reports::output_overwrites_run(dir, path);
+    if (!overwrites.empty()) {
+      return usage_error(std::string(option) + " " + overwrites +
+                         "; choose a path outside the run directory, or a new name in it");
+    }
+  }
   recorder::RunDirectory run;
   std::string error;
   const bool has_recorders = recorder::read_run_directory(dir, &run, &error);

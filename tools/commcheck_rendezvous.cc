@@ -21,6 +21,8 @@ namespace trainscope::tools::commcheck {
 namespace {
 
 constexpr const char* kHello = "TSCOMMCHECK1";
+// How rank 0 words two processes that both say RANK=0; the second one, finding the port taken, looks for it.
+constexpr const char* kTwoRankZeros = "two processes call themselves rank 0: ";
 
 int ms_until(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -79,6 +81,11 @@ bool unhex(const std::string& text, UniqueId* id) {
   return true;
 }
 
+// "node3-2 (pid 4121)": a rank's host and local rank, with its pid when known.
+std::string identity(const std::string& host_local, long pid) {
+  return pid > 0 ? host_local + " (pid " + std::to_string(pid) + ")" : host_local;
+}
+
 struct AddrInfo {
   addrinfo* list = nullptr;
   ~AddrInfo() {
@@ -95,7 +102,7 @@ struct Client {
   std::string label;  // "rank 2 (node3-2)"
 };
 
-int listen_socket(const RendezvousRequest& r, std::string* error) {
+int listen_socket(const RendezvousRequest& r, std::string* error, int* error_number) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -116,36 +123,61 @@ int listen_socket(const RendezvousRequest& r, std::string* error) {
     last_errno = errno;
     close(fd);
   }
+  *error_number = last_errno;
   *error = "cannot listen on the rendezvous address " + where(r) + ": " + std::strerror(last_errno) +
            (last_errno == EADDRINUSE ? " (another program holds the port: give --rendezvous HOST:PORT)" : "");
   return -1;
 }
 
+RendezvousResult join(const RendezvousRequest& r);
+
+// Rank 0 finds the port taken: when the holder is another commcheck rank 0 (the launcher said RANK=0 twice), it says
+// so to this one's hello, and that is what broke; anything else keeps the listener's error.
+void ask_who_holds_the_port(const RendezvousRequest& r, RendezvousResult* result) {
+  RendezvousRequest probe = r;
+  probe.join_deadline = std::min(r.join_deadline, Clock::now() + std::chrono::seconds(3));
+  probe.answer_deadline = probe.join_deadline;
+  RendezvousResult heard = join(probe);
+  for (const Link& link : heard.links) close(link.fd);
+  if (!heard.ok && heard.error.starts_with(kTwoRankZeros)) result->error = heard.error;
+}
+
 RendezvousResult serve(const RendezvousRequest& r) {
   RendezvousResult result;
-  const int listener = listen_socket(r, &result.error);
-  if (listener < 0) return result;
+  int listen_errno = 0;
+  const int listener = listen_socket(r, &result.error, &listen_errno);
+  if (listener < 0) {
+    if (listen_errno == EADDRINUSE) ask_who_holds_the_port(r, &result);
+    return result;
+  }
   std::vector<Client> clients;
   std::map<int, std::string> joined;  // rank -> host
   std::vector<std::string> problems;  // ranks that cannot take part, or disagree about the job
   if (!r.own_error.empty()) problems.push_back("rank 0 (" + r.host + ") cannot take part: " + r.own_error);
+  bool two_rank_zeros = false;  // the job is not what its ranks say: nothing to wait for
 
   auto accept_hello = [&](Client& c, const std::string& line) -> std::string {
     const std::vector<std::string> f = split_tabs(line);
     long rank = 0;
     long world = 0;
     long local_rank = 0;
-    if (f.size() != 6 || f[0] != kHello || !parse_int(f[2], 1, 1 << 24, &world) ||
-        !parse_int(f[1], 0, world - 1, &rank) || !parse_int(f[3], 0, 1 << 24, &local_rank)) {
+    long pid = 0;  // a hello without it (the 6 fields of an older commcheck): unknown
+    if ((f.size() != 6 && f.size() != 7) || f[0] != kHello || !parse_int(f[2], 1, 1 << 24, &world) ||
+        !parse_int(f[1], 0, world - 1, &rank) || !parse_int(f[3], 0, 1 << 24, &local_rank) ||
+        (f.size() == 7 && !parse_int(f[6], 1, 1L << 31, &pid))) {
       return "not a commcheck hello (another program connected to the rendezvous port?)";
     }
     const std::string label = "rank " + f[1] + " (" + f[4] + "-" + f[3] + ")";
     std::string refusal;
-    if (world != r.world) {
+    if (rank == 0) {
+      // Whatever else it says: the launcher gave RANK=0 to two processes, and this one got the port first.
+      refusal = kTwoRankZeros + identity(r.host + "-" + std::to_string(r.local_rank), r.pid) +
+                ", which holds the rendezvous at " + where(r) + ", and " + identity(f[4] + "-" + f[3], pid) +
+                ": check the launcher's RANK for every process";
+      two_rank_zeros = true;
+    } else if (world != r.world) {
       refusal = label + " says the world has " + f[2] + " ranks, rank 0 says " + std::to_string(r.world) +
                 ": the ranks were not started by one launcher with one WORLD_SIZE";
-    } else if (rank == 0) {
-      refusal = label + " also calls itself rank 0: check the launcher's RANK for every process";
     } else if (const auto it = joined.find(static_cast<int>(rank)); it != joined.end()) {
       refusal = label + " joined twice (first from " + it->second + "): check the launcher's RANK for every process";
     }
@@ -160,7 +192,7 @@ RendezvousResult serve(const RendezvousRequest& r) {
     return "";
   };
 
-  while (static_cast<int>(joined.size()) < r.world - 1 && ms_until(r.join_deadline) > 0) {
+  while (!two_rank_zeros && static_cast<int>(joined.size()) < r.world - 1 && ms_until(r.join_deadline) > 0) {
     std::vector<pollfd> fds;
     fds.push_back({listener, POLLIN, 0});
     for (const Client& c : clients) fds.push_back({c.fd, static_cast<short>(c.rank < 0 ? POLLIN : 0), 0});
@@ -186,7 +218,7 @@ RendezvousResult serve(const RendezvousRequest& r) {
         refusal = "no hello";
       }
       if (!refusal.empty() || (newline != std::string::npos && c.rank < 0)) {
-        if (!refusal.empty() && refusal != "no hello") send_all(c.fd, "FAIL\t" + refusal + "\t-\n");
+        if (!refusal.empty() && refusal != "no hello") send_all(c.fd, "FAIL\t" + protocol_field(refusal) + "\t-\n");
         close(c.fd);
         c.fd = -1;
       }
@@ -195,7 +227,8 @@ RendezvousResult serve(const RendezvousRequest& r) {
   }
   close(listener);
 
-  for (int rank = 1; rank < r.world; ++rank)
+  // With two rank 0s, the ranks that did not come are no news: the job's ranks are not what they say.
+  for (int rank = 1; rank < r.world && !two_rank_zeros; ++rank)
     if (joined.count(rank) == 0) result.missing.push_back(rank);
   std::string answer;
   if (!problems.empty()) {
@@ -273,7 +306,7 @@ RendezvousResult join(const RendezvousRequest& r) {
   if (fd < 0) return result;
   const std::string hello = std::string(kHello) + "\t" + std::to_string(r.rank) + "\t" + std::to_string(r.world) +
                             "\t" + std::to_string(r.local_rank) + "\t" + protocol_field(r.host) + "\t" +
-                            protocol_field(r.own_error) + "\n";
+                            protocol_field(r.own_error) + (r.pid > 0 ? "\t" + std::to_string(r.pid) : "") + "\n";
   std::string line;
   if (!send_all(fd, hello)) {
     result.error = "lost the connection to rank 0's rendezvous at " + where(r) + " while saying hello";

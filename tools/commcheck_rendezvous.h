@@ -2,9 +2,12 @@
 // or tells every rank that joined why the check cannot go on (a rank that never came, a rank that cannot take part).
 //
 // Protocol (text lines, tab-separated fields, at most kMaxLine bytes each):
-//   rank r -> rank 0:  "TSCOMMCHECK1 <rank> <world> <local rank> <host> <error, empty when the rank can take part>"
+//   rank r -> rank 0:  "TSCOMMCHECK1 <rank> <world> <local rank> <host> <error, empty when the rank can take part>
+//                       <pid>" (the pid may be left out: unknown)
 //   rank 0 -> rank r:  "ID <256 hex digits> <rank 0's host-localrank>"
 //                      or  "FAIL <what broke> <missing ranks as 0-3,5 or ->"
+// A second process that says it is rank 0 finds the port taken; it says hello to the first as rank 0, and both fail
+// with "two processes call themselves rank 0: <host-local (pid)>, which holds the rendezvous at ..., and <...>".
 // On success the connections stay open for the FailureRelay (commcheck_relay.h).
 // Every wait is bounded by the request's deadlines; nothing here blocks without one.
 #pragma once
@@ -29,6 +32,7 @@ struct RendezvousRequest {
   int world = 1;
   int local_rank = 0;
   std::string host;     // this rank's host name (no tab or newline)
+  int pid = 0;          // this process, for the messages of the other ranks (0: not said)
   std::string address;  // rank 0 listens there, the others connect to it
   int port = 0;
   Clock::time_point join_deadline;    // rank 0: stop waiting for the others; others: stop trying to connect

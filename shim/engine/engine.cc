@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "reports/printable.h"
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"
@@ -31,11 +32,14 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     const std::string error = trainscope::engine::start_logging(*args->config, args->global_rank, log_path);
     g_started = true;
     if (!error.empty()) {
-      trainscope::engine::log(LogLevel::kWarn, ("cannot open the log file " + log_path + ": " + error).c_str());
+      trainscope::engine::log(
+          LogLevel::kWarn,
+          ("cannot open the log file " + trainscope::reports::printable(log_path) + ": " + error).c_str());
     }
     if (args->run_dir != nullptr && args->run_dir[0] != '\0' && args->run_dir_error == 0) {
-      const std::string message = std::string("recording to ") + args->run_dir + " (pid " + std::to_string(args->pid) +
-                                  ", host " + args->host + ")";
+      const std::string message = "recording to " + trainscope::reports::printable(args->run_dir) + " (pid " +
+                                  std::to_string(args->pid) + ", host " +
+                                  trainscope::reports::printable(args->host != nullptr ? args->host : "") + ")";
       trainscope::engine::log(LogLevel::kInfo, message.c_str());
     }
     trainscope::engine::ExchangeSetup setup;

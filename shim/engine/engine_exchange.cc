@@ -27,6 +27,7 @@
 #include "collectors/exchange/job_secret.h"
 #include "kernels/cuda_devices.h"
 #include "reports/flight_recorder_reader.h"
+#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_summary.h"
 #include "shim/engine/engine_frames.h"
@@ -232,24 +233,25 @@ class Exchange {
       if (!started && !plan_.fallback_bind_address.empty()) {
         // MASTER_ADDR names this host in a way it cannot bind (a load balancer, a NAT address): listen everywhere.
         // Only the job's own ranks can connect anyway (job_secret.h).
-        log(LogLevel::kWarn, ("cannot listen at MASTER_ADDR's " + plan_.bind_address + " (" + error +
-                              "): the coordinator listens on every interface instead, still admitting only this "
-                              "job's ranks")
-                                 .c_str());
+        log(LogLevel::kWarn,
+            ("cannot listen at MASTER_ADDR's " + reports::printable(plan_.bind_address) + " (" + error +
+             "): the coordinator listens on every interface instead, still admitting only this "
+             "job's ranks")
+                .c_str());
         options.bind_address = plan_.fallback_bind_address;
         server_ = std::make_unique<exchange::CoordinatorServer>(options);
         error.clear();
         started = server_->start(&error);
       }
       if (!started) {
-        log(LogLevel::kWarn, ("cannot host the coordinator at " + plan_.bind_address + " (" + error +
-                              "): this job runs without the cross-rank checks; set TRAINSCOPE_COORDINATOR")
+        log(LogLevel::kWarn, ("cannot host the coordinator at " + reports::printable(plan_.bind_address) + " (" +
+                              error + "): this job runs without the cross-rank checks; set TRAINSCOPE_COORDINATOR")
                                  .c_str());
         host_failure_ = "cannot host the coordinator at " + plan_.bind_address + " (" + error + ")";
         recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kDidNotRun, host_failure_.c_str());
         server_.reset();
       } else {
-        log(LogLevel::kInfo, ("coordinator listening at " + server_->endpoint()).c_str());
+        log(LogLevel::kInfo, ("coordinator listening at " + reports::printable(server_->endpoint())).c_str());
       }
     }
     exchange::ExchangeClientOptions options;
@@ -737,7 +739,7 @@ void start_exchange(const ExchangeSetup& setup) {
     return;
   }
   if (setup.launcher_rank < 0 || setup.world <= 0) {
-    log(LogLevel::kWarn, ("cross-rank checks off: the coordinator at " + plan.endpoint +
+    log(LogLevel::kWarn, ("cross-rank checks off: the coordinator at " + reports::printable(plan.endpoint) +
                           " needs each rank's launcher rank and world size (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, "
                           "PMI_*, SLURM_PROCID/SLURM_NTASKS)")
                              .c_str());
@@ -769,7 +771,9 @@ void start_exchange(const ExchangeSetup& setup) {
 void job_key_known(const JobKeyArgs& args) {
   if (args.moved != 0) {
     set_frames_run_dir(args.run_dir != nullptr ? args.run_dir : "");
-    log(LogLevel::kInfo, (std::string("recording to ") + args.run_dir + " (this run's own folder)").c_str());
+    log(LogLevel::kInfo,
+        ("recording to " + reports::printable(args.run_dir != nullptr ? args.run_dir : "") + " (this run's own folder)")
+            .c_str());
   }
   std::unique_ptr<ExchangeSetup> setup;
   CoordinatorPlan plan;

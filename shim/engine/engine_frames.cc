@@ -21,6 +21,7 @@
 #include "collectors/frames/frame_window.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
+#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frame_feed.h"
@@ -231,7 +232,9 @@ class FrameThread {
   // too; the recorder's header is already on disk), where the run summary names it and why.
   void unwritten(const std::string& file, int error) {
     const char* cause = error != 0 ? std::strerror(error) : "";
-    log(LogLevel::kWarn, ("frames: cannot write " + run_dir_ + "/" + file + (error != 0 ? ": " : "") + cause).c_str());
+    log(LogLevel::kWarn,
+        ("frames: cannot write " + reports::printable(run_dir_ + "/" + file) + (error != 0 ? ": " : "") + cause)
+            .c_str());
     recorder::record_unwritten_report(header_, file.c_str(), cause);
   }
 
@@ -434,7 +437,7 @@ void start_frames(const FramesSetup& setup) {
     if (tool == nullptr || std::strcmp(base != nullptr ? base + 1 : tool, "libtrainscope.so") != 0) {
       log(LogLevel::kWarn, (std::string("TRAINSCOPE_STEP_MARKER=") + setup.config->step_marker +
                             " needs trainscope as the NVTX tool, but NVTX_INJECTION64_PATH is " +
-                            (tool != nullptr ? std::string("'") + tool + "'" : std::string("not set")) +
+                            (tool != nullptr ? "'" + reports::printable(tool) + "'" : std::string("not set")) +
                             ": no batch will start at an NVTX range (use trainscope run, or unset it)")
                                .c_str());
     }

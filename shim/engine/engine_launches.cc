@@ -27,6 +27,7 @@
 #include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/flight_recorder_writer.h"
+#include "reports/printable.h"
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
@@ -646,7 +647,7 @@ void warn_foreign_injection() {
   const char* tool = std::getenv("CUDA_INJECTION64_PATH");
   const char* base = tool != nullptr ? std::strrchr(tool, '/') : nullptr;
   if (tool != nullptr && std::strcmp(base != nullptr ? base + 1 : tool, "libtrainscope.so") != 0)
-    log(LogLevel::kWarn, (std::string("CUDA_INJECTION64_PATH is set to '") + tool +
+    log(LogLevel::kWarn, ("CUDA_INJECTION64_PATH is set to '" + reports::printable(tool) +
                           "' (another tool): CUDA launches are seen from trainscope's start on, not from cuInit")
                              .c_str());
 }

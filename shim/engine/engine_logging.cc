@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "reports/printable.h"
 #include "reports/private_files.h"
 #include "shim/fd_file_sink.h"
 
@@ -110,7 +111,10 @@ void log(LogLevel level, const char* message) {
   }
   if (!logger) return;
   try {
-    logger->log(to_spdlog(level), "{}", message);
+    // No control character reaches a terminal or the log file raw, whoever made the message: the lines of a
+    // multi-line report are kept, and a value put into a message (a host, a path) is escaped whole where it is put,
+    // its newlines too (reports::printable).
+    logger->log(to_spdlog(level), "{}", reports::printable_text(message != nullptr ? message : ""));
   } catch (...) {
     // Logging never throws into the job.
   }

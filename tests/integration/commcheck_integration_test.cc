@@ -89,6 +89,43 @@ TEST(Commcheck, ARankThatNeverJoinsIsNamedByTheOthersWithinTheTimeout) {
   }
 }
 
+// Two processes both given RANK=0 (local ranks 0 and 1) in a world of 2: each says that two processes call themselves
+// rank 0, naming both, not that the port is in use or that rank 1 never joined; neither waits for the timeout.
+TEST(Commcheck, TwoProcessesThatBothSayRankZeroAreNamedByBoth) {
+  const int port = test_port(2);
+  std::vector<std::future<ProcessResult>> ranks;
+  for (int local_rank = 0; local_rank < 2; ++local_rank) {
+    ProcessOptions options = rank_options();
+    options.env["RANK"] = "0";
+    options.env["LOCAL_RANK"] = std::to_string(local_rank);
+    options.env["WORLD_SIZE"] = "2";
+    options.env["MASTER_ADDR"] = "127.0.0.1";
+    options.env["MASTER_PORT"] = std::to_string(port);
+    ranks.push_back(std::async(std::launch::async, [options] {
+      return run_process({TS_TOOL, "commcheck", "--buffers", "host", "--timeout", "30"}, options);
+    }));
+  }
+  std::vector<std::string> whys;
+  for (int local_rank = 0; local_rank < 2; ++local_rank) {
+    const ProcessResult r = ranks[static_cast<size_t>(local_rank)].get();
+    EXPECT_EQ(1, r.exit_code) << r.out << r.err;
+    EXPECT_EQ("", r.out);
+    const std::string label = "[" + host_name() + "-" + std::to_string(local_rank) + "] FAILED (global rank: 0/2): ";
+    const size_t at = r.err.find(label + "two processes call themselves rank 0: ");
+    ASSERT_NE(std::string::npos, at) << r.err;
+    const std::string why = r.err.substr(at + label.size(), r.err.find('\n', at) - at - label.size());
+    EXPECT_NE(std::string::npos, why.find(", which holds the rendezvous at 127.0.0.1:" + std::to_string(port + 4)))
+        << why;
+    for (const std::string& rank_zero : {host_name() + "-0 (pid ", host_name() + "-1 (pid "})
+      EXPECT_NE(std::string::npos, why.find(rank_zero)) << why;
+    EXPECT_NE(std::string::npos, why.find("check the launcher's RANK for every process")) << why;
+    for (const char* wrong : {"never joined", "another program holds the port", "when --timeout"})
+      EXPECT_EQ(std::string::npos, r.err.find(wrong)) << r.err;
+    whys.push_back(why);
+  }
+  EXPECT_EQ(whys[0], whys[1]) << "both say the same";
+}
+
 TEST(Commcheck, ARankThatCannotLoadNcclIsNamedToAll) {
   ProcessOptions options = rank_options();
   const ProcessResult r = run_process({TS_LAUNCH, "-n", "2", "--timeout", "60", "--", "/bin/sh", "-c",

@@ -148,6 +148,37 @@ TEST(Files, ARunDirectoryOpenToOthersIsMadePrivateAndSaidOnce) {
   EXPECT_FALSE(log_of_rank(dir, 3).empty()) << "recorded as usual";
 }
 
+// TRAINSCOPE_DIR holding a newline and an escape sequence: every line trainscope logs, to stderr and to each rank's
+// log file, shows them escaped as the reports do (\x0a, \x1b), never raw — the engine's "recording to ..." and the
+// shim's own warning about the run directory alike. No forged line, nothing that drives the terminal.
+TEST(Files, ControlCharactersInTheRunDirectoryAreEscapedInEveryLogLine) {
+  TempDir dir;
+  const std::string runs = dir.path() + "/runs\n\x1b[31mred";
+  const std::string run = runs + "/job";
+  fs::create_directories(run);
+  fs::permissions(run, fs::perms::all);  // so that the shim warns, naming it, before the engine is there to
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_DIR"] = runs;
+  options.env["TRAINSCOPE_LOG_RANKS"] = "all";
+  const ProcessResult job = testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program")}, options);
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const std::string shown = dir.path() + "/runs\\x0a\\x1b[31mred/job";
+  EXPECT_EQ(count(job.err, "recording to " + shown + " (pid "), 2u) << job.err;
+  EXPECT_EQ(count(job.err, "warning: made the run directory '" + shown + "' private"), 1u) << job.err;
+  EXPECT_EQ(job.err.find('\x1b'), std::string::npos) << job.err;
+  EXPECT_EQ(count(job.err, "[31mred"), count(job.err, "\\x1b[31mred")) << "no line starts inside a path: " << job.err;
+  size_t logs = 0;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (entry.path().extension() != ".log") continue;
+    ++logs;
+    const std::string log = testing::read_file(entry.path());
+    EXPECT_EQ(count(log, "recording to " + shown + " (pid "), 1u) << log;
+    EXPECT_EQ(log.find('\x1b'), std::string::npos) << log;
+    EXPECT_EQ(count(log, "[31mred"), count(log, "\\x1b[31mred")) << log;
+  }
+  EXPECT_EQ(logs, 2u);
+}
+
 TEST(Files, AnotherUsersRunDirectoryThatOthersCanWriteIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give the run directory to another user";
   TempDir dir;

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -248,6 +249,35 @@ TEST(Summary, ARecorderWhoseRecordsAreAllTornIsUnreadableNeverNothingWentWrong) 
       contains(torn.out, "\n    rank 1: exited; records unreadable (all " + std::to_string(records) + " torn)\n"))
       << torn.out;
   EXPECT_FALSE(contains(torn.out, "nothing went wrong")) << torn.out;
+}
+
+// A folder named like a recorder is named in the summary and its JSON, as a FIFO is: what is in a run directory but
+// cannot be read is never passed over in silence.
+TEST(Summary, AFolderNamedLikeARecorderIsUnreadableAsAFifoIs) {
+  TempDir dir;
+  const ProcessResult job = testing::run_process(scenario(2, "none", -1, -1, 3), job_options(dir));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  ASSERT_EQ(mkdir((run_dir(dir) + "/rank-5.pid-1.tsrec").c_str(), 0700), 0);
+  ASSERT_EQ(mkfifo((run_dir(dir) + "/rank-6.pid-1.tsrec").c_str(), 0600), 0);
+
+  const ProcessResult text = report_summary(dir);
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, ", 2 recorder files unreadable")) << text.out;
+  EXPECT_TRUE(contains(text.out, "\n    rank-5.pid-1.tsrec: unreadable (not a regular file (a folder))\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "\n    rank-6.pid-1.tsrec: unreadable (not a regular file (a FIFO))\n")) << text.out;
+  EXPECT_FALSE(contains(text.out, "nothing went wrong")) << text.out;
+
+  ProcessOptions options;
+  options.timeout_seconds = 60;
+  const ProcessResult json_run =
+      testing::run_process({TS_TOOL, "report", "--json", "--summary", run_dir(dir)}, options);
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
+  const nlohmann::json files = nlohmann::json::parse(json_run.out).at("summary").at("processes").at("unreadable_files");
+  const nlohmann::json expected = {
+      {{"file", "rank-5.pid-1.tsrec"}, {"error", "not a regular file (a folder)"}},
+      {{"file", "rank-6.pid-1.tsrec"}, {"error", "not a regular file (a FIFO)"}},
+  };
+  EXPECT_EQ(files, expected) << files.dump();
 }
 
 // ---- reports that could not be written ----------------------------------------------------------------------------

@@ -5,6 +5,9 @@
 // the stand-in CUDA driver and CUPTI (the launches on their streams' tracks, the CUDA error).
 // Every wait is bounded: ts-launch kills the job past its deadline, run_process past its timeout.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <map>
 #include <set>
@@ -224,6 +227,72 @@ TEST(Timeline, LaunchesAreSlicesOnTheirStreamsTracksBesideTheNcclCallsAndTheCuda
     EXPECT_EQ(tracks[i.at("tid").get<int64_t>()], stream_b);
   }
   EXPECT_EQ(errors, 1u);
+}
+
+// `--trace FILE` and `--html FILE` never write over what the run left: a recorder, the manifest, a report, a log, the
+// run directory itself — named by its path, through a symbolic link, `..` or another hard link — is refused (status
+// 2, saying which file and what to do) and stays as it was; so is a new name the run's readers would take as the
+// run's own. A new page in the run directory is written.
+TEST(Timeline, AFileOfTheRunIsNeverOverwrittenByTheTimelineOrThePage) {
+  TempDir dir;
+  const ProcessResult job = run_job(
+      dir, {program("scenario_program"), "--steps", "10", "--fault", "half-count", "--rank", "2", "--step", "3"});
+  ASSERT_EQ(job.exit_code, kVerdictExit) << job.err;
+  const std::string run = run_dir(dir);
+  std::string recorder, log, mismatch;
+  for (const auto& entry : std::filesystem::directory_iterator(run)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".tsrec")) recorder = name;
+    if (name.ends_with(".log")) log = name;
+    if (name.starts_with("mismatch-") && name.ends_with(".json")) mismatch = name;
+  }
+  ASSERT_FALSE(recorder.empty());
+  ASSERT_FALSE(log.empty());
+  ASSERT_FALSE(mismatch.empty());
+  ASSERT_TRUE(std::filesystem::exists(run + "/manifest.json"));
+  ASSERT_EQ(symlink((run + "/manifest.json").c_str(), dir.file("manifest-link.json").c_str()), 0);
+  ASSERT_EQ(link((run + "/" + recorder).c_str(), dir.file("hard-link.tsrec").c_str()), 0);
+  ASSERT_EQ(symlink(run.c_str(), dir.file("run-link").c_str()), 0);
+
+  struct Case {
+    std::string option, path, names;  // names: the file of the run the refusal names
+  };
+  const std::vector<Case> cases = {
+      {"--trace", run + "/" + recorder, recorder},
+      {"--html", run + "/manifest.json", "manifest.json"},
+      {"--trace", run + "/" + mismatch, mismatch},
+      {"--html", run + "/" + log, log},
+      {"--html", dir.file("manifest-link.json"), "manifest.json"},
+      {"--trace", dir.file("hard-link.tsrec"), recorder},
+      {"--trace", dir.file("run-link") + "/../job/" + recorder, recorder},
+      {"--html", run, "the run directory"},
+      {"--trace", run + "/", "the run directory"},
+      {"--html", dir.file("run-link") + "/rank-9.pid-1.tsrec", "rank-9.pid-1.tsrec"},
+  };
+  ProcessOptions options;
+  options.timeout_seconds = 60;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.option + " " + c.path);
+    const std::string target = c.names == "the run directory" ? std::string() : run + "/" + c.names;
+    const bool existed = !target.empty() && std::filesystem::exists(target);
+    const std::string before = existed ? testing::read_file(target) : "";
+    const ProcessResult report = testing::run_process({TS_TOOL, "report", run, c.option, c.path}, options);
+    EXPECT_EQ(report.exit_code, 2) << report.err;
+    EXPECT_NE(report.err.find("trainscope report: " + c.option + " '" + c.path + "'"), std::string::npos) << report.err;
+    EXPECT_NE(report.err.find(c.names), std::string::npos) << report.err;
+    EXPECT_NE(report.err.find("choose a path outside the run directory, or a new name in it"), std::string::npos)
+        << report.err;
+    if (!target.empty()) {
+      EXPECT_EQ(std::filesystem::exists(target), existed) << "nothing created";
+      if (existed) {
+        EXPECT_EQ(testing::read_file(target), before) << "the run's file is as it was";
+      }
+    }
+  }
+
+  const ProcessResult page = testing::run_process({TS_TOOL, "report", run, "--html", run + "/page.html"}, options);
+  EXPECT_EQ(page.exit_code, 0) << page.err;
+  EXPECT_TRUE(std::filesystem::exists(run + "/page.html"));
 }
 
 }  // namespace

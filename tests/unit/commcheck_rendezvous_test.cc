@@ -168,6 +168,31 @@ TEST(CommcheckRendezvous, DisagreeingWorldSizesAreNamed) {
   EXPECT_NE(std::string::npos, results[1].error.find("says the world has 3 ranks, rank 0 says 2")) << results[1].error;
 }
 
+// Two requests that both say rank 0 (as under a launcher that gave RANK=0 twice): whichever holds the port, both say
+// so, naming both, and neither says rank 1 never joined nor blames another program for the port.
+TEST(CommcheckRendezvous, TwoRankZerosAreNamedByBoth) {
+  const int port = free_loopback_port();
+  RendezvousRequest first = request(0, 2, port, 20);
+  RendezvousRequest second = request(0, 2, port, 20);
+  second.local_rank = 1;
+  first.pid = 101;
+  second.pid = 202;
+  const std::vector<RendezvousResult> results = meet({first, second});
+  ASSERT_EQ(results[0].error, results[1].error);
+  const std::string& error = results[0].error;
+  const std::string at = "127.0.0.1:" + std::to_string(port);
+  EXPECT_TRUE(error == "two processes call themselves rank 0: h-0 (pid 101), which holds the rendezvous at " + at +
+                           ", and h-1 (pid 202): check the launcher's RANK for every process" ||
+              error == "two processes call themselves rank 0: h-1 (pid 202), which holds the rendezvous at " + at +
+                           ", and h-0 (pid 101): check the launcher's RANK for every process")
+      << error;
+  for (const RendezvousResult& r : results) {
+    EXPECT_FALSE(r.ok);
+    EXPECT_TRUE(r.missing.empty());
+    EXPECT_TRUE(r.links.empty());
+  }
+}
+
 TEST(CommcheckRendezvous, NoRankZeroIsSaidWithinTheDeadline) {
   const RendezvousResult r = rendezvous(request(1, 2, free_loopback_port(), 1));
   EXPECT_FALSE(r.ok);

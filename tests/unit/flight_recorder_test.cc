@@ -675,7 +675,8 @@ TEST(FlightRecorder, RunDirectoryIsSortedByRankThenPidWithErrorsCollected) {
   write_rank(dir.file("d.tsrec"), 2, 7);
   write_text(dir.file("e.tsrec"), "garbage");
   write_text(dir.file("notes.txt"), "not a recorder");
-  ASSERT_EQ(mkdir(dir.file("sub.tsrec").c_str(), 0700), 0);  // a directory named like a file is skipped
+  ASSERT_EQ(mkdir(dir.file("sub.tsrec").c_str(), 0700), 0);    // a folder named like a recorder is one, unreadable
+  ASSERT_EQ(mkfifo(dir.file("pipe.tsrec").c_str(), 0600), 0);  // as a FIFO is, and never blocks the reader
 
   RunDirectory run;
   std::string error;
@@ -685,9 +686,13 @@ TEST(FlightRecorder, RunDirectoryIsSortedByRankThenPidWithErrorsCollected) {
   EXPECT_EQ(run.files[1].pid(), 7);
   EXPECT_EQ(run.files[2].pid(), 10);
   EXPECT_EQ(run.files[3].global_rank(), kUnknown);
-  ASSERT_EQ(run.errors.size(), 1u);
+  ASSERT_EQ(run.errors.size(), 3u);
   EXPECT_EQ(run.errors[0].path, dir.file("e.tsrec"));
   EXPECT_NE(run.errors[0].message.find("truncated: 7 bytes"), std::string::npos) << run.errors[0].message;
+  EXPECT_EQ(run.errors[1].path, dir.file("pipe.tsrec"));
+  EXPECT_EQ(run.errors[1].message, dir.file("pipe.tsrec") + ": not a regular file (a FIFO)");
+  EXPECT_EQ(run.errors[2].path, dir.file("sub.tsrec"));
+  EXPECT_EQ(run.errors[2].message, dir.file("sub.tsrec") + ": not a regular file (a folder)");
 }
 
 TEST(FlightRecorder, RunDirectoryErrorsNameTheDirectory) {

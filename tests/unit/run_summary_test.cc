@@ -140,6 +140,35 @@ ProcessOverview exited(size_t n) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The names `trainscope report --trace/--html` refuses to write in a run directory: those of the run's own files.
+TEST(RunSummary, TheRunsOwnFileNamesAreKnown) {
+  for (const char* name : {"rank-0.pid-12.tsrec",
+                           "pid-7.tsrec",
+                           "rank-0.pid-12.log",
+                           "manifest.json",
+                           "job-exit.json",
+                           "rank-1.pid-3.no-nccl-calls.json",
+                           "trace-rank2.txt",
+                           "trace-rank2.jsonl",
+                           "origin.txt",
+                           "origin.json",
+                           "origin-2.json",
+                           "mismatch-3f2a9c-5.json",
+                           "desync-3f2a9c-5.txt",
+                           "vanished-rank3.json",
+                           "nonfinite-rank1.txt",
+                           "overflow-streak-rank2.json",
+                           "near-overflow-rank1.json",
+                           "stop-rank0.txt",
+                           "cuda-error-rank3.json",
+                           "manifest.json.tmp.812.0",
+                           ".mismatch-3f2a9c-5.812.0.part-json"})
+    EXPECT_TRUE(is_run_file_name(name)) << name;
+  for (const char* name : {"page.html", "timeline.json", "trace.json", "notes.txt", "run.html", "mismatch.html",
+                           "originals.json", "rank-0.pid-12.tsrec.html"})
+    EXPECT_FALSE(is_run_file_name(name)) << name;
+}
+
 TEST(RunSummary, OriginAndFirstInfNan) {
   RunDir dir;
   write_origin_and_detections(dir);
