@@ -468,17 +468,6 @@ std::vector<int> hold_idle_connections(uint16_t port, int count) {
   return made;
 }
 
-// Of `connections`, the ones the other side has not closed.
-size_t still_open(const std::vector<int>& connections) {
-  size_t open = 0;
-  for (const int fd : connections) {
-    char byte;
-    const ssize_t got = recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-    open += got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-  return open;
-}
-
 // Issue 19: an outsider held idle connections to the coordinator's port (328 under `ulimit -n 256`), and the job's
 // own open() failed with EMFILE. Now the coordinator keeps a few and closes the rest: rank 0 opens its files, the
 // job ends with its normal status, and the log says so in a line or two.
@@ -509,11 +498,10 @@ TEST(Trust, IdleConnectionsOfAnOutsiderLeaveRankZeroItsDescriptors) {
 
   const std::vector<int> held = hold_idle_connections(
       static_cast<uint16_t>(std::stoi(coordinator.substr(coordinator.rfind(':') + 1))), kOutsiderConnections);
-  EXPECT_EQ(held.size(), static_cast<size_t>(kOutsiderConnections));
-  // The coordinator closes all but a few (never more than an eighth of the limit), and rank 0 gets its descriptors
-  // back, while the outsider holds on.
-  EXPECT_TRUE(eventually([&] { return still_open(held) <= kLimit / 8; })) << still_open(held) << " still open";
-  EXPECT_TRUE(eventually([&] { return open_descriptors(rank0) + kJobFiles + 16 <= kLimit; }))
+  EXPECT_GT(held.size(), kLimit);
+  // The coordinator keeps a few and closes the rest: rank 0 soon has its descriptors back while the outsider holds
+  // on (ZeroMQ alone would hold them for its default handshake limit, 30 s: the wait ends well before).
+  EXPECT_TRUE(eventually([&] { return open_descriptors(rank0) + kJobFiles + 16 <= kLimit; }, 1500))
       << open_descriptors(rank0) << " descriptors open in rank 0";
   std::ofstream(go).put('\n');
   const ProcessResult job = testing::wait_process(launcher, 90);

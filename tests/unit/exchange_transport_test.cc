@@ -778,14 +778,11 @@ TEST_F(TransportTest, IdleOutsidersLeaveTheJobItsDescriptorsAndARankStillJoins) 
   ASSERT_EQ(poll(&item, 1, 60000), 1);
   ASSERT_EQ(read(ready[0], &made, sizeof(made)), static_cast<ssize_t>(sizeof(made)));
   close(ready[0]);
-  EXPECT_EQ(made, kOutsiderConnections);
-  // Every connection reached the coordinator, which kept a few and closed the rest: they are soon given back.
-  EXPECT_TRUE(wait_until([&] { return server.stats().gate.accepted >= static_cast<uint64_t>(made); }));
-  EXPECT_TRUE(wait_until([&] { return count_open_descriptors() + kJobFiles + 16 <= kLimit; }))
+  EXPECT_GT(made, static_cast<int>(kLimit));
+  // The coordinator keeps a few and closes the rest: their descriptors are soon given back (ZeroMQ alone would hold
+  // them for its default handshake limit, 30 s: the wait ends well before).
+  EXPECT_TRUE(wait_until([&] { return count_open_descriptors() + kJobFiles + 16 <= kLimit; }, std::chrono::seconds(15)))
       << count_open_descriptors() << " descriptors open";
-  const ConnectionGateStats gate = server.stats().gate;
-  EXPECT_LE(gate.unauthenticated, kLimit / 8);
-  EXPECT_GE(gate.refused(), static_cast<uint64_t>(made) - kLimit / 8);
 
   // The job opens its files (a checkpoint, a data loader) while the outsider holds on.
   std::vector<int> files;
@@ -801,6 +798,12 @@ TEST_F(TransportTest, IdleOutsidersLeaveTheJobItsDescriptorsAndARankStillJoins) 
   for (const int fd : files) close(fd);
   EXPECT_EQ(emfile, 0);
   EXPECT_EQ(files.size(), static_cast<size_t>(kJobFiles));
+  // It kept an eighth of the limit at most. (Not every connection the outsider made has been accepted: past the
+  // listener's queue, the kernel lets one in when it sends its SYN-ACK again, seconds later.)
+  const ConnectionGateStats gate = server.stats().gate;
+  EXPECT_LE(gate.connections, kLimit / 8);
+  EXPECT_GT(gate.accepted, kLimit / 2);
+  EXPECT_EQ(gate.refused(), gate.accepted - gate.connections);
 
   // A rank of the job still gets in: the oldest idle connection makes way for it.
   ExchangeClient rank(client_options(server.endpoint(), 0, nullptr, nullptr));
