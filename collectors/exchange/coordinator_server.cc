@@ -28,8 +28,6 @@ constexpr uint64_t kAbortResendIntervalNs = 1000000000ull;
 constexpr uint64_t kRefusalSummaryIntervalNs =
     60'000'000'000ull;  // refused connections are summed up at most this often
 constexpr uint64_t kDescriptorRecountIntervalNs = 100'000'000ull;
-// A handshake that failed on the key (the peer does not hold the job's secret), not one cut short (closed, timed out).
-constexpr int kWrongKeyEvents = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
 uint64_t realtime_ns() {
   timespec ts{};
@@ -502,17 +500,13 @@ void CoordinatorServer::run() {
         on_accepted(fd, now_ns);
         continue;
       }
-      if ((kind & kWrongKeyEvents) != 0) {
+      if ((kind & kHandshakeFailedEvents) != 0) {
         // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
         ++local.rejected_handshakes;
         if (local.rejected_handshakes <= 3 || local.rejected_handshakes % 1000 == 0)
           log(LogLevel::kWarning, "coordinator: refused a connection that does not hold this job's key (" +
                                       std::to_string(local.rejected_handshakes) +
                                       " so far): not one of this job's ranks");
-        continue;
-      }
-      if ((kind & kHandshakeFailedEvents) != 0) {
-        ++local.unfinished_handshakes;  // closed or timed out before the handshake: the gate counts why
         continue;
       }
       if (kind != ZMQ_EVENT_DISCONNECTED) continue;

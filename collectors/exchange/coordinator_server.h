@@ -66,9 +66,8 @@ struct CoordinatorServerStats {
   uint64_t messages = 0;
   uint64_t malformed = 0;  // failed decoding, or carried another rank's number
   uint64_t rejected_tokens = 0;
-  uint64_t rejected_handshakes = 0;    // connections without the job's key (CURVE handshake failed)
-  uint64_t unfinished_handshakes = 0;  // connections that ended before their handshake did (closed, timed out)
-  uint64_t unknown_peers = 0;          // messages before a hello (told to send one)
+  uint64_t rejected_handshakes = 0;  // connections without the job's key (CURVE handshake failed)
+  uint64_t unknown_peers = 0;        // messages before a hello (told to send one)
   uint64_t verdicts = 0;
   uint64_t report_errors = 0;  // reports that could not be written
   uint64_t peers = 0;          // authenticated connections now
