@@ -115,12 +115,14 @@ int cmd_coordinator(int argc, char** argv) {
   const exchange::CoordinatorServerStats stats = server.stats();
   std::fprintf(stderr,
                "[trainscope info] coordinator stopped (%s): %llu ranks said hello, %llu fingerprints, %llu verdicts, "
-               "%llu malformed messages, %llu rejected tokens, %llu connections without the job's key\n",
+               "%llu malformed messages, %llu rejected tokens, %llu connections without the job's key, %llu closed "
+               "before a valid hello\n",
                received == SIGINT ? "SIGINT" : "SIGTERM", static_cast<unsigned long long>(stats.hellos),
                static_cast<unsigned long long>(stats.core.fingerprints),
                static_cast<unsigned long long>(stats.verdicts), static_cast<unsigned long long>(stats.malformed),
                static_cast<unsigned long long>(stats.rejected_tokens),
-               static_cast<unsigned long long>(stats.rejected_handshakes));
+               static_cast<unsigned long long>(stats.rejected_handshakes),
+               static_cast<unsigned long long>(stats.gate.refused() + stats.gate.hello_timeouts));
   return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include <zmq.hpp>
 
+#include "collectors/exchange/accepted_sockets.h"
 #include "collectors/exchange/job_secret.h"
 #include "collectors/exchange/recorder_tail.h"
 
@@ -24,6 +25,9 @@ namespace trainscope::exchange {
 namespace {
 
 constexpr uint64_t kAbortResendIntervalNs = 1000000000ull;
+constexpr uint64_t kRefusalSummaryIntervalNs =
+    60'000'000'000ull;  // refused connections are summed up at most this often
+constexpr uint64_t kDescriptorRecountIntervalNs = 100'000'000ull;
 
 uint64_t realtime_ns() {
   timespec ts{};
@@ -61,6 +65,13 @@ struct CoordinatorServer::State {
   zmq::socket_t router{context, zmq::socket_type::router};
   zmq::socket_t monitor{context, zmq::socket_type::pair};
   CoordinatorCore core;
+  ConnectionGate gate;
+  std::unique_ptr<AcceptedSockets> accepted_sockets;
+  size_t open_descriptors = 0;  // counted at descriptors_counted_ns, plus the accepts since (never less)
+  size_t accepted_since_count = 0;
+  uint64_t descriptors_counted_ns = 0;
+  uint64_t turned_away_logged = 0;  // refusals and hello timeouts, as of the last log line about them
+  uint64_t next_refusal_summary_ns = 0;
   struct Peer {
     int32_t rank = -1;
     bool said_goodbye = false;
@@ -79,7 +90,8 @@ struct CoordinatorServer::State {
   bool manifest_failed = false;  // said once: a manifest that cannot be written must not flood the log
   uint64_t malformed_logged = 0;
 
-  explicit State(const CoordinatorOptions& options) : core(options) {}
+  State(const CoordinatorOptions& options, const ConnectionGateOptions& gate_options)
+      : core(options), gate(gate_options) {}
 };
 
 CoordinatorServer::CoordinatorServer(CoordinatorServerOptions options) : options_(std::move(options)) {}
@@ -99,7 +111,14 @@ bool CoordinatorServer::start(std::string* error) {
     if (error) *error = made;
     return false;
   }
-  auto state = std::make_unique<State>(options_.core);
+  if (options_.hello_deadline_ms <= 0) {
+    if (error) *error = "the hello deadline must be a positive number of milliseconds";
+    return false;
+  }
+  ConnectionGateOptions gate_options;
+  gate_options.hello_deadline_ns = static_cast<uint64_t>(options_.hello_deadline_ms) * 1000000ull;
+  gate_options.max_unauthenticated = options_.max_unauthenticated;
+  auto state = std::make_unique<State>(options_.core, gate_options);
   try {
     state->router.set(zmq::sockopt::linger, 500);  // verdicts in flight at stop get half a second
     state->router.set(zmq::sockopt::router_mandatory, 1);
@@ -110,6 +129,8 @@ bool CoordinatorServer::start(std::string* error) {
     state->router.set(zmq::sockopt::heartbeat_ivl, 1000);
     state->router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
     state->router.set(zmq::sockopt::heartbeat_ttl, options_.heartbeat_timeout_ms);
+    // A backstop only: the hello deadline closes a connection first, and counts it (ConnectionGate).
+    state->router.set(zmq::sockopt::handshake_ivl, options_.hello_deadline_ms + 1000);
     char monitor_address[64];
     std::snprintf(monitor_address, sizeof(monitor_address), "inproc://trainscope-coordinator-%p",
                   static_cast<void*>(state.get()));
@@ -121,14 +142,15 @@ bool CoordinatorServer::start(std::string* error) {
             0) {
       throw zmq::error_t();
     }
-    if (zmq_socket_monitor(state->router.handle(), monitor_address, ZMQ_EVENT_DISCONNECTED | kHandshakeFailedEvents) !=
-        0) {
+    if (zmq_socket_monitor(state->router.handle(), monitor_address,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | kHandshakeFailedEvents) != 0) {
       throw zmq::error_t();
     }
     state->monitor.set(zmq::sockopt::linger, 0);
     state->monitor.connect(monitor_address);
     state->router.bind(options_.bind_address);
     endpoint_ = state->router.get(zmq::sockopt::last_endpoint);
+    state->accepted_sockets = std::make_unique<AcceptedSockets>(endpoint_);
   } catch (const zmq::error_t& e) {
     if (error) *error = "cannot bind the coordinator to '" + options_.bind_address + "': " + e.what();
     return false;
@@ -292,6 +314,7 @@ void CoordinatorServer::run() {
     local.peers = s.peers.size();
     local.connections = s.rank_by_fd.size();
     local.hellos = s.core.hellos();
+    local.gate = s.gate.stats();
     local.core = s.core.stats();
     std::lock_guard<std::mutex> lock(stats_lock_);
     stats_ = local;
@@ -378,6 +401,132 @@ void CoordinatorServer::run() {
     if (!sent_to.empty()) log(LogLevel::kDebug, "coordinator: stop verdict sent again to ranks" + sent_to);
   };
 
+  // Connections that have not proved they are the job's ranks (connection_gate.h). The first refusal or hello
+  // timeout is said at once, with the limits; later ones are summed up at most once a minute, and at the stop.
+  auto log_turned_away = [&](uint64_t now_ns, bool at_stop) {
+    const ConnectionGateStats gate = s.gate.stats();
+    const uint64_t turned_away = gate.refused() + gate.hello_timeouts;
+    if (turned_away == s.turned_away_logged || (!at_stop && now_ns < s.next_refusal_summary_ns)) return;
+    s.next_refusal_summary_ns = now_ns + kRefusalSummaryIntervalNs;
+    log(LogLevel::kWarning, "coordinator: closed " + std::to_string(turned_away - s.turned_away_logged) +
+                                " more connection(s) of peers that had not said a valid hello; in all " +
+                                std::to_string(gate.hello_timeouts) + " without a hello within " +
+                                std::to_string(options_.hello_deadline_ms) + " ms, " +
+                                std::to_string(gate.refused_unauthenticated) + " over the cap on those at once, " +
+                                std::to_string(gate.refused_over_ranks) + " over the job's rank count, " +
+                                std::to_string(gate.refused_descriptors) + " to keep the job's last descriptors free");
+    s.turned_away_logged = turned_away;
+  };
+  auto log_first_turned_away = [&](const std::string& what, uint64_t now_ns) {
+    if (s.turned_away_logged != 0) return;
+    s.turned_away_logged = 1;
+    s.next_refusal_summary_ns = now_ns + kRefusalSummaryIntervalNs;
+    log(LogLevel::kWarning, "coordinator: closed a connection that had not said a valid hello: " + what +
+                                " (not one of this job's ranks, or one that will connect again); later ones are "
+                                "counted and summed up at most once a minute");
+  };
+  auto known_ranks = [&]() -> size_t {
+    return static_cast<size_t>(std::max({options_.expected_ranks, s.core.world_size(), int32_t{0}}));
+  };
+  // The process's descriptors: a descriptor number is a lower bound (the kernel hands out the lowest free one),
+  // the last count plus the accepts since is an upper estimate; counted again when old, or before a refusal.
+  auto descriptor_use = [&](int fd, uint64_t now_ns) {
+    const size_t limit = descriptor_limit();
+    ++s.accepted_since_count;
+    size_t open = std::max(static_cast<size_t>(fd) + 1, s.open_descriptors + s.accepted_since_count);
+    if (now_ns - s.descriptors_counted_ns >= kDescriptorRecountIntervalNs ||
+        open + s.gate.descriptor_reserve(limit) > limit) {
+      if (const size_t counted = count_open_descriptors(); counted > 0) {
+        s.open_descriptors = counted;
+        s.accepted_since_count = 0;
+        s.descriptors_counted_ns = now_ns;
+        open = std::max(static_cast<size_t>(fd) + 1, counted);
+      }
+    }
+    return DescriptorUse{open, limit};
+  };
+  auto on_accepted = [&](int fd, uint64_t now_ns) {
+    const AcceptedSockets& sockets = *s.accepted_sockets;
+    const uint64_t identity = sockets.identity_of(fd);
+    if (identity == 0 && sockets.closes_connections()) return;  // closed already: its disconnect event follows
+    const size_t ranks = known_ranks();
+    const DescriptorUse descriptors = descriptor_use(fd, now_ns);
+    const ConnectionGate::Admission admission = s.gate.on_accepted({fd, identity}, now_ns, ranks, descriptors);
+    Refusal refusal = admission.refusal;
+    if (refusal != Refusal::kNone) {
+      sockets.shut_down(fd, identity);
+    } else if (admission.made_way != Refusal::kNone) {
+      sockets.shut_down(admission.oldest.fd, admission.oldest.identity);
+      refusal = admission.made_way;
+    } else {
+      return;
+    }
+    std::string limits;
+    if (refusal == Refusal::kTooManyUnauthenticated) {
+      limits = std::to_string(s.gate.unauthenticated_cap(ranks, descriptors.limit)) + " at once";
+    } else if (refusal == Refusal::kMoreThanTheRanks) {
+      limits = std::to_string(ConnectionGate::connection_bound(ranks)) + " connections for " + std::to_string(ranks) +
+               " ranks";
+    } else {
+      limits = std::to_string(descriptors.open) + " of " + std::to_string(descriptors.limit) + " descriptors open, " +
+               std::to_string(s.gate.descriptor_reserve(descriptors.limit)) +
+               " kept free for the job; raise `ulimit -n` for more connections";
+    }
+    log_first_turned_away(std::string(refusal_reason(refusal)) + ", " + limits, now_ns);
+  };
+  auto close_expired = [&](uint64_t now_ns) {
+    for (const ConnectionGate::Connection& expired : s.gate.take_expired(now_ns)) {
+      s.accepted_sockets->shut_down(expired.fd, expired.identity);  // false: gone already
+      log_first_turned_away("no valid hello within " + std::to_string(options_.hello_deadline_ms) + " ms", now_ns);
+    }
+  };
+
+  auto read_monitor_events = [&](uint64_t now_ns) {
+    for (int i = 0; i < 1024; ++i) {
+      zmq::message_t event;
+      zmq::message_t address;
+      try {
+        if (!s.monitor.recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void)s.monitor.recv(address, zmq::recv_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      if (event.size() < 6) continue;
+      uint16_t kind = 0;
+      int32_t fd = -1;
+      std::memcpy(&kind, event.data(), 2);
+      std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, 4);
+      if (kind == ZMQ_EVENT_ACCEPTED) {
+        on_accepted(fd, now_ns);
+        continue;
+      }
+      if ((kind & kHandshakeFailedEvents) != 0) {
+        // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
+        ++local.rejected_handshakes;
+        if (local.rejected_handshakes <= 3 || local.rejected_handshakes % 1000 == 0)
+          log(LogLevel::kWarning, "coordinator: refused a connection that does not hold this job's key (" +
+                                      std::to_string(local.rejected_handshakes) +
+                                      " so far): not one of this job's ranks");
+        continue;
+      }
+      if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+      s.gate.on_closed(fd);
+      auto it = s.rank_by_fd.find(fd);
+      if (it == s.rank_by_fd.end()) continue;
+      const int32_t rank = it->second;
+      s.rank_by_fd.erase(it);
+      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
+    }
+  };
+
+  // A valid hello, or a message of a rank that said one, came on `fd`. Its accept event is in the monitor's queue
+  // before any of its messages can arrive: read it when the gate has not seen it yet.
+  auto authenticated = [&](int fd, uint64_t now_ns) {
+    if (fd < 0 || s.gate.on_authenticated(fd)) return;
+    read_monitor_events(now_ns);
+    s.gate.on_authenticated(fd);  // still unknown: a message of a connection that is gone
+  };
+
   auto handle = [&](const std::string& id, zmq::message_t& payload, uint64_t now_ns) {
     ++local.messages;
     const DecodeResult decoded =
@@ -401,6 +550,7 @@ void CoordinatorServer::run() {
       s.peers[id] = State::Peer{hello->global_rank, false};
       const int fd = payload.get(ZMQ_SRCFD);
       if (fd >= 0) s.rank_by_fd[fd] = hello->global_rank;
+      authenticated(fd, now_ns);
       s.last_message_ns[hello->global_rank] = now_ns;
       s.core.on_hello(*hello, now_ns);
       send_to(id, encode(Welcome{now_ns}));
@@ -426,6 +576,7 @@ void CoordinatorServer::run() {
     s.last_message_ns[rank] = now_ns;
     const int fd = payload.get(ZMQ_SRCFD);
     if (fd >= 0) s.rank_by_fd[fd] = rank;  // after a reconnection the descriptor changes
+    authenticated(fd, now_ns);
     if (const auto* batch = std::get_if<FingerprintBatch>(&decoded.message)) {
       if (claimed_rank(batch->rank)) s.core.on_fingerprints(rank, batch->fingerprints, batch->dropped_total, now_ns);
     } else if (const auto* stack = std::get_if<StackDefinition>(&decoded.message)) {
@@ -441,39 +592,6 @@ void CoordinatorServer::run() {
       }
     } else {
       log_malformed("a rank sent a coordinator-to-rank message");
-    }
-  };
-
-  auto read_disconnects = [&](uint64_t now_ns) {
-    for (int i = 0; i < 1024; ++i) {
-      zmq::message_t event;
-      zmq::message_t address;
-      try {
-        if (!s.monitor.recv(event, zmq::recv_flags::dontwait)) return;
-        if (event.more()) (void)s.monitor.recv(address, zmq::recv_flags::dontwait);
-      } catch (const zmq::error_t&) {
-        return;
-      }
-      if (event.size() < 6) continue;
-      uint16_t kind = 0;
-      int32_t fd = -1;
-      std::memcpy(&kind, event.data(), 2);
-      std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, 4);
-      if ((kind & kHandshakeFailedEvents) != 0) {
-        // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
-        ++local.rejected_handshakes;
-        if (local.rejected_handshakes <= 3 || local.rejected_handshakes % 1000 == 0)
-          log(LogLevel::kWarning, "coordinator: refused a connection that does not hold this job's key (" +
-                                      std::to_string(local.rejected_handshakes) +
-                                      " so far): not one of this job's ranks");
-        continue;
-      }
-      if (kind != ZMQ_EVENT_DISCONNECTED) continue;
-      auto it = s.rank_by_fd.find(fd);
-      if (it == s.rank_by_fd.end()) continue;
-      const int32_t rank = it->second;
-      s.rank_by_fd.erase(it);
-      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
     }
   };
 
@@ -532,7 +650,9 @@ void CoordinatorServer::run() {
     uint64_t now_ns = realtime_ns();
     receive(options_.max_messages_per_wakeup, now_ns);
     now_ns = realtime_ns();
-    read_disconnects(now_ns);
+    read_monitor_events(now_ns);
+    close_expired(now_ns);
+    log_turned_away(now_ns, false);
     settle_disconnects(now_ns);
     write_origin();
     deliver(s.core.tick(now_ns));
@@ -546,6 +666,7 @@ void CoordinatorServer::run() {
   receive(options_.max_messages_per_wakeup * 4, realtime_ns());
   write_origin();
   write_manifest(realtime_ns(), true);
+  log_turned_away(realtime_ns(), true);
   zmq_socket_monitor(s.router.handle(), nullptr, 0);
   s.monitor.close();
   s.router.close();

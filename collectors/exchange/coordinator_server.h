@@ -20,6 +20,12 @@
 // messages). A rank that does not come back within vanish_grace_ms (a reconnection after a network blip) is
 // reported. ZeroMQ heartbeats close connections to peers that died without closing theirs (a host that lost power).
 //
+// Peers that have not proved they are the job's ranks: every connection costs rank 0's process a descriptor, so what
+// they may hold is bounded (connection_gate.h): a connection that has not completed its handshake and said a valid
+// hello within hello_deadline_ms is closed; at most max(max_unauthenticated, ranks) such connections at once; at
+// most the job's rank count plus a margin in all; and none that would leave the job fewer than max(64, limit / 4)
+// free descriptors. Each refusal is counted (stats().gate); the first is logged, then a sum at most once a minute.
+//
 // Fork: a forked child must never use the server (its thread is not in the child; the context and sockets are
 // the parent's). Leak it in the child; do not stop or destroy it there.
 #pragma once
@@ -32,6 +38,7 @@
 #include <string>
 #include <thread>
 
+#include "collectors/exchange/connection_gate.h"
 #include "collectors/exchange/coordinator_core.h"
 #include "collectors/exchange/wire_protocol.h"
 
@@ -47,6 +54,9 @@ struct CoordinatorServerOptions {
                                      // kernel tells of a dead process at once; a network blip reconnects in 100 ms)
   int heartbeat_timeout_ms = 15000;  // ZeroMQ-level: a silent connection is closed (then counted as a drop)
   size_t max_peers = 1u << 16;
+  int hello_deadline_ms = 5000;     // accept to valid hello; ZeroMQ's own handshake limit is a second more
+  size_t max_unauthenticated = 64;  // connections without a valid hello at once (or the rank count, when larger)
+  int32_t expected_ranks = 0;       // the job's rank count when known before any hello (0: the largest one announced)
   size_t max_messages_per_wakeup = 4096;           // then tick and look at disconnects before reading more
   LogSink log;                                     // may be empty
   std::function<void(const Verdict&)> on_verdict;  // on the server thread, after the report is written; may be empty
@@ -63,6 +73,7 @@ struct CoordinatorServerStats {
   uint64_t peers = 0;          // authenticated connections now
   uint64_t connections = 0;    // of those, the ones whose transport is still open (a rank gone drops out at once)
   uint64_t hellos = 0;         // ranks that said hello
+  ConnectionGateStats gate;    // accepted connections: those that have not said a valid hello, refusals, timeouts
   CoreStats core;
 };
 

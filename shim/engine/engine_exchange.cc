@@ -226,6 +226,7 @@ class Exchange {
       options.core.on_desync =
           config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort : exchange::VerdictAction::kWarn;
       options.core.desync_timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
+      options.expected_ranks = setup_.world;  // bounds the connections it holds (coordinator_server.h)
       options.log = log_sink(setup_.recorder);
       server_ = std::make_unique<exchange::CoordinatorServer>(options);
       std::string error;

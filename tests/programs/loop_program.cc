@@ -1,24 +1,75 @@
 // An unmodified NCCL program that all-reduces in a loop: for crash tests (a rank is SIGKILLed mid-run) and the
 // end-to-end overhead measurement. --iterations 0 loops until killed.
+//
+// --nofile N lowers the process's soft descriptor limit to N at its start (`ulimit -n N`); --open-files N --after
+// FILE: rank 0, after its first all-reduce, waits (at most 60 s) for FILE to exist, then opens N files at once, as a
+// checkpoint or a data loader would, says how many it could, and exits 3 after its loop if any failed.
+#include <fcntl.h>
 #include <nccl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bootstrap.h"
 
+namespace {
+
+// Opens `count` files at once and closes them; returns how many failed with EMFILE.
+int open_files(int count) {
+  std::vector<int> files;
+  int emfile = 0;
+  for (int i = 0; i < count; ++i) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) files.push_back(fd);
+    if (fd < 0 && errno == EMFILE) ++emfile;
+  }
+  for (const int fd : files) close(fd);
+  std::printf("rank 0 opened %zu of %d files (%d failed with EMFILE)\n", files.size(), count, emfile);
+  std::fflush(stdout);
+  return emfile;
+}
+
+bool wait_for_file(const std::string& path) {
+  struct stat status {};
+  for (int i = 0; i < 6000; ++i) {
+    if (stat(path.c_str(), &status) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   long iterations = 0;
   size_t count = 256;
+  int open_count = 0;
+  std::string after;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
       count = static_cast<size_t>(std::atoll(argv[++i]));
+    } else if (std::strcmp(argv[i], "--nofile") == 0 && i + 1 < argc) {
+      rlimit limit{};
+      getrlimit(RLIMIT_NOFILE, &limit);
+      limit.rlim_cur = static_cast<rlim_t>(std::atol(argv[++i]));
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) tsprog::fail("setrlimit(RLIMIT_NOFILE)", errno);
+    } else if (std::strcmp(argv[i], "--open-files") == 0 && i + 1 < argc) {
+      open_count = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
+      after = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: loop_program [--iterations N (0: forever)] [--count N]\n");
+      std::fprintf(stderr,
+                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--nofile N] "
+                   "[--open-files N --after FILE]\n");
       return 2;
     }
   }
@@ -27,10 +78,15 @@ int main(int argc, char** argv) {
   ncclComm_t comm = nullptr;
   tsprog::check(ncclCommInitRank(&comm, job.world, id, job.rank), "ncclCommInitRank");
   std::vector<float> buf(count, 1.0f);
+  int emfile = 0;
   for (long it = 0; iterations == 0 || it < iterations; ++it) {
     tsprog::check(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
+    if (it == 0 && job.rank == 0 && open_count > 0) {
+      if (!wait_for_file(after)) tsprog::fail(("waiting for " + after).c_str(), 0);
+      emfile = open_files(open_count);
+    }
   }
   tsprog::check(ncclCommDestroy(comm), "destroy");
   std::printf("rank %d done %g\n", job.rank, static_cast<double>(buf[0]));
-  return 0;
+  return emfile > 0 ? 3 : 0;
 }

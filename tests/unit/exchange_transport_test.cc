@@ -2,7 +2,14 @@
 // directory): token check, malformed messages, a mismatch round trip, a vanished rank, a client that starts
 // before its coordinator, and the origin of the first inf/nan (origin files, the stop verdict). Every wait polls a
 // condition under a deadline; nothing asserts on timing.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -21,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "collectors/exchange/accepted_sockets.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/job_secret.h"
@@ -53,12 +61,12 @@ class LogCapture {
       lines_.push_back(message);
     };
   }
-  bool contains(const std::string& part) {
+  bool contains(const std::string& part) { return count(part) > 0; }
+  size_t count(const std::string& part) {
     std::lock_guard<std::mutex> lock(lock_);
-    for (const auto& line : lines_) {
-      if (line.find(part) != std::string::npos) return true;
-    }
-    return false;
+    size_t found = 0;
+    for (const auto& line : lines_) found += line.find(part) != std::string::npos;
+    return found;
   }
 
  private:
@@ -131,6 +139,42 @@ void join_raw(zmq::socket_t& socket, const std::string& endpoint, int32_t rank, 
   batch.fingerprints = {all_reduce(rank, 2, 1, count)};
   ASSERT_TRUE(socket.send(zmq::buffer(raw_hello(rank)), zmq::send_flags::none));
   ASSERT_TRUE(socket.send(zmq::buffer(encode(batch)), zmq::send_flags::none));
+}
+
+// The port of a "tcp://127.0.0.1:PORT" endpoint.
+uint16_t port_of(const std::string& endpoint) {
+  return static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+// A plain TCP connection that never says anything, as an outsider would hold one; -1 on failure.
+int connect_idle(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const sockaddr_in address = loopback(port);
+  if (fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+// Whether the other side closed `fd` (end of file, or a reset) within `timeout_ms`.
+bool closed_by_peer(int fd, int timeout_ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd item{fd, POLLIN | POLLRDHUP, 0};
+    if (left.count() <= 0 || poll(&item, 1, static_cast<int>(left.count())) <= 0) return false;
+    char byte;
+    const ssize_t got = recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
+    if (got < 0 && errno != EAGAIN && errno != EINTR) return false;
+  }
 }
 
 // A raw ROUTER that holds the coordinator's key, standing in for the coordinator.
@@ -574,6 +618,205 @@ TEST_F(TransportTest, BadBindAddressIsAnErrorNotACrash) {
   std::string error;
   EXPECT_FALSE(server.start(&error));
   EXPECT_NE(error.find("cannot bind"), std::string::npos) << error;
+}
+
+// ---- Peers that have not said hello -------------------------------------------------------------------------------
+
+TEST_F(TransportTest, AnIdleConnectionIsClosedAtTheHelloDeadline) {
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.hello_deadline_ms = 200;
+  CoordinatorServer server(options);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  const int idle = connect_idle(port_of(server.endpoint()));
+  ASSERT_GE(idle, 0) << std::strerror(errno);
+  // ZeroMQ alone would hold it for its default handshake limit, 30 s: the wait ends well before.
+  EXPECT_TRUE(closed_by_peer(idle, 20000));
+  close(idle);
+  ASSERT_TRUE(wait_until([&] { return server.stats().gate.hello_timeouts >= 1; }));
+  EXPECT_EQ(server.stats().gate.unauthenticated, 0u);
+  EXPECT_TRUE(server_log_.contains("had not said a valid hello: no valid hello within 200 ms"));
+}
+
+TEST_F(TransportTest, AConnectionWithTheKeyThatNeverSaysHelloIsClosedAndARankStays) {
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.hello_deadline_ms = 300;
+  CoordinatorServer server(options);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  // A rank of the job, connected before: the deadline is not for it (it said hello, and its heartbeats follow).
+  ExchangeClient rank(client_options(server.endpoint(), 0, nullptr, nullptr));
+  rank.start();
+  ASSERT_TRUE(wait_until([&] { return rank.stats().welcomed; }));
+
+  zmq::context_t context(1);
+  zmq::socket_t silent(context, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::reconnect_ivl, -1);  // one connection, to see it end
+  ASSERT_EQ(zmq_socket_monitor(silent.handle(), "inproc://silent-monitor",
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED),
+            0);
+  zmq::socket_t monitor(context, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.set(zmq::sockopt::rcvtimeo, 20000);
+  monitor.connect("inproc://silent-monitor");
+  connect_with_key(silent, server.endpoint());
+  std::vector<uint16_t> events;
+  while (events.size() < 2) {
+    zmq::message_t event;
+    zmq::message_t address;
+    ASSERT_TRUE(monitor.recv(event)) << "no event within 20 s after " << events.size();
+    ASSERT_TRUE(monitor.recv(address));
+    uint16_t kind = 0;
+    std::memcpy(&kind, event.data(), 2);
+    events.push_back(kind);
+  }
+  // The handshake succeeded (it holds the key), then the coordinator closed it: no hello came.
+  EXPECT_EQ(events[0], ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+  EXPECT_EQ(events[1], ZMQ_EVENT_DISCONNECTED);
+  ASSERT_TRUE(wait_until([&] { return server.stats().gate.hello_timeouts >= 1; }));
+  // The rank has been connected for longer than the deadline and is still there, on its first hello.
+  EXPECT_EQ(server.stats().gate.hello_timeouts, 1u);
+  EXPECT_EQ(server.stats().connections, 1u);
+  EXPECT_EQ(rank.stats().hellos, 1u);
+  EXPECT_TRUE(rank.stats().welcomed);
+  zmq_socket_monitor(silent.handle(), nullptr, 0);
+  rank.stop();
+}
+
+// Sets this process's soft descriptor limit for one test, and puts it back.
+class DescriptorLimit {
+ public:
+  explicit DescriptorLimit(rlim_t soft) {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = soft;
+    set_ = saved_.rlim_max >= soft && setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  }
+  ~DescriptorLimit() {
+    if (set_) setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  bool set() const { return set_; }
+  const rlimit& saved() const { return saved_; }
+
+ private:
+  rlimit saved_{};
+  bool set_ = false;
+};
+
+// An outsider in a child process holds `count` idle TCP connections to `port` until the parent closes its end of
+// `hold`; it writes how many it made to `ready`. Only system calls after the fork (the parent has threads).
+pid_t hold_idle_connections(uint16_t port, int count, rlim_t limit, int ready, const int hold[2]) {
+  std::vector<pollfd> connections(static_cast<size_t>(count));
+  const sockaddr_in address = loopback(port);
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  alarm(120);  // never outlives a broken test
+  close(hold[1]);
+  const rlimit enough{limit, limit};
+  (void)setrlimit(RLIMIT_NOFILE, &enough);
+  int pending = 0;
+  for (pollfd& connection : connections) {
+    connection.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connection.events = POLLOUT;
+    if (connection.fd >= 0 &&
+        (connect(connection.fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ||
+         errno == EINPROGRESS)) {
+      ++pending;
+    } else {
+      connection.fd = -1;
+    }
+  }
+  // Each connect completes (the kernel does the TCP handshake) or, with the listener's queue full, not within 20 s.
+  int made = 0;
+  for (int round = 0; pending > 0 && round < 200; ++round) {
+    if (poll(connections.data(), connections.size(), 100) < 0) break;
+    for (pollfd& connection : connections) {
+      if (connection.fd < 0 || connection.revents == 0) continue;
+      int failure = 0;
+      socklen_t length = sizeof(failure);
+      if (getsockopt(connection.fd, SOL_SOCKET, SO_ERROR, &failure, &length) == 0 && failure == 0) ++made;
+      connection.fd = -1 - connection.fd;  // poll() skips it from now on; the connection stays open
+      --pending;
+    }
+  }
+  (void)!write(ready, &made, sizeof(made));
+  char byte;
+  (void)!read(hold[0], &byte, 1);
+  _exit(0);
+}
+
+// The issue: under `ulimit -n 256`, 328 idle connections made the job's own open() fail with EMFILE.
+TEST_F(TransportTest, IdleOutsidersLeaveTheJobItsDescriptorsAndARankStillJoins) {
+  constexpr rlim_t kLimit = 256;
+  constexpr int kOutsiderConnections = 320;
+  constexpr int kJobFiles = 128;
+  ASSERT_LT(count_open_descriptors(), 64u) << "the test process holds too many descriptors already";
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.hello_deadline_ms = 120000;  // the deadline is not what keeps the job's descriptors here
+  DescriptorLimit limit(kLimit);
+  if (!limit.set()) GTEST_SKIP() << "cannot lower RLIMIT_NOFILE to " << kLimit;
+  CoordinatorServer server(options);
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+
+  int ready[2];
+  int hold[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+  const pid_t outsider = hold_idle_connections(port_of(server.endpoint()), kOutsiderConnections,
+                                               std::min<rlim_t>(limit.saved().rlim_max, 4096), ready[1], hold);
+  ASSERT_GT(outsider, 0);
+  close(ready[1]);
+  close(hold[0]);
+  auto end_outsider = [&] {
+    close(hold[1]);
+    int status = 0;
+    EXPECT_TRUE(wait_until([&] { return waitpid(outsider, &status, WNOHANG) == outsider; }));
+  };
+  int made = 0;
+  pollfd item{ready[0], POLLIN, 0};
+  ASSERT_EQ(poll(&item, 1, 60000), 1);
+  ASSERT_EQ(read(ready[0], &made, sizeof(made)), static_cast<ssize_t>(sizeof(made)));
+  close(ready[0]);
+  EXPECT_GT(made, static_cast<int>(kLimit));
+  // The coordinator keeps a few and closes the rest: their descriptors are soon given back (ZeroMQ alone would hold
+  // them for its default handshake limit, 30 s: the wait ends well before).
+  EXPECT_TRUE(wait_until([&] { return count_open_descriptors() + kJobFiles + 16 <= kLimit; }, std::chrono::seconds(15)))
+      << count_open_descriptors() << " descriptors open";
+
+  // The job opens its files (a checkpoint, a data loader) while the outsider holds on.
+  std::vector<int> files;
+  int emfile = 0;
+  for (int i = 0; i < kJobFiles; ++i) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      files.push_back(fd);
+    } else if (errno == EMFILE) {
+      ++emfile;
+    }
+  }
+  for (const int fd : files) close(fd);
+  EXPECT_EQ(emfile, 0);
+  EXPECT_EQ(files.size(), static_cast<size_t>(kJobFiles));
+  // It kept an eighth of the limit at most. (Not every connection the outsider made has been accepted: past the
+  // listener's queue, the kernel lets one in when it sends its SYN-ACK again, seconds later.)
+  const ConnectionGateStats gate = server.stats().gate;
+  EXPECT_LE(gate.connections, kLimit / 8);
+  EXPECT_GT(gate.accepted, kLimit / 2);
+  EXPECT_EQ(gate.refused(), gate.accepted - gate.connections);
+
+  // A rank of the job still gets in: the oldest idle connection makes way for it.
+  ExchangeClient rank(client_options(server.endpoint(), 0, nullptr, nullptr));
+  rank.start();
+  EXPECT_TRUE(wait_until([&] { return rank.stats().welcomed; }));
+  rank.stop();
+  end_outsider();
+  server.stop();
+  EXPECT_EQ(server.stats().hellos, 1u);
+  // Counted, and said in a line or two, never one per connection.
+  EXPECT_TRUE(server_log_.contains("closed a connection that had not said a valid hello"));
+  EXPECT_LE(server_log_.count("had not said a valid hello"), 2u);
+  EXPECT_TRUE(server_log_.contains("over the cap on those at once"));
 }
 
 // ---- Origin of the first inf/nan ---------------------------------------------------------------------------------
