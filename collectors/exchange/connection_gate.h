@@ -75,6 +75,10 @@ class ConnectionGate {
   bool on_authenticated(int fd);
   void on_closed(int fd);
   bool knows(int fd) const { return connections_.contains(fd); }
+  bool is_authenticated(int fd) const {
+    const auto it = connections_.find(fd);
+    return it != connections_.end() && it->second.authenticated;
+  }
 
   // Unauthenticated connections past the hello deadline (to be closed).
   std::vector<Connection> take_expired(uint64_t now_ns);

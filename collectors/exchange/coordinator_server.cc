@@ -481,8 +481,8 @@ void CoordinatorServer::run() {
     }
   };
 
-  auto read_monitor_events = [&](uint64_t now_ns) {
-    for (int i = 0; i < 1024; ++i) {
+  auto read_monitor_events = [&](uint64_t now_ns, int max_events = 1024) {
+    for (int i = 0; i < max_events; ++i) {
       zmq::message_t event;
       zmq::message_t address;
       try {
@@ -522,8 +522,10 @@ void CoordinatorServer::run() {
   // A valid hello, or a message of a rank that said one, came on `fd`. Its accept event is in the monitor's queue
   // before any of its messages can arrive: read it when the gate has not seen it yet.
   auto authenticated = [&](int fd, uint64_t now_ns) {
-    if (fd < 0 || s.gate.on_authenticated(fd)) return;
-    read_monitor_events(now_ns);
+    if (fd < 0 || s.gate.is_authenticated(fd)) return;
+    // Every event of this connection and of an earlier one on the same number (its close) is queued before this
+    // message could come: read them all first, or an old connection's close would be taken for this one's.
+    read_monitor_events(now_ns, 1 << 16);
     s.gate.on_authenticated(fd);  // still unknown: a message of a connection that is gone
   };
 
@@ -549,8 +551,8 @@ void CoordinatorServer::run() {
       }
       s.peers[id] = State::Peer{hello->global_rank, false};
       const int fd = payload.get(ZMQ_SRCFD);
-      if (fd >= 0) s.rank_by_fd[fd] = hello->global_rank;
       authenticated(fd, now_ns);
+      if (fd >= 0) s.rank_by_fd[fd] = hello->global_rank;
       s.last_message_ns[hello->global_rank] = now_ns;
       s.core.on_hello(*hello, now_ns);
       send_to(id, encode(Welcome{now_ns}));
@@ -575,8 +577,8 @@ void CoordinatorServer::run() {
     };
     s.last_message_ns[rank] = now_ns;
     const int fd = payload.get(ZMQ_SRCFD);
-    if (fd >= 0) s.rank_by_fd[fd] = rank;  // after a reconnection the descriptor changes
     authenticated(fd, now_ns);
+    if (fd >= 0) s.rank_by_fd[fd] = rank;  // after a reconnection the descriptor changes
     if (const auto* batch = std::get_if<FingerprintBatch>(&decoded.message)) {
       if (claimed_rank(batch->rank)) s.core.on_fingerprints(rank, batch->fingerprints, batch->dropped_total, now_ns);
     } else if (const auto* stack = std::get_if<StackDefinition>(&decoded.message)) {
