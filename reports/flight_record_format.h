@@ -164,6 +164,10 @@ constexpr size_t nccl_dtype_bytes(int dtype) {
 // Collectives share one sequence per communicator; sends and receives are numbered per peer and direction.
 constexpr bool is_collective(Op op) { return op >= Op::kAllReduce && op <= Op::kScatter; }
 constexpr bool is_point_to_point(Op op) { return op == Op::kSend || op == Op::kRecv; }
+// A communicator's creation from unique ids, which every member must join as it joins a collective.
+constexpr bool is_creation_from_unique_ids(Op op) {
+  return op == Op::kCommInitRank || op == Op::kCommInitRankConfig || op == Op::kCommInitRankScalable;
+}
 // The launch collector's records (version 3).
 constexpr bool is_cuda_record(Op op) { return op >= Op::kKernelLaunch && op <= Op::kStreamSync; }
 

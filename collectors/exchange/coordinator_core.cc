@@ -322,7 +322,7 @@ void CoordinatorCore::on_fingerprints(int32_t rank, std::span<const Fingerprint>
       case EventKind::kReturned:
         // A creation that returned waits for nobody: it failed (its members are NCCL's to tell), or it succeeded and
         // the communicator's entry says so too.
-        if (op == Op::kCommInitRank || op == Op::kCommInitRankConfig || op == Op::kCommInitRankScalable) {
+        if (recorder::is_creation_from_unique_ids(op)) {
           comm->members[static_cast<size_t>(f.comm_rank)].creating = false;
           if (f.result == 0) comm->created = true;
         }
@@ -700,15 +700,20 @@ reports::MissingRank CoordinatorCore::missing_rank(const Comm& comm, size_t comm
   missing.last_call_ns = member.last_start_ns;
   missing.last_stack = stack_of(member.global_rank, member.last_stack_id);
   missing.state = member.global_rank < 0 ? LaggardState::kUnknown : member.ended;
-  if (auto it = ranks_.find(member.global_rank); it != ranks_.end()) {
-    const RankInfo& info = *it->second;
-    missing.host = info.hello.host;
-    missing.pid = info.hello.pid;
-    missing.process_gone = info.vanished || info.said_goodbye;
-    if (missing.state == LaggardState::kAlive && info.vanished) missing.state = LaggardState::kVanished;
-    if (missing.state == LaggardState::kAlive && info.said_goodbye) missing.state = LaggardState::kExited;
-  }
+  describe_process(member.global_rank, &missing);
   return missing;
+}
+
+void CoordinatorCore::describe_process(int32_t rank, reports::MissingRank* missing) const {
+  auto it = ranks_.find(rank);
+  if (rank < 0 || it == ranks_.end()) return;
+  const RankInfo& info = *it->second;
+  missing->host = info.hello.host;
+  missing->pid = info.hello.pid;
+  missing->process_gone = info.vanished || info.said_goodbye;
+  if (missing->state == LaggardState::kUnknown && info.has_hello) missing->state = LaggardState::kAlive;
+  if (missing->state == LaggardState::kAlive && info.vanished) missing->state = LaggardState::kVanished;
+  if (missing->state == LaggardState::kAlive && info.said_goodbye) missing->state = LaggardState::kExited;
 }
 
 // The oldest pending call of a pair: its rank waits, the peer has not made the other side.
@@ -968,16 +973,7 @@ reports::DesyncReport CoordinatorCore::creation_desync_report(const Comm& comm, 
     missing.comm_rank = empty_seats[i];
     missing.global_rank = identity ? empty_seats[i] : i < candidates.size() ? candidates[i] : -1;
     missing.state = LaggardState::kUnknown;
-    if (auto it = ranks_.find(missing.global_rank); missing.global_rank >= 0 && it != ranks_.end()) {
-      const RankInfo& info = *it->second;
-      missing.host = info.hello.host;
-      missing.pid = info.hello.pid;
-      missing.process_gone = info.vanished || info.said_goodbye;
-      missing.state = info.vanished       ? LaggardState::kVanished
-                      : info.said_goodbye ? LaggardState::kExited
-                      : info.has_hello    ? LaggardState::kAlive
-                                          : LaggardState::kUnknown;
-    }
+    describe_process(missing.global_rank, &missing);
     report.missing.push_back(std::move(missing));
   }
   if (!identity && !empty_seats.empty())

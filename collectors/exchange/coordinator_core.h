@@ -170,6 +170,9 @@ class CoordinatorCore {
   reports::DesyncReport pair_desync_report(const Comm& comm, const PairQueue& queue, bool certain,
                                            uint64_t now_ns) const;
   reports::MissingRank missing_rank(const Comm& comm, size_t comm_rank) const;
+  // What is known of global rank `rank`'s process (host, pid, gone); a state alive, or unknown for a rank that said
+  // hello, becomes how its process went (vanished, exited).
+  void describe_process(int32_t rank, reports::MissingRank* missing) const;
   bool has_live_comm(int32_t rank) const;
   void check_nonfinite_stop(uint64_t now_ns);
   void resolve_peer_ranks();

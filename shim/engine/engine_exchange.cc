@@ -51,10 +51,6 @@ constexpr auto kPumpInterval = std::chrono::milliseconds(5);
 constexpr auto kHostLingerLimit = std::chrono::seconds(5);
 
 bool exchanged(Op op) { return recorder::is_collective(op) || recorder::is_point_to_point(op); }
-// A communicator's creation from unique ids: every member must come, as to a collective.
-bool creation(Op op) {
-  return op == Op::kCommInitRank || op == Op::kCommInitRankConfig || op == Op::kCommInitRankScalable;
-}
 
 Fingerprint fingerprint_of(const Record& r, uint64_t index, EventKind kind) {
   Fingerprint f{};
@@ -423,7 +419,7 @@ class Exchange {
     const uint64_t next = __atomic_load_n(&header->next, __ATOMIC_ACQUIRE);
     cursor_.poll_until(header, next, [this](uint64_t index, const Record& r) {
       const Op op = static_cast<Op>(r.op);
-      if (creation(op) && r.comm_id != 0 && r.result == recorder::kResultPending) {
+      if (recorder::is_creation_from_unique_ids(op) && r.comm_id != 0 && r.result == recorder::kResultPending) {
         // Still inside: the coordinator learns that this rank waits for the others (a creation that returned is
         // told by its communicator's entry instead).
         Fingerprint f = fingerprint_of(r, index, EventKind::kCommCreating);
