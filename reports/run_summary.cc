@@ -532,7 +532,45 @@ void parse_call_name(std::string_view base, std::string_view prefix, std::string
   *seq = leading_number(base.substr(dash + 1));
 }
 
-void mismatch_line(const RunSummary& summary, Analysis* a) {
+// Which processes had their calls compared across ranks, and why the others did not (or had not started when the
+// process went), from each recorder's header: processes that had nothing to compare with say nothing.
+struct CrossRankChecks {
+  size_t ran = 0;
+  std::vector<std::pair<std::string, std::vector<ProcessRef>>> not_run;  // why -> processes, in order of appearance
+  json items = json::array();
+};
+
+CrossRankChecks cross_rank_checks(const RunSummary& summary) {
+  CrossRankChecks checks;
+  if (!summary.processes) return checks;
+  for (const recorder::ProcessDetail& d : summary.processes->details) {
+    const auto state = static_cast<recorder::ExchangeState>(d.exchange_state);
+    if (state == recorder::ExchangeState::kRan) ++checks.ran;
+    if (state != recorder::ExchangeState::kDidNotRun && state != recorder::ExchangeState::kWaiting) continue;
+    const std::string why = d.exchange_note.empty() ? "no reason recorded" : d.exchange_note;
+    checks.items.push_back({{"rank", rank_json(d.who.rank)},
+                            {"pid", d.who.pid},
+                            {"state", state == recorder::ExchangeState::kWaiting ? "waiting" : "did_not_run"},
+                            {"why", why}});
+    auto it = std::find_if(checks.not_run.begin(), checks.not_run.end(), [&](const auto& r) { return r.first == why; });
+    if (it == checks.not_run.end()) it = checks.not_run.insert(checks.not_run.end(), {why, {}});
+    it->second.push_back(d.who);
+  }
+  return checks;
+}
+
+// Checks that did not run: a mismatch or a desync there went unreported, so the run is not clean.
+void checks_line(const CrossRankChecks& checks, Analysis* a) {
+  a->fields["cross_rank_checks"] = {{"ran", checks.ran}, {"did_not_run", checks.items}};
+  if (checks.not_run.empty()) return;
+  a->nothing_wrong = false;
+  std::vector<std::string> parts;
+  for (const auto& [why, who] : checks.not_run) parts.push_back(processes_phrase(who) + ": " + why);
+  a->lines.push_back("cross-rank checks: did not run on " + join_capped(parts, "; ") +
+                     " (a mismatch or desync there was not looked for)");
+}
+
+void mismatch_line(const RunSummary& summary, const CrossRankChecks& checks, Analysis* a) {
   json items = json::array();
   std::string first;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kMismatch)) {
@@ -572,7 +610,9 @@ void mismatch_line(const RunSummary& summary, Analysis* a) {
   const size_t n = items.size();
   if (n == 0) {
     if (!verdict_without_report(summary, recorder::StopReason::kMismatch, "mismatches: ", &items, a))
-      a->lines.push_back("mismatches: none");
+      a->lines.push_back(checks.not_run.empty() ? "mismatches: none"
+                         : checks.ran == 0      ? "mismatches: not looked for (the cross-rank checks did not run)"
+                                                : "mismatches: none found where the cross-rank checks ran");
     a->fields["mismatches"] = std::move(items);
     return;
   }
@@ -1512,46 +1552,13 @@ void launches_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back("launches: " + join_capped(parts, "; "));
 }
 
-// The cross-rank checks that did not run (or had not started when the process went): a mismatch or a desync there
-// is not reported, so the run is not clean, and the mismatches line must not read "none" as if they had been looked
-// for. Processes that ran them, or had nothing to compare with, say nothing here.
-void checks_line(const RunSummary& summary, Analysis* a) {
-  json items = json::array();
-  std::vector<std::pair<std::string, std::vector<ProcessRef>>> reasons;  // why -> processes, in order of appearance
-  size_t ran = 0;
-  for (const recorder::ProcessDetail& d :
-       summary.processes ? summary.processes->details : std::vector<recorder::ProcessDetail>{}) {
-    const auto state = static_cast<recorder::ExchangeState>(d.exchange_state);
-    if (state == recorder::ExchangeState::kRan) ++ran;
-    if (state != recorder::ExchangeState::kDidNotRun && state != recorder::ExchangeState::kWaiting) continue;
-    const std::string why = d.exchange_note.empty() ? "no reason recorded" : d.exchange_note;
-    items.push_back({{"rank", rank_json(d.who.rank)},
-                     {"pid", d.who.pid},
-                     {"state", state == recorder::ExchangeState::kWaiting ? "waiting" : "did_not_run"},
-                     {"why", why}});
-    auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
-    if (it == reasons.end()) it = reasons.insert(reasons.end(), {why, {}});
-    it->second.push_back(d.who);
-  }
-  a->fields["cross_rank_checks"] = {{"ran", ran}, {"did_not_run", items}};
-  if (reasons.empty()) return;
-  a->nothing_wrong = false;
-  std::vector<std::string> parts;
-  for (const auto& [why, who] : reasons) parts.push_back(processes_phrase(who) + ": " + why);
-  a->lines.push_back("cross-rank checks: did not run on " + join_capped(parts, "; ") +
-                     " (a mismatch or desync there was not looked for)");
-  for (std::string& line : a->lines)
-    if (line == "mismatches: none")
-      line = ran == 0 ? "mismatches: not looked for (the cross-rank checks did not run)"
-                      : "mismatches: none found where the cross-rank checks ran";
-}
-
 Analysis analyse(const RunSummary& summary) {
   Analysis a;
   const bool any_nonfinite = !reports_of(summary, ReportKind::kNonfinite).empty();
   const bool origin_known = origin_line(summary, any_nonfinite, &a);
   first_nonfinite_line(summary, origin_known, &a);
-  mismatch_line(summary, &a);
+  const CrossRankChecks checks = cross_rank_checks(summary);
+  mismatch_line(summary, checks, &a);
   desync_line(summary, &a);
   vanished_line(summary, &a);
   streak_line(summary, &a);
@@ -1559,7 +1566,7 @@ Analysis analyse(const RunSummary& summary) {
   stop_line(summary, &a);
   cuda_error_lines(summary, &a);
   launches_line(summary, &a);
-  checks_line(summary, &a);
+  checks_line(checks, &a);
   job_line(summary, only_requested_stops(summary), &a);
   processes_line(summary, &a);
   unwritten_line(summary, &a);
