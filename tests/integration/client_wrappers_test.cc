@@ -74,11 +74,7 @@ std::vector<std::string> client_job(const FoundPython& python, const Client& cli
       args);
 }
 
-ProcessOptions shim_options(const TempDir& dir) {
-  ProcessOptions options = job_options(dir);
-  clean_python_environment(&options);
-  return options;
-}
+ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
 
 // Each rank's recorded calls, op by op, and the Python frame (innermost) of every one of `op`.
 struct RecordedRank {

@@ -366,6 +366,21 @@ std::string rank0_log(const std::string& run_dir) {
   return "";
 }
 
+// "HOST:PORT" of the coordinator rank 0 of the job in `dir` hosts, once its log says it listens and its manifest is
+// written (polled, bounded by eventually()); "" when it never does.
+std::string hosted_coordinator(const TempDir& dir) {
+  std::string coordinator;
+  eventually([&] {
+    const std::string log = rank0_log(run_dir(dir));
+    const size_t at = log.find("coordinator listening at tcp://");
+    if (at == std::string::npos || !fs::exists(run_dir(dir) + "/manifest.json")) return false;
+    const size_t start = at + std::strlen("coordinator listening at tcp://");
+    coordinator = log.substr(start, log.find('\n', start) - start);
+    return true;
+  });
+  return coordinator;
+}
+
 // The attack of issue 11: an outside process, preloaded, with everything an outsider can know of the job (its run id,
 // its master address and port, hence the coordinator's address, and the token the run id used to give), sends one inf
 // under TRAINSCOPE_ON_NONFINITE=abort. The job's coordinator must not let it in: no verdict, no origin, no stop.
@@ -376,15 +391,8 @@ TEST(Trust, AnOutsiderCannotForgeAVerdictThatStopsTheJob) {
   const pid_t launcher = testing::start_process(
       {TS_LAUNCH, "-n", "4", "--timeout", "120", "--", program("loop_program"), "--iterations", "0"}, options);
   ASSERT_GT(launcher, 0);
-  std::string coordinator;
-  ASSERT_TRUE(eventually([&] {
-    const std::string log = rank0_log(run_dir(dir));
-    const size_t at = log.find("coordinator listening at tcp://");
-    if (at == std::string::npos || !fs::exists(run_dir(dir) + "/manifest.json")) return false;
-    const size_t start = at + std::strlen("coordinator listening at tcp://");
-    coordinator = log.substr(start, log.find('\n', start) - start);
-    return true;
-  })) << "the job's coordinator never started";
+  const std::string coordinator = hosted_coordinator(dir);
+  ASSERT_FALSE(coordinator.empty()) << "the job's coordinator never started";
   const std::string port = coordinator.substr(coordinator.rfind(':') + 1);
 
   TempDir outside;
@@ -484,15 +492,8 @@ TEST(Trust, IdleConnectionsOfAnOutsiderLeaveRankZeroItsDescriptors) {
        std::to_string(kLimit), "--open-files", std::to_string(kJobFiles), "--after", go},
       options);
   ASSERT_GT(launcher, 0);
-  std::string coordinator;
-  ASSERT_TRUE(eventually([&] {
-    const std::string log = rank0_log(run_dir(dir));
-    const size_t at = log.find("coordinator listening at tcp://");
-    if (at == std::string::npos || !fs::exists(run_dir(dir) + "/manifest.json")) return false;
-    const size_t start = at + std::strlen("coordinator listening at tcp://");
-    coordinator = log.substr(start, log.find('\n', start) - start);
-    return true;
-  })) << "the job's coordinator never started";
+  const std::string coordinator = hosted_coordinator(dir);
+  ASSERT_FALSE(coordinator.empty()) << "the job's coordinator never started";
   const pid_t rank0 = rank0_pid(run_dir(dir));
   ASSERT_GT(rank0, 0);
 

@@ -331,12 +331,8 @@ TEST(Launches, TrainscopeRunMakesTheLibraryTheDriversInjectionUnlessTheJobChoseO
 
 // ---- the Python twin, on every CPython 3.9-3.13 found ----
 
-class LaunchesFromPython : public ::testing::TestWithParam<int> {
+class LaunchesFromPython : public EveryPython {
  protected:
-  void SetUp() override {
-    python_ = testing::find_python(GetParam());
-    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
-  }
   // A one-rank ctypes job on the stand-in driver, CUPTI and NCCL.
   static ProcessOptions job_options(const TempDir& dir) {
     ProcessOptions options = cuda_job_options(dir);
@@ -345,7 +341,6 @@ class LaunchesFromPython : public ::testing::TestWithParam<int> {
     options.env["WORLD_SIZE"] = "1";
     return options;
   }
-  testing::FoundPython python_;
 };
 
 TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
@@ -380,11 +375,7 @@ TEST_P(LaunchesFromPython, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithIt
   EXPECT_TRUE(contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, LaunchesFromPython,
-                         ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return "Python3_" + std::to_string(param_info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Versions, LaunchesFromPython, TS_EVERY_PYTHON);
 
 }  // namespace
 }  // namespace trainscope

@@ -59,6 +59,29 @@ inline testing::ProcessOptions plain_python_options() {
   return options;
 }
 
+// The environment of a Python job under the shim (job_options), clean of the machine's own Python settings.
+inline testing::ProcessOptions python_shim_options(const testing::TempDir& dir) {
+  testing::ProcessOptions options = job_options(dir);
+  clean_python_environment(&options);
+  return options;
+}
+
+// A test run once for every CPython 3.9-3.13 (the parameter is the minor version), skipped with its reason where
+// that Python is not found (reason_to_skip).
+class EveryPython : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    python_ = testing::find_python(GetParam());
+    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
+  }
+  testing::FoundPython python_;
+};
+
+// The parameters and test names of an EveryPython suite: INSTANTIATE_TEST_SUITE_P(Versions, Suite, kEveryPython...).
+#define TS_EVERY_PYTHON                                                        \
+  ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1), \
+      [](const ::testing::TestParamInfo<int>& param_info) { return "Python3_" + std::to_string(param_info.param); }
+
 inline std::vector<std::string> launch(int ranks, int deadline_s, const std::vector<std::string>& command) {
   std::vector<std::string> argv = {TS_LAUNCH, "-n", std::to_string(ranks), "--timeout", std::to_string(deadline_s),
                                    "--"};

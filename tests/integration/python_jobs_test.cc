@@ -31,11 +31,7 @@ using testing::TempDir;
 
 constexpr int kVerdictExit = 86;
 
-ProcessOptions shim_options(const TempDir& dir) {
-  ProcessOptions options = job_options(dir);
-  clean_python_environment(&options);
-  return options;
-}
+ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
 
 // The 1-based line of `file` that holds `text` (the first one); 0 when none does.
 int line_of(const std::string& file, const std::string& text) {
@@ -185,14 +181,7 @@ TEST(HandleLookedUpJobFrames, InfAndNanGiveTheLinkedJobsReportsWithThePythonLine
 
 // ---- the user's own line, for every Python found ----
 
-class PythonStacks : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    python_ = testing::find_python(GetParam());
-    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
-  }
-  FoundPython python_;
-};
+class PythonStacks : public EveryPython {};
 
 // forward() and backward() share the helper that calls NCCL, so they share its native call site: only the Python
 // stack tells them apart. A count mismatch in backward() must be reported in backward(), on each rank, whether the
@@ -262,11 +251,7 @@ TEST_P(PythonStacks, AThreadHoldingTheGilDoesNotHangTheJobAndTheLineIsStillKnown
   EXPECT_EQ(all_reduces, 2 * 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, PythonStacks,
-                         ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return "Python3_" + std::to_string(param_info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Versions, PythonStacks, TS_EVERY_PYTHON);
 
 // A Python the stack reader does not support (3.8 and older): the report says why it has no Python stack, and the
 // native one is still there.

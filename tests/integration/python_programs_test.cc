@@ -102,18 +102,11 @@ ProcessOptions preloading_open_counter(const std::string& out) {
 
 // ---- every Python found, 3.9 to 3.13 ----
 
-class PythonJobs : public ::testing::TestWithParam<int> {
+class PythonJobs : public EveryPython {
  protected:
-  void SetUp() override {
-    python_ = testing::find_python(GetParam());
-    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
-  }
-
   std::vector<std::string> job(const std::string& name, const std::vector<std::string>& args = {}) const {
     return with_args({python_.path, python_job(name)}, args);
   }
-
-  FoundPython python_;
 };
 
 TEST_P(PythonJobs, InterpreterIsTheVersionItWasFoundFor) {
@@ -336,11 +329,7 @@ TEST_P(PythonJobs, OpenCounterCountsTheOpensOfAPythonProcess) {
   EXPECT_EQ(counted_opens(more_out), base_calls + 3) << testing::read_file(more_out);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, PythonJobs,
-                         ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return "Python3_" + std::to_string(param_info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Versions, PythonJobs, TS_EVERY_PYTHON);
 
 // ---- the C jobs ----
 

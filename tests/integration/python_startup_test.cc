@@ -28,22 +28,7 @@ using testing::TempDir;
 
 constexpr int kVerdictExit = 86;
 
-ProcessOptions shim_options(const TempDir& dir) {
-  ProcessOptions options = job_options(dir);
-  clean_python_environment(&options);
-  return options;
-}
-
-// Without trainscope: the stand-in NCCL and nothing preloaded but a sanitizer's runtime.
-ProcessOptions plain_options() {
-  ProcessOptions options;
-  options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
-  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
-  if (sanitized()) options.env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
-  clean_python_environment(&options);
-  options.timeout_seconds = 120;
-  return options;
-}
+ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
 
 // The NCCL calls of every rank of a run, by op name, from `trainscope report --json`.
 std::map<std::string, int> calls_by_op(const std::string& dir) {
@@ -57,14 +42,7 @@ std::map<std::string, int> calls_by_op(const std::string& dir) {
   return ops;
 }
 
-class PythonStartup : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    python_ = testing::find_python(GetParam());
-    if (const std::string why = reason_to_skip(python_); !why.empty()) GTEST_SKIP() << why;
-  }
-  FoundPython python_;
-};
+class PythonStartup : public EveryPython {};
 
 // vLLM's rank 0 when its start-up fails after it made the unique id: WORLD_SIZE 2 and MASTER_* set, no
 // TRAINSCOPE_TOKEN, so the exchange waits for a world communicator that never comes. Its status is its own, however
@@ -95,7 +73,7 @@ TEST_P(PythonStartup, NcclLoadedLocallyAndLookedUpInTheGlobalScopeFirstWorksAndI
   TempDir plain_dir;
   TempDir dir;
   const std::vector<std::string> args = {"--steps", "3", "--count", "2048", "--digest"};
-  ProcessOptions plain = plain_options();
+  ProcessOptions plain = plain_python_options();
   ProcessOptions shim = shim_options(dir);
   for (ProcessOptions* options : {&plain, &shim}) {
     options->env["TS_NCCL_LOAD"] = "scope-first";
@@ -268,11 +246,7 @@ for pid in children:
   EXPECT_EQ(count("cross-rank checks are off for this 2-rank job"), 1u) << run.err;
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, PythonStartup,
-                         ::testing::Range(testing::kFirstPythonMinor, testing::kLastPythonMinor + 1),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return "Python3_" + std::to_string(param_info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Versions, PythonStartup, TS_EVERY_PYTHON);
 
 }  // namespace
 }  // namespace trainscope

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration_helpers.h"
+#include "python_helpers.h"
 #include "reports/flight_record_format.h"
 #include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
@@ -368,41 +369,47 @@ TEST(Summary, OnAFullDiskRankZerosCoordinatorSaysWhatItCouldNotWriteInItsRecorde
 
 // Another program holds the coordinator's port (MASTER_PORT + 3): rank 0 cannot host it, no rank's calls are
 // compared, and a mismatch would hang unreported. The summary must say so, and why, and not call the run clean.
+// The C program and its Python (ctypes) twin.
 TEST(SummaryOfRealJobs, ChecksThatNeverRanBecauseThePortWasTakenAreSaidAndTheRunIsNotClean) {
-  TempDir dir;
-  const int master_port = 20000 + getpid() % 12000;
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  const int yes = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(master_port + 3));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(listener, 16), 0);
-  ProcessOptions options = job_options(dir);
-  options.env["MASTER_PORT"] = std::to_string(master_port);
-  const ProcessResult run = testing::run_process(
-      {TS_LAUNCH, "-n", "2", "--timeout", "60", "--", program("loop_program"), "--iterations", "5"}, options);
-  close(listener);
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const ProcessResult summary = report_summary(dir);
-  EXPECT_FALSE(contains(summary.out, "nothing went wrong")) << summary.out;
-  EXPECT_TRUE(contains(summary.out, "cross-rank checks: did not run on ")) << summary.out;
-  EXPECT_TRUE(
-      contains(summary.out, "cannot host the coordinator at tcp://127.0.0.1:" + std::to_string(master_port + 3)))
-      << summary.out;
-  EXPECT_TRUE(contains(summary.out, "mismatches: not looked for (the cross-rank checks did not run)")) << summary.out;
-  EXPECT_FALSE(contains(summary.out, "mismatches: none\n")) << summary.out;
-  const ProcessResult as_json = testing::run_process({TS_TOOL, "report", "--summary", "--json", run_dir(dir)});
-  const nlohmann::json all = nlohmann::json::parse(as_json.out, nullptr, false);
-  ASSERT_FALSE(all.is_discarded()) << as_json.out;
-  const nlohmann::json& j = all["summary"];
-  EXPECT_EQ(j["nothing_wrong"], false);
-  EXPECT_EQ(j["cross_rank_checks"]["ran"], 0);
-  ASSERT_EQ(j["cross_rank_checks"]["did_not_run"].size(), 2u) << j.dump(2);
-  for (const nlohmann::json& rank : j["cross_rank_checks"]["did_not_run"]) EXPECT_TRUE(rank["why"].is_string());
+  const testing::FoundPython python = newest_python();
+  std::vector<std::vector<std::string>> jobs = {{program("loop_program"), "--iterations", "5"}};
+  if (python.found) jobs.push_back({python.path, python_job("scenario_job.py"), "--steps", "3", "--count", "1024"});
+  for (const std::vector<std::string>& job : jobs) {
+    SCOPED_TRACE(job[0]);
+    TempDir dir;
+    const int master_port = 20000 + getpid() % 12000;
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(listener, 0);
+    const int yes = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(master_port + 3));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << std::strerror(errno);
+    ASSERT_EQ(listen(listener, 16), 0);
+    ProcessOptions options = python_shim_options(dir);
+    options.env["MASTER_PORT"] = std::to_string(master_port);
+    const ProcessResult run = testing::run_process(launch(2, 60, job), options);
+    close(listener);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const ProcessResult summary = report_summary(dir);
+    EXPECT_FALSE(contains(summary.out, "nothing went wrong")) << summary.out;
+    EXPECT_TRUE(contains(summary.out, "cross-rank checks: did not run on ")) << summary.out;
+    EXPECT_TRUE(
+        contains(summary.out, "cannot host the coordinator at tcp://127.0.0.1:" + std::to_string(master_port + 3)))
+        << summary.out;
+    EXPECT_TRUE(contains(summary.out, "mismatches: not looked for (the cross-rank checks did not run)")) << summary.out;
+    EXPECT_FALSE(contains(summary.out, "mismatches: none\n")) << summary.out;
+    const ProcessResult as_json = testing::run_process({TS_TOOL, "report", "--summary", "--json", run_dir(dir)});
+    const nlohmann::json all = nlohmann::json::parse(as_json.out, nullptr, false);
+    ASSERT_FALSE(all.is_discarded()) << as_json.out;
+    const nlohmann::json& j = all["summary"];
+    EXPECT_EQ(j["nothing_wrong"], false);
+    EXPECT_EQ(j["cross_rank_checks"]["ran"], 0);
+    ASSERT_EQ(j["cross_rank_checks"]["did_not_run"].size(), 2u) << j.dump(2);
+    for (const nlohmann::json& rank : j["cross_rank_checks"]["did_not_run"]) EXPECT_TRUE(rank["why"].is_string());
+  }
 }
 
 // The same job with the port free: its checks ran on every rank, and nothing about them is said.
