@@ -578,7 +578,8 @@ void note_nccl_without_calls(bool started) {
   const bool worth_a_warning = rt.launcher_rank >= 0 && !rank_has_recorder(rt.run_dir, rt.launcher_rank);
   if (note.calls > 0) {
     // Its calls reached our hooks (ncclGetUniqueId): nothing is hidden from us, it just ended before its communicator.
-    log_message(LogLevel::kWarn,
+    // Worth a warning in a rank's own process; a launcher that made an id for its workers is expected to.
+    log_message(rt.launcher_rank >= 0 ? LogLevel::kWarn : LogLevel::kDebug,
                 "this process made %llu NCCL call(s) but no communicator: it ended before creating one",
                 static_cast<unsigned long long>(note.calls));
   } else {
