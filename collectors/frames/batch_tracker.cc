@@ -10,6 +10,9 @@ namespace trainscope::batch {
 namespace {
 
 constexpr std::uint64_t kMaxEvery = 1000000000ull;
+// auto: lags kept on every call, and the longest gram larger lags are found by (lag_runs.h).
+constexpr std::uint32_t kSmallLags = 32;
+constexpr std::uint64_t kLongestGram = 64;
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -104,8 +107,17 @@ BatchTracker::BatchTracker(const StepMarker& marker, const AutoOptions& options)
     compile(marker_.pattern, &regex_, nullptr);
   }
   if (marker_.kind == MarkerKind::kAuto) {
-    history_.assign(static_cast<std::size_t>(options_.max_period) + 1, 0);
-    run_.assign(static_cast<std::size_t>(options_.max_period) + 1, 0);
+    // A lag P is a confirmed period only once its run reaches max((confirmations - 1) x P, min_confirm_calls - P):
+    // the lags above the small ones are found by grams no longer than the shortest such run (lag_runs.h).
+    const std::uint32_t small = std::min<std::uint32_t>(kSmallLags, options_.max_period);
+    std::uint64_t shortest = kLongestGram;
+    for (std::uint64_t p = small + 1; p <= options_.max_period && shortest > 1; ++p) {
+      const std::uint64_t needed = std::max<std::uint64_t>(
+          {(options_.confirmations - 1) * p, options_.min_confirm_calls > p ? options_.min_confirm_calls - p : 0, 1});
+      shortest = std::min(shortest, needed);
+    }
+    runs_ = std::make_unique<LagRuns>(options_.max_period, small, static_cast<std::uint32_t>(shortest),
+                                      2 * static_cast<std::uint64_t>(options_.max_period));
   }
 }
 
@@ -219,22 +231,27 @@ void BatchTracker::add_boundary(std::uint64_t position, std::uint64_t batch) {
 }
 
 BatchEvent BatchTracker::auto_step(std::uint64_t sig, std::uint64_t n) {
-  const std::uint64_t limit = std::min<std::uint64_t>(options_.max_period, n);
+  runs_->feed(sig, n);
   const std::uint64_t c1 = options_.confirmations - 1;
-  // Update the runs and find the confirmed periods with the longest runs: overall, and longer than the lock.
+  // The confirmed periods with the longest runs (ties: the smallest): overall, and longer than the lock. Only a
+  // small or tracked lag can be confirmed (lag_runs.h).
   std::uint32_t best = 0;
+  std::uint64_t best_run = 0;
   std::uint32_t best_longer = 0;
-  for (std::uint64_t p = 1; p <= limit; ++p) {
-    std::uint64_t& run = run_[p];
-    run = (sig == hist_at(n - p)) ? run + 1 : 0;
-    if (run != 0 && run >= c1 * p && run + p >= options_.min_confirm_calls) {
-      if (best == 0 || run > run_[best]) best = static_cast<std::uint32_t>(p);
-      if (p > locked_period_ && (best_longer == 0 || run > run_[best_longer])) {
-        best_longer = static_cast<std::uint32_t>(p);
-      }
+  std::uint64_t best_longer_run = 0;
+  runs_->for_each_run([&](std::uint32_t lag, std::uint64_t run) {
+    const std::uint64_t p = lag;
+    if (run < c1 * p || run + p < options_.min_confirm_calls) return;
+    if (best == 0 || run > best_run || (run == best_run && lag < best)) {
+      best = lag;
+      best_run = run;
     }
-  }
-  history_[n % history_.size()] = sig;
+    if (lag > locked_period_ &&
+        (best_longer == 0 || run > best_longer_run || (run == best_longer_run && lag < best_longer))) {
+      best_longer = lag;
+      best_longer_run = run;
+    }
+  });
 
   BatchEvent event;
   if (n == 0) {
@@ -274,9 +291,10 @@ BatchEvent BatchTracker::auto_step(std::uint64_t sig, std::uint64_t n) {
     }
     if (lost) {
       locked_period_ = 0;
+      runs_->unpin();
       event.new_batch = false;
       event.period_lost = true;
-    } else if (best_longer != 0 && run_[best_longer] > run_[p]) {
+    } else if (best_longer != 0 && best_longer_run > runs_->run(p)) {
       event.new_batch = lock(best_longer, n);
       event.renumbered = true;
     }
@@ -291,9 +309,9 @@ BatchEvent BatchTracker::auto_step(std::uint64_t sig, std::uint64_t n) {
 
 bool BatchTracker::lock(std::uint32_t period, std::uint64_t n) {
   const std::uint64_t p = period;
-  const std::uint64_t span_start = n + 1 - run_[p] - p;  // positions [span_start, n] are p-periodic
+  const std::uint64_t span_start = n + 1 - runs_->run(period) - p;  // positions [span_start, n] are p-periodic
   cycle_.assign(p, 0);
-  for (std::uint64_t j = n + 1 - p; j <= n; ++j) cycle_[(j - span_start) % p] = hist_at(j);
+  for (std::uint64_t j = n + 1 - p; j <= n; ++j) cycle_[(j - span_start) % p] = runs_->signature_at(j);
 
   // Renumber from the last boundary at or before the span's start; later ones were counted on a wrong period.
   while (boundaries_.size() > 1 && boundaries_.back().position > span_start) boundaries_.pop_back();
@@ -314,6 +332,7 @@ bool BatchTracker::lock(std::uint32_t period, std::uint64_t n) {
   }
   batch_ = batch;
   locked_period_ = period;
+  runs_->pin(period);
   phase_ = static_cast<std::uint32_t>((n - span_start + 1) % p);
   consecutive_misses_ = 0;
   cycle_misses_ = 0;

@@ -15,9 +15,10 @@
 // gate, shim/engine/engine_batches.h, the job threads' calls under its lock).
 //
 // ---- auto ------------------------------------------------------------------------------------------------------
-// Every call gives a 64-bit signature (op, communicator, count, dtype). For each candidate period P
-// (1..max_period) the tracker keeps run[P], the number of consecutive latest calls with sig[n] == sig[n-P] — an
-// O(max_period) update per call on the background thread, nothing on the job's threads.
+// Every call gives a 64-bit signature (op, communicator, count, dtype). For a candidate period P (1..max_period),
+// run[P] is the number of consecutive latest calls with sig[n] == sig[n-P]. The tracker keeps it only for the lags
+// that can become confirmed periods, found from where the latest calls occurred before (lag_runs.h): O(1)
+// amortised work per call whatever max_period is, on the background thread, nothing on the job's threads.
 //   - A period P is *confirmed* when the last `confirmations` x P calls are `confirmations` copies of one block
 //     (run[P] >= (confirmations-1) x P) and they span at least min_confirm_calls calls. Among confirmed periods the
 //     one with the longest run wins (ties: the smallest), so multiples of the true period never win.
@@ -72,6 +73,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "collectors/frames/lag_runs.h"
 
 namespace trainscope::batch {
 
@@ -166,6 +169,9 @@ class BatchTracker {
   // oldest kept boundary gets that boundary's number.
   std::uint64_t batch_of(std::uint64_t position) const;
   static constexpr std::size_t kMaxBoundaries = 4096;  // auto: batch starts remembered for batch_of
+  // auto: the steps the period learner took so far (LagRuns::work), for the test that they do not grow with
+  // max_period.
+  std::uint64_t auto_work() const { return runs_ ? runs_->work() : 0; }
 
  private:
   static std::array<int8_t, 32> make_unknown_matches() {
@@ -176,7 +182,6 @@ class BatchTracker {
   BatchEvent auto_step(std::uint64_t sig, std::uint64_t n);
   bool lock(std::uint32_t period, std::uint64_t position);  // true when `position` starts a batch
   void add_boundary(std::uint64_t position, std::uint64_t batch);
-  std::uint64_t hist_at(std::uint64_t position) const { return history_[position % history_.size()]; }
   BatchEvent start_batch(std::uint64_t batch);
 
   StepMarker marker_;
@@ -203,8 +208,7 @@ class BatchTracker {
   std::uint64_t settled_ = 0;  // calls with settled numbers
 
   // auto:
-  std::vector<std::uint64_t> history_;  // ring of the last max_period + 1 signatures
-  std::vector<std::uint64_t> run_;      // run_[P], P = 1..max_period
+  std::unique_ptr<LagRuns> runs_;  // the runs of the lags that can be confirmed periods
   std::uint32_t locked_period_ = 0;
   std::vector<std::uint64_t> cycle_;  // the locked cycle, cycle_[0] = the batch's first call
   std::uint32_t phase_ = 0;           // index in cycle_ of the next expected call
