@@ -2,6 +2,7 @@
 #include "collectors/exchange/coordinator_server.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -174,6 +175,7 @@ CoordinatorServerStats CoordinatorServer::stats() const {
 }
 
 void CoordinatorServer::run() {
+  pthread_setname_np(pthread_self(), "ts-coordinator");  // shim/engine/engine_threads.h counts ts-* threads
   State& s = *state_;
   CoordinatorServerStats local;
   auto log = [&](LogLevel level, const std::string& message) {

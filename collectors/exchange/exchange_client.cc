@@ -2,6 +2,7 @@
 // coordinator (see exchange_client.h).
 #include "collectors/exchange/exchange_client.h"
 
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -190,6 +191,7 @@ void ExchangeClient::log(LogLevel level, const std::string& message) const {
 }
 
 void ExchangeClient::run() {
+  pthread_setname_np(pthread_self(), "ts-client");  // shim/engine/engine_threads.h counts ts-* threads
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   zmq::socket_t monitor(context, zmq::socket_type::pair);

@@ -11,6 +11,7 @@
 #include "shim/engine/engine_launches.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_stacks.h"
+#include "shim/engine/engine_threads.h"
 #include "shim/engine/engine_watch.h"
 #include "shim/engine_api.h"
 
@@ -19,6 +20,7 @@
 namespace {
 
 bool g_started = false;
+trainscope::recorder::FileHeader* g_recorder = nullptr;  // for the calls counted at stop
 
 }  // namespace
 
@@ -31,6 +33,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     const std::string log_path = args->log_path != nullptr ? args->log_path : "";
     const std::string error = trainscope::engine::start_logging(*args->config, args->global_rank, log_path);
     g_started = true;
+    g_recorder = args->recorder;
     if (!error.empty()) {
       trainscope::engine::log(
           LogLevel::kWarn,
@@ -97,6 +100,17 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   if (!g_started) return;
   try {
     trainscope::engine::skip_all_parked();  // before the frame thread's last pass, so it does not wait on them
+  } catch (...) {
+  }
+  try {
+    // While every thread of ours is alive (the last passes after this are not counted).
+    // Said only where something was recorded: a process that made no call cost nothing worth a line.
+    const uint64_t calls = g_recorder != nullptr ? __atomic_load_n(&g_recorder->next, __ATOMIC_RELAXED) : 0;
+    if (calls > 0) {
+      trainscope::engine::log(
+          trainscope::LogLevel::kInfo,
+          trainscope::engine::describe_background_cpu(trainscope::engine::background_cpu(), calls).c_str());
+    }
   } catch (...) {
   }
   trainscope::engine::stop_launches();

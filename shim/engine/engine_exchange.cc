@@ -34,6 +34,7 @@
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
+#include "shim/engine/engine_threads.h"
 
 namespace trainscope::engine {
 
@@ -398,6 +399,7 @@ class Exchange {
   }
 
   void pump_loop() {
+    name_this_thread("ts-exchange");
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       lock.unlock();

@@ -29,6 +29,7 @@
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
+#include "shim/engine/engine_threads.h"
 #include "shim/engine/engine_watch.h"
 
 namespace trainscope::engine {
@@ -201,6 +202,7 @@ class FrameThread {
   }
 
   void loop() {
+    name_this_thread("ts-frames");
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       lock.unlock();

@@ -31,6 +31,7 @@
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
+#include "shim/engine/engine_threads.h"
 
 namespace trainscope::engine {
 namespace {
@@ -629,6 +630,7 @@ bool error_report_due(const Launches& l) {
 }
 
 void thread_loop(Launches* l) {
+  name_this_thread("ts-launches");
   std::unique_lock<std::mutex> lock(l->mutex);
   while (!l->stopping) {
     l->wake.wait_for(lock, kFlushPeriod, [l] { return l->stopping || error_report_due(*l); });

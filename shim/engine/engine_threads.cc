@@ -1,0 +1,65 @@
+// trainscope's threads: names and CPU time (see engine_threads.h).
+#include "shim/engine/engine_threads.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+namespace trainscope::engine {
+namespace {
+
+// The CPU-time clock of any thread of this process by its kernel id: what pthread_getcpuclockid returns for a
+// pthread, encoded as the kernel defines it (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD_MASK), for the threads ZeroMQ
+// starts, of which we hold no handle.
+clockid_t thread_cpu_clock(pid_t tid) { return static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u); }
+
+bool is_ours(const char* name) { return std::strncmp(name, "ts-", 3) == 0 || std::strncmp(name, "ZMQbg/", 6) == 0; }
+
+}  // namespace
+
+void name_this_thread(const char* name) {
+  char shown[16];
+  std::snprintf(shown, sizeof(shown), "%s", name);
+  pthread_setname_np(pthread_self(), shown);
+}
+
+BackgroundCpu background_cpu() {
+  BackgroundCpu cpu;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return cpu;
+  while (const dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    char path[300];
+    std::snprintf(path, sizeof(path), "/proc/self/task/%s/comm", entry->d_name);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char name[32] = {};
+    const ssize_t got = read(fd, name, sizeof(name) - 1);
+    close(fd);
+    if (got <= 0 || !is_ours(name)) continue;
+    timespec used{};
+    if (clock_gettime(thread_cpu_clock(static_cast<pid_t>(std::atoi(entry->d_name))), &used) != 0) continue;
+    cpu.ns += static_cast<uint64_t>(used.tv_sec) * 1000000000ull + static_cast<uint64_t>(used.tv_nsec);
+    ++cpu.threads;
+  }
+  closedir(tasks);
+  return cpu;
+}
+
+std::string describe_background_cpu(const BackgroundCpu& cpu, uint64_t calls) {
+  char text[192];
+  std::snprintf(text, sizeof(text),
+                "trainscope's threads used %.1f ms of CPU (%d threads), %.2f us per recorded call (%llu calls)",
+                static_cast<double>(cpu.ns) / 1e6, cpu.threads,
+                calls > 0 ? static_cast<double>(cpu.ns) / 1e3 / static_cast<double>(calls) : 0.0,
+                static_cast<unsigned long long>(calls));
+  return text;
+}
+
+}  // namespace trainscope::engine
