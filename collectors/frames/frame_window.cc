@@ -43,10 +43,15 @@ FrameUpdate FrameWindow::on_batch_start(std::uint64_t batch) {
 FrameUpdate FrameWindow::add_frame(Frame frame) {
   FrameUpdate update;
   if (frame.batch != batch_) change_batch(frame.batch, &update);
-  window_.push_back(frame);
-  while (window_.size() > options_.max_frames) window_.pop_front();
+  // The frame moves into the window last (one copy less per call on the frame thread); what is looked at before
+  // sees the window as it will be with this frame at its end.
+  auto keep = [this](Frame kept) {
+    window_.push_back(std::move(kept));
+    while (window_.size() > options_.max_frames) window_.pop_front();
+  };
 
   if (traced(frame.batch)) {
+    keep(frame);
     update.trace_batch_start = !batch_traced_started_;
     batch_traced_started_ = true;
     update.trace_frame = std::move(frame);
@@ -73,7 +78,12 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
   if (frame.has_nonfinite()) {
     if (!detected_) {
       detected_ = true;
-      update.detection = Detection{frame.batch, std::vector<Frame>(window_.begin(), window_.end())};
+      // The last max_frames frames with this one: the window's newest, then this frame.
+      const std::size_t older = std::min<std::size_t>(window_.size(), options_.max_frames - 1);
+      Detection detection{frame.batch,
+                          std::vector<Frame>(window_.end() - static_cast<std::ptrdiff_t>(older), window_.end())};
+      detection.frames.push_back(frame);
+      update.detection = std::move(detection);
     }
     if (!batch_first_nonfinite_) {
       batch_first_nonfinite_ = frame;
@@ -86,6 +96,7 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
       }
     }
   }
+  keep(std::move(frame));
   return update;
 }
 

@@ -94,6 +94,8 @@ class FrameWindow {
   explicit FrameWindow(FrameWindowOptions options = {});
 
   FrameUpdate on_batch_start(std::uint64_t batch);
+  // The frame add_frame kept last (the window always holds it until the next one).
+  const Frame& newest() const { return window_.back(); }
   FrameUpdate add_frame(Frame frame);
 
   const std::deque<Frame>& frames() const { return window_; }  // oldest first

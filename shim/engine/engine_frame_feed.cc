@@ -268,12 +268,12 @@ void FrameFeed::settle() {
 // Held frames whose numbers are settled (and, past the bound, the oldest others) go to the window, in order.
 void FrameFeed::release_held() {
   if (held_.empty()) return;
-  for (frames::Frame& frame : held_.release()) apply(window_.add_frame(frame), &frame);
+  for (frames::Frame& frame : held_.release()) add_to_window(std::move(frame));
   warn_provisional();
 }
 
 void FrameFeed::release_all_held() {
-  for (frames::Frame& frame : held_.release_all()) apply(window_.add_frame(frame), &frame);
+  for (frames::Frame& frame : held_.release_all()) add_to_window(std::move(frame));
   warn_provisional();
 }
 
@@ -339,8 +339,14 @@ void FrameFeed::drain_backlog() {
       release_held();
       continue;
     }
-    apply(window_.add_frame(frame), &frame);
+    add_to_window(std::move(frame));
   }
+}
+
+// The window keeps the frame (moved, not copied: once per watched call); what the update reports of it is read there.
+void FrameFeed::add_to_window(frames::Frame frame) {
+  const frames::FrameUpdate update = window_.add_frame(std::move(frame));
+  apply(update, &window_.newest());
 }
 
 }  // namespace trainscope::engine

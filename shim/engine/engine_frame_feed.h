@@ -80,6 +80,7 @@ class FrameFeed {
   void drain_backlog();
   bool launch_never_watched();
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) { sink_(update, frame); }
+  void add_to_window(frames::Frame frame);
 
   FrameFeedOptions options_;
   const recorder::FileHeader* header_ = nullptr;
