@@ -39,6 +39,11 @@ build-ci/tests/bench/launch_bench --benchmark_min_time=0.2 --benchmark_format=co
   echo "launch figures failed (not a test)"
 echo "-- the whole launch path per launch on the stand-in CUDA driver and CUPTI: none, off, calls, on"
 bash tests/bench/launches_end_to_end.sh build-ci 200000 5 || echo "launch path figures failed (not a test)"
+echo "-- the whole job: a collective-bound 4-rank loop unwatched and under each configuration (issue 20: defaults <= 1.02x)"
+bash tests/bench/whole_job.sh build-ci 8000 5 || echo "whole-job figures failed (not a test)"
+echo "-- the coordinator: ingest rate and verdict latency with simulated ranks"
+build-ci/tests/bench/coordinator_bench --benchmark_min_time=0.2 --benchmark_format=console ||
+  echo "coordinator figures failed (not a test)"
 echo "-- trainscope report --last all on 4 recorders x 40k calls: peak RSS and time"
 build-ci/tests/bench/report_bench --benchmark_format=console || echo "report figures failed (not a test)"
 echo "-- the shim for a Python caller 30 frames deep (every CPython 3.9-3.13 found)"

@@ -2,8 +2,12 @@
 // time from the last mismatched fingerprint to the verdict under that load (p99, printed as a counter).
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "collectors/exchange/coordinator_core.h"
@@ -134,6 +138,73 @@ void BM_MismatchVerdictLatency(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * ranks * static_cast<int64_t>(kCallsPerBatch));
 }
 BENCHMARK(BM_MismatchVerdictLatency)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+size_t resident_bytes() {
+  long pages = 0;
+  long resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Issue 20's scale, simulated: every rank in an 8-rank tensor-parallel communicator and the world's, each batch of
+// 64 calls 56 on its TP group and 8 on the world (decoded from the wire, as the server gets them). Counters: the
+// rank count's need at 1,000 collectives per second per rank against what one coordinator core ingests
+// (headroom > 1: it keeps up), the coordinator's memory per rank, and the time from a round's last batch to the
+// end of its tick (every call of the round judged), p50 and p99.
+void BM_CoordinatorAtScale(benchmark::State& state) {
+  const auto ranks = static_cast<int32_t>(state.range(0));
+  constexpr int32_t kTensorParallel = 8;
+  constexpr uint64_t kWorldCallsPerBatch = 8;
+  const size_t resident_before = resident_bytes();
+  auto core = std::make_unique<CoordinatorCore>();
+  std::vector<std::vector<uint8_t>> encoded(static_cast<size_t>(ranks));
+  std::vector<Fingerprint> batch(kCallsPerBatch);
+  std::vector<double> tick_us;
+  uint64_t first_tp = 1;
+  uint64_t first_world = 1;
+  uint64_t fingerprints = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int32_t r = 0; r < ranks; ++r) {
+      for (uint64_t i = 0; i < kCallsPerBatch; ++i) {
+        const bool world = i % (kCallsPerBatch / kWorldCallsPerBatch) == 0;
+        const uint64_t k = world ? i / (kCallsPerBatch / kWorldCallsPerBatch) : i - i / 8 - 1;
+        Fingerprint f = all_reduce(world ? r : r % kTensorParallel, world ? ranks : kTensorParallel,
+                                   world ? first_world + k : first_tp + k, world ? 4096 : 1048576);
+        f.comm_id = world ? kComm : kComm + 1 + static_cast<uint64_t>(r / kTensorParallel);
+        batch[i] = f;
+      }
+      encoded[r].clear();
+      trainscope::exchange::encode_fingerprint_batch(r, first_tp, 0, batch, encoded[r]);
+    }
+    state.ResumeTiming();
+    for (int32_t r = 0; r < ranks; ++r) {
+      const auto decoded = trainscope::exchange::decode(encoded[r]);
+      const auto& message = std::get<trainscope::exchange::FingerprintBatch>(decoded.message);
+      core->on_fingerprints(r, message.fingerprints, message.dropped_total, now_ns());
+    }
+    const uint64_t ticked = now_ns();
+    benchmark::DoNotOptimize(core->tick(ticked));
+    tick_us.push_back(static_cast<double>(now_ns() - ticked) / 1000.0);
+    fingerprints += kCallsPerBatch * static_cast<uint64_t>(ranks);
+    first_tp += kCallsPerBatch - kWorldCallsPerBatch;
+    first_world += kWorldCallsPerBatch;
+  }
+  const size_t resident_after = resident_bytes();
+  std::sort(tick_us.begin(), tick_us.end());
+  if (!tick_us.empty()) {
+    state.counters["p50_tick_us"] = tick_us[tick_us.size() / 2];
+    state.counters["p99_tick_us"] = tick_us[std::min(tick_us.size() - 1, tick_us.size() * 99 / 100)];
+  }
+  state.counters["bytes_per_rank"] =
+      static_cast<double>(resident_after > resident_before ? resident_after - resident_before : 0) / ranks;
+  state.counters["needed_per_s"] = static_cast<double>(ranks) * 1000.0;
+  state.SetItemsProcessed(static_cast<int64_t>(fingerprints));
+}
+BENCHMARK(BM_CoordinatorAtScale)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 BENCHMARK_MAIN();

@@ -1,6 +1,10 @@
 // An unmodified NCCL program that all-reduces in a loop: for crash tests (a rank is SIGKILLed mid-run) and the
 // end-to-end overhead measurement. --iterations 0 loops until killed.
 //
+// --mix: each iteration is a collective-bound step instead, all-reduce, broadcast, all-gather, reduce-scatter and
+// a send/recv ring in a group (6 calls), each of --count elements: the whole-job benchmark's loop
+// (tests/bench/whole_job.sh).
+//
 // --nofile N lowers the process's soft descriptor limit to N at its start (`ulimit -n N`); --open-files N --after
 // FILE: rank 0, after its first all-reduce, waits (at most 60 s) for FILE to exist, then opens N files at once, as a
 // checkpoint or a data loader would, says how many it could, and exits 3 after its loop if any failed.
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
   size_t count = 256;
   int open_count = 0;
   std::string after;
+  bool mix = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atol(argv[++i]);
@@ -66,9 +71,11 @@ int main(int argc, char** argv) {
       open_count = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
       after = argv[++i];
+    } else if (std::strcmp(argv[i], "--mix") == 0) {
+      mix = true;
     } else {
       std::fprintf(stderr,
-                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--nofile N] "
+                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--mix] [--nofile N] "
                    "[--open-files N --after FILE]\n");
       return 2;
     }
@@ -78,9 +85,23 @@ int main(int argc, char** argv) {
   ncclComm_t comm = nullptr;
   tsprog::check(ncclCommInitRank(&comm, job.world, id, job.rank), "ncclCommInitRank");
   std::vector<float> buf(count, 1.0f);
+  std::vector<float> gathered(mix ? count * static_cast<size_t>(job.world) : 0, 1.0f);
+  std::vector<float> received(mix ? count : 0, 1.0f);
+  const int right = (job.rank + 1) % job.world;
+  const int left = (job.rank + job.world - 1) % job.world;
   int emfile = 0;
   for (long it = 0; iterations == 0 || it < iterations; ++it) {
     tsprog::check(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
+    if (mix) {
+      tsprog::check(ncclBroadcast(buf.data(), buf.data(), count, ncclFloat32, 0, comm, nullptr), "broadcast");
+      tsprog::check(ncclAllGather(buf.data(), gathered.data(), count, ncclFloat32, comm, nullptr), "allgather");
+      tsprog::check(ncclReduceScatter(gathered.data(), buf.data(), count, ncclFloat32, ncclAvg, comm, nullptr),
+                    "reducescatter");
+      tsprog::check(ncclGroupStart(), "group start");
+      tsprog::check(ncclSend(buf.data(), count, ncclFloat32, right, comm, nullptr), "send");
+      tsprog::check(ncclRecv(received.data(), count, ncclFloat32, left, comm, nullptr), "recv");
+      tsprog::check(ncclGroupEnd(), "group end");
+    }
     if (it == 0 && job.rank == 0 && open_count > 0) {
       if (!wait_for_file(after)) tsprog::fail(("waiting for " + after).c_str(), 0);
       emfile = open_files(open_count);

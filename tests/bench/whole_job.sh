@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# What trainscope costs a whole job: a collective-bound 4-rank C job on the CPU stand-in NCCL (loop_program --mix:
+# all-reduce, broadcast, all-gather, reduce-scatter and a send/recv ring per iteration, 16 floats each) run
+# unwatched and under each configuration, interleaved, REPEATS rounds; prints each configuration's median wall time
+# as a ratio to the unwatched median, the process CPU it adds per call, and the CPU of trainscope's own threads per
+# recorded call (from the engine's exit line, engine_threads.h). A figure, not a test: issue 20's target is 1.02x for
+# the defaults.
+#   whole_job.sh BUILD_DIR [ITERATIONS] [REPEATS]
+set -euo pipefail
+build="$1"
+iterations="${2:-8000}"
+repeats="${3:-5}"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+ranks=4
+calls=$((iterations * 6))  # per rank, not counting the group's start and end
+
+configurations=(unwatched recorder defaults every watch-off)
+settings() {  # $1: a configuration; prints its environment, one VAR=value per line
+  case "$1" in
+    recorder) printf '%s\n' TRAINSCOPE_COORDINATOR=off TRAINSCOPE_WATCH=off ;;
+    defaults) ;;
+    every) printf '%s\n' TRAINSCOPE_STEP_MARKER=every:100 ;;
+    watch-off) printf '%s\n' TRAINSCOPE_WATCH=off ;;
+  esac
+}
+
+run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
+  local dir="$scratch/$1.$RANDOM" timing environment=()
+  mapfile -t environment < <(settings "$1")
+  local TIMEFORMAT='%3R %3U %3S'
+  if [ "$1" = unwatched ]; then
+    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib" "$build/tests/programs/ts-launch" -n "$ranks" \
+      --timeout 600 -- "$build/tests/programs/loop_program" --mix --iterations "$iterations" --count 16 \
+      >/dev/null 2>&1; } 2>&1)
+  else
+    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib" LD_PRELOAD="$build/shim/libtrainscope.so" \
+      TRAINSCOPE_DIR="$dir" TRAINSCOPE_LOG_LEVEL=info "${environment[@]}" "$build/tests/programs/ts-launch" \
+      -n "$ranks" --timeout 600 -- "$build/tests/programs/loop_program" --mix --iterations "$iterations" \
+      --count 16 >/dev/null 2>&1; } 2>&1)
+  fi
+  # The engine's exit line of each rank: "... used X ms of CPU (N threads), Y us per recorded call (C calls)".
+  local engine=0
+  if [ -d "$dir" ]; then
+    engine=$(grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null |
+      sed -n 's/.*used \([0-9.]*\) ms of CPU.*(\([0-9]*\) calls).*/\1 \2/p' |
+      awk '{ms += $1; n += $2} END {if (n > 0) printf "%.0f", ms * 1e6 / n; else print 0}')
+  fi
+  rm -rf "$dir"
+  awk -v t="$timing" -v e="$engine" 'BEGIN {split(t, f, " "); printf "%.0f %.0f %s\n", f[1] * 1000, (f[2] + f[3]) * 1000, e}'
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+
+declare -A walls cpus engines
+for ((round = 0; round < repeats; ++round)); do
+  for configuration in "${configurations[@]}"; do
+    read -r wall cpu engine < <(run_once "$configuration")
+    walls[$configuration]+="$wall "
+    cpus[$configuration]+="$cpu "
+    engines[$configuration]+="$engine "
+  done
+done
+
+echo "whole job: $ranks ranks x $iterations iterations ($calls calls per rank), medians of $repeats interleaved rounds"
+base_wall=$(printf '%s\n' ${walls[unwatched]} | median)
+base_cpu=$(printf '%s\n' ${cpus[unwatched]} | median)
+printf '  %-10s %7s ms  (runs: %s)\n' unwatched "$base_wall" "${walls[unwatched]% }"
+for configuration in "${configurations[@]:1}"; do
+  wall=$(printf '%s\n' ${walls[$configuration]} | median)
+  cpu=$(printf '%s\n' ${cpus[$configuration]} | median)
+  engine=$(printf '%s\n' ${engines[$configuration]} | median)
+  awk -v name="$configuration" -v wall="$wall" -v base="$base_wall" -v cpu="$cpu" -v base_cpu="$base_cpu" \
+    -v calls="$((calls * ranks))" -v engine="$engine" -v runs="${walls[$configuration]% }" 'BEGIN {
+      printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call  (runs: %s)\n",
+        name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, runs }'
+done
