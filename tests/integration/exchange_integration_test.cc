@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -553,6 +555,64 @@ TEST(Trust, IdleConnectionsOfAnOutsiderLeaveRankZeroItsDescriptors) {
   for (const std::string& line : testing::split_lines(log))
     lines += line.find("had not said a valid hello") != std::string::npos;
   EXPECT_LE(lines, 2u) << log;
+}
+
+// trainscope's threads in rank 0 are named ts-* while the job runs (top -H and py-spy tell them from the job's), and
+// at its end the rank says what they cost it: their CPU per recorded call, counted over every call (issue 20).
+TEST(EngineThreads, AreNamedAndTheirCpuPerCallIsSaidAtTheEnd) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
+  const std::string go = dir.path() + "/go";
+  const pid_t launcher =
+      testing::start_process({TS_LAUNCH, "-n", "2", "--timeout", "120", "--", program("loop_program"), "--iterations",
+                              "50", "--open-files", "1", "--after", go},
+                             options);
+  ASSERT_GT(launcher, 0);
+  ASSERT_FALSE(hosted_coordinator(dir).empty()) << "the job's coordinator never started";
+  const pid_t rank0 = rank0_pid(run_dir(dir));
+  ASSERT_GT(rank0, 0);
+  // Rank 0 waits for `go` after its first all-reduce: every thread of the engine has started by then.
+  std::set<std::string> names;
+  EXPECT_TRUE(eventually(
+      [&] {
+        names.clear();
+        std::error_code ec;
+        for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(rank0) + "/task", ec)) {
+          std::string name = testing::read_file(task.path() / "comm");
+          while (!name.empty() && name.back() == '\n') name.pop_back();
+          names.insert(name);
+        }
+        return names.count("ts-frames") && names.count("ts-exchange") && names.count("ts-client") &&
+               names.count("ts-coordinator");
+      },
+      1500))
+      << [&] {
+           std::string all;
+           for (const std::string& name : names) all += name + " ";
+           return all;
+         }();
+  std::ofstream(go).put('\n');
+  const ProcessResult job = testing::wait_process(launcher, 90);
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, 0);
+  const std::string log = rank0_log(run_dir(dir));
+  const size_t line = log.find("trainscope's threads used ");
+  ASSERT_NE(line, std::string::npos) << log;
+  double ms = -1;
+  int threads = 0;
+  double per_call = -1;
+  unsigned long long calls = 0;
+  ASSERT_EQ(std::sscanf(log.c_str() + line,
+                        "trainscope's threads used %lf ms of CPU (%d threads), %lf us per recorded "
+                        "call (%llu calls)",
+                        &ms, &threads, &per_call, &calls),
+            4)
+      << log.substr(line, 200);
+  EXPECT_GE(threads, 5) << "ts-frames, ts-exchange, ts-client, ts-coordinator and ZeroMQ's";
+  EXPECT_GE(calls, 50u) << "50 all-reduces";
+  EXPECT_GT(ms, 0);
+  EXPECT_NEAR(per_call, ms * 1000 / static_cast<double>(calls), 0.01 + per_call / 100);
 }
 
 // Two runs of one command with torchrun's defaults (the same MASTER_ADDR/MASTER_PORT, no run id of their own) each
