@@ -101,6 +101,59 @@ void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uin
   partial.checksum += checksum;
 }
 
+// Without the checksum (what the engine takes on host buffers): blocks of kBlock elements, each first in one
+// branch-free pass the compiler vectorises (kernels/CMakeLists.txt builds this file at -O3; the magnitude keys in the
+// element's own width, their min and max, and whether any key is non-finite); a block with a non-finite element is
+// taken again by accumulate_typed, the definition. Integers are never non-finite. Same results as accumulate_typed
+// alone, several times faster.
+constexpr std::uint64_t kBlock = 1024;
+
+template <DType kType, typename Bits>
+bool finite_block(const unsigned char* data, std::uint64_t count, Bits* min_key, Bits* max_key) {
+  constexpr DTypeRules kRules = dtype_rules(kType);
+  constexpr Bits kSign = static_cast<Bits>(kRules.sign_mask);
+  constexpr Bits kNonFinite = static_cast<Bits>(kRules.non_finite_key);
+  constexpr unsigned kShift = 8 * sizeof(Bits) - 1;
+  Bits lo = static_cast<Bits>(~Bits{0});
+  Bits hi = 0;
+  Bits bad = 0;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    Bits bits;
+    std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));
+    Bits key;
+    if constexpr (kRules.is_float) {
+      key = static_cast<Bits>(bits & static_cast<Bits>(~kSign));
+      bad |= static_cast<Bits>(key >= kNonFinite);
+    } else if constexpr (kRules.is_signed) {
+      const Bits negative = static_cast<Bits>(0 - static_cast<Bits>(bits >> kShift));  // all ones when negative
+      key = static_cast<Bits>((bits ^ negative) - negative);                           // |value|, exact
+    } else {
+      key = bits;
+    }
+    lo = key < lo ? key : lo;
+    hi = key > hi ? key : hi;
+  }
+  *min_key = lo;
+  *max_key = hi;
+  return bad == 0;
+}
+
+template <DType kType, typename Bits>
+void accumulate_blocks(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first) {
+  for (std::uint64_t done = 0; done < count; done += kBlock) {
+    const std::uint64_t n = count - done < kBlock ? count - done : kBlock;
+    const unsigned char* block = data + done * sizeof(Bits);
+    Bits lo = 0;
+    Bits hi = 0;
+    if (finite_block<kType, Bits>(block, n, &lo, &hi)) {
+      if (lo < partial.min_finite_key) partial.min_finite_key = lo;
+      if (hi > partial.max_finite_key) partial.max_finite_key = hi;
+    } else {
+      accumulate_typed<kType, Bits, false>(partial, block, n, first + done);
+    }
+  }
+}
+
 // One type's loop, with or without the checksum (a template argument: the loop itself has no branch on it).
 template <DType kType, typename Bits>
 void accumulate_as(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first,
@@ -108,7 +161,7 @@ void accumulate_as(StatsPartial& partial, const unsigned char* data, std::uint64
   if (checksum == ChecksumMode::kCompute) {
     accumulate_typed<kType, Bits, true>(partial, data, count, first);
   } else {
-    accumulate_typed<kType, Bits, false>(partial, data, count, first);
+    accumulate_blocks<kType, Bits>(partial, data, count, first);
   }
 }
 

@@ -41,6 +41,9 @@ echo "-- the whole launch path per launch on the stand-in CUDA driver and CUPTI:
 bash tests/bench/launches_end_to_end.sh build-ci 200000 5 || echo "launch path figures failed (not a test)"
 echo "-- the whole job: a collective-bound 4-rank loop unwatched and under each configuration (issue 20: defaults <= 1.02x)"
 bash tests/bench/whole_job.sh build-ci 8000 5 || echo "whole-job figures failed (not a test)"
+echo "-- host statistics per core beside memcpy and a plain read (GB/s)"
+build-ci/tests/bench/stats_host_bench --benchmark_min_time=0.1 --benchmark_format=console ||
+  echo "statistics figures failed (not a test)"
 echo "-- the coordinator: ingest rate and verdict latency with simulated ranks"
 build-ci/tests/bench/coordinator_bench --benchmark_min_time=0.2 --benchmark_format=console ||
   echo "coordinator figures failed (not a test)"

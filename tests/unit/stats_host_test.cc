@@ -1,11 +1,13 @@
 // Host tensor statistics against values computed independently here: every type, special values, alignment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/stats.h"
@@ -496,3 +498,57 @@ TEST(StatsHost, FormatsLikePrintfInTheFrameReport) {
 }
 
 }  // namespace
+
+// Without the checksum the host statistics take finite blocks in a vectorised pass and redo a block with a
+// non-finite element by the definition: every field but the checksum must be what the definition gives, whatever
+// the block boundaries, the specials' places and the start's alignment.
+TEST(StatsHost, TheFastPassWithoutChecksumAgreesWithTheDefinitionAcrossBlocks) {
+  using trainscope::stats::ChecksumMode;
+  using trainscope::stats::compute_stats_host;
+  std::mt19937_64 rng(777);
+  for (DType type : kAllTypes) {
+    const std::uint32_t size = trainscope::stats::dtype_size(type);
+    const std::uint64_t mask = size == 8 ? ~0ull : (1ull << (8 * size)) - 1;
+    const Specials special = specials(type);
+    const auto rules = trainscope::stats::dtype_rules(type);
+    for (std::size_t length : {1u, 1023u, 1024u, 1025u, 2049u, 5000u}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        std::vector<std::uint64_t> elements(length);
+        for (auto& e : elements) {
+          e = rng() & mask;
+          if (rules.is_float) e &= ~(rules.sign_mask >> 1);  // an exponent bit cleared: finite
+        }
+        // 0: all finite; 1: one special at the end of a block; 2: a few anywhere; 3: the extremes of the type.
+        std::vector<std::uint64_t> extra = special.infinities;
+        extra.insert(extra.end(), special.nans.begin(), special.nans.end());
+        if (!rules.is_float) extra = {0, mask, mask >> 1, (mask >> 1) + 1, 1};
+        if (variant == 1 && !extra.empty()) elements[std::min<std::size_t>(length - 1, 1023)] = extra[0];
+        if (variant == 2 && !extra.empty()) {
+          for (int k = 0; k < 3; ++k) elements[rng() % length] = extra[rng() % extra.size()];
+        }
+        if (variant == 3) {
+          std::vector<std::uint64_t> extremes = special.finite;
+          if (!rules.is_float) extremes = extra;
+          for (std::size_t k = 0; k < extremes.size() && k < length; ++k) elements[rng() % length] = extremes[k];
+        }
+        const std::size_t offset = static_cast<std::size_t>(variant) % 3;
+        const auto bytes = pack(type, elements, offset);
+        const auto full = compute_stats_host(bytes.data() + offset, length, type);
+        const auto quick = compute_stats_host(bytes.data() + offset, length, type, ChecksumMode::kSkip);
+        const std::string what = std::string(trainscope::stats::dtype_name(type)) + " n=" + std::to_string(length) +
+                                 " variant " + std::to_string(variant);
+        EXPECT_EQ(std::isnan(quick.abs_min), std::isnan(full.abs_min)) << what;
+        if (!std::isnan(full.abs_min)) {
+          EXPECT_EQ(quick.abs_min, full.abs_min) << what;
+          EXPECT_EQ(quick.abs_max, full.abs_max) << what;
+        }
+        EXPECT_EQ(quick.finite_abs_min, full.finite_abs_min) << what;
+        EXPECT_EQ(quick.finite_abs_max, full.finite_abs_max) << what;
+        EXPECT_EQ(quick.nan_count, full.nan_count) << what;
+        EXPECT_EQ(quick.pos_inf_count, full.pos_inf_count) << what;
+        EXPECT_EQ(quick.neg_inf_count, full.neg_inf_count) << what;
+        EXPECT_EQ(quick.first_nonfinite, full.first_nonfinite) << what;
+      }
+    }
+  }
+}
