@@ -104,12 +104,12 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   }
   try {
     // While every thread of ours is alive (the last passes after this are not counted).
-    // Said only where something was recorded: a process that made no call cost nothing worth a line.
+    // Said only where something was recorded and some thread of ours ran: otherwise there is no cost to tell.
     const uint64_t calls = g_recorder != nullptr ? __atomic_load_n(&g_recorder->next, __ATOMIC_RELAXED) : 0;
-    if (calls > 0) {
-      trainscope::engine::log(
-          trainscope::LogLevel::kInfo,
-          trainscope::engine::describe_background_cpu(trainscope::engine::background_cpu(), calls).c_str());
+    const trainscope::engine::BackgroundCpu cpu = trainscope::engine::background_cpu();
+    if (calls > 0 && cpu.threads > 0) {
+      trainscope::engine::log(trainscope::LogLevel::kInfo,
+                              trainscope::engine::describe_background_cpu(cpu, calls).c_str());
     }
   } catch (...) {
   }
