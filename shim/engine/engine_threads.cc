@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,21 +46,38 @@ BackgroundCpu background_cpu() {
     if (got <= 0 || !is_ours(name)) continue;
     timespec used{};
     if (clock_gettime(thread_cpu_clock(static_cast<pid_t>(std::atoi(entry->d_name))), &used) != 0) continue;
-    cpu.ns += static_cast<uint64_t>(used.tv_sec) * 1000000000ull + static_cast<uint64_t>(used.tv_nsec);
+    const uint64_t ns = static_cast<uint64_t>(used.tv_sec) * 1000000000ull + static_cast<uint64_t>(used.tv_nsec);
+    cpu.ns += ns;
     ++cpu.threads;
+    std::string kind(name, static_cast<size_t>(got));
+    while (!kind.empty() && kind.back() == '\n') kind.pop_back();
+    if (kind.rfind("ZMQbg/", 0) == 0) kind = "ZMQbg";
+    auto it = std::find_if(cpu.by_name.begin(), cpu.by_name.end(), [&](const auto& k) { return k.first == kind; });
+    if (it == cpu.by_name.end()) {
+      cpu.by_name.emplace_back(std::move(kind), ns);
+    } else {
+      it->second += ns;
+    }
   }
   closedir(tasks);
   return cpu;
 }
 
 std::string describe_background_cpu(const BackgroundCpu& cpu, uint64_t calls) {
+  const double per_call = calls > 0 ? 1e3 * static_cast<double>(calls) : 1.0;  // ns -> us per call
   char text[192];
   std::snprintf(text, sizeof(text),
                 "trainscope's threads used %.1f ms of CPU (%d threads), %.2f us per recorded call (%llu calls)",
-                static_cast<double>(cpu.ns) / 1e6, cpu.threads,
-                calls > 0 ? static_cast<double>(cpu.ns) / 1e3 / static_cast<double>(calls) : 0.0,
+                static_cast<double>(cpu.ns) / 1e6, cpu.threads, static_cast<double>(cpu.ns) / per_call,
                 static_cast<unsigned long long>(calls));
-  return text;
+  std::string line = text;
+  for (size_t i = 0; i < cpu.by_name.size(); ++i) {
+    std::snprintf(text, sizeof(text), "%s%s %.2f", i == 0 ? ": " : ", ", cpu.by_name[i].first.c_str(),
+                  static_cast<double>(cpu.by_name[i].second) / per_call);
+    line += text;
+  }
+  if (!cpu.by_name.empty()) line += " us";
+  return line;
 }
 
 }  // namespace trainscope::engine

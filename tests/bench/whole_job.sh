@@ -42,9 +42,14 @@ run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
   # The engine's exit line of each rank: "... used X ms of CPU (N threads), Y us per recorded call (C calls)".
   local engine=0
   if [ -d "$dir" ]; then
-    engine=$(grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null |
+    engine=$({ grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null || true; } |
       sed -n 's/.*used \([0-9.]*\) ms of CPU.*(\([0-9]*\) calls).*/\1 \2/p' |
       awk '{ms += $1; n += $2} END {if (n > 0) printf "%.0f", ms * 1e6 / n; else print 0}')
+  fi
+  # The last run's exit lines, for the split by thread printed at the end.
+  if [ -d "$dir" ]; then
+    { grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null || true; } | sed 's/.*\[rank \([0-9?]*\)\] info: /rank \1: /' | sort -u \
+      >"$scratch/lines.$1" || true
   fi
   rm -rf "$dir"
   awk -v t="$timing" -v e="$engine" 'BEGIN {split(t, f, " "); printf "%.0f %.0f %s\n", f[1] * 1000, (f[2] + f[3]) * 1000, e}'
@@ -74,4 +79,10 @@ for configuration in "${configurations[@]:1}"; do
     -v calls="$((calls * ranks))" -v engine="$engine" -v runs="${walls[$configuration]% }" 'BEGIN {
       printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call  (runs: %s)\n",
         name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, runs }'
+done
+for configuration in defaults watch-off; do
+  if [ -s "$scratch/lines.$configuration" ]; then
+    echo "  $configuration, each rank's threads (the last run; rank 0 hosts the coordinator):"
+    sed 's/^/    /' "$scratch/lines.$configuration"
+  fi
 done
