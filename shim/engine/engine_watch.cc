@@ -176,13 +176,17 @@ WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
 }
 
 std::unique_ptr<WatchedCall> WatchBoard::take_if_complete(uint64_t index, bool* present) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = calls_.find(index);
-  *present = it != calls_.end();
-  if (!*present || !it->second->complete.load(std::memory_order_acquire)) return nullptr;
-  std::unique_ptr<WatchedCall> call = std::move(it->second);
-  calls_.erase(it);
-  return call;
+  // The map's node is freed after the lock is released: the job's threads add under the same lock, and a free of
+  // memory another thread allocated is glibc's slow path.
+  decltype(calls_)::node_type node;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = calls_.find(index);
+    *present = it != calls_.end();
+    if (!*present || !it->second->complete.load(std::memory_order_acquire)) return nullptr;
+    node = calls_.extract(it);
+  }
+  return std::move(node.mapped());
 }
 
 void WatchBoard::discard_complete_before(uint64_t index) {
