@@ -203,8 +203,12 @@ TS_ENGINE_EXPORT void trainscope_engine_start_launches(void) {
   }
 }
 
-TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {}
-TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {}
+TS_ENGINE_EXPORT void trainscope_engine_fork_prepare(void) {
+  if (g_started) trainscope::engine::frames_fork_prepare();
+}
+TS_ENGINE_EXPORT void trainscope_engine_fork_parent(void) {
+  if (g_started) trainscope::engine::frames_fork_parent();
+}
 
 TS_ENGINE_EXPORT void trainscope_engine_fork_child(void) {
   trainscope::engine::abandon_launches();

@@ -164,6 +164,12 @@ class FrameThread {
 
   void abandon() { thread_.detach(); }
 
+  // fork(): the parent waits for the frame thread's pass to end and keeps it from starting another until the fork
+  // is done, so that the child is never copied while this thread holds an allocator's lock (ASan's and other
+  // allocators without fork handlers would leave it held in the child, whose first new thread then hangs).
+  void hold_for_fork() { pass_mutex_.lock(); }
+  void release_after_fork() { pass_mutex_.unlock(); }
+
   // TRAINSCOPE_ABORT_AFTER_BATCH, on the stopping thread: everything recorded before the stop goes through the
   // window (traces, reports), waiting up to kStopFramesWait for statistics still computed on a device.
   void settle_for_stop() {
@@ -469,6 +475,14 @@ void stop_frames() {
   } catch (...) {
     // Exit paths never throw into the job.
   }
+}
+
+void frames_fork_prepare() {
+  if (g_frames != nullptr) g_frames->hold_for_fork();
+}
+
+void frames_fork_parent() {
+  if (g_frames != nullptr) g_frames->release_after_fork();
 }
 
 void abandon_frames() {

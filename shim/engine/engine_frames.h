@@ -27,6 +27,9 @@ void start_frames(const FramesSetup& setup);
 // Normal exit: takes what is complete, then stops.
 void stop_frames();
 // Forked child: forget the parent's thread.
+// fork(): prepare holds the frame thread between passes until parent (or the child's abandon_frames) lets go.
+void frames_fork_prepare();
+void frames_fork_parent();
 void abandon_frames();
 // The run directory moved (job key): reports written from now on go to `run_dir`.
 void set_frames_run_dir(const std::string& run_dir);
