@@ -124,8 +124,13 @@ class FrameThread {
             feed_options(config_), [this](const frames::FrameUpdate& u, const frames::Frame* f) { apply(u, f); },
             [](bool warn, const std::string& text) { log(warn ? LogLevel::kWarn : LogLevel::kDebug, text.c_str()); }) {}
 
+  // Returns once the thread runs: a fork() right after the engine's start (a Python job forking its workers after
+  // its first NCCL call) must not copy a thread still in its start-up, where the C library or a sanitizer
+  // allocates, into a child that would inherit the allocator's lock held.
   void start() {
     thread_ = std::thread([this] { loop(); });
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait(lock, [this] { return running_; });
   }
 
   // The run's files move into its own folder once the job key is known (job_key.h); reports follow them.
@@ -210,6 +215,8 @@ class FrameThread {
   void loop() {
     name_this_thread("ts-frames");
     std::unique_lock<std::mutex> lock(mutex_);
+    running_ = true;
+    wake_.notify_all();
     while (!stopping_) {
       lock.unlock();
       pass();
@@ -366,6 +373,7 @@ class FrameThread {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool running_ = false;   // under mutex_: loop() has begun
   std::mutex pass_mutex_;  // the thread and stop() both pass
   std::thread thread_;
 };
