@@ -104,10 +104,13 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   }
   try {
     // While every thread of ours is alive (the last passes after this are not counted).
-    // Said only where something was recorded and some thread of ours ran: otherwise there is no cost to tell.
+    // Said only where something was recorded and some thread of ours ran: otherwise there is no cost to tell. The
+    // threads are read from /proc only when the line is logged (info): a default run opens nothing at its exit.
     const uint64_t calls = g_recorder != nullptr ? __atomic_load_n(&g_recorder->next, __ATOMIC_RELAXED) : 0;
-    const trainscope::engine::BackgroundCpu cpu = trainscope::engine::background_cpu();
-    if (calls > 0 && cpu.threads > 0) {
+    const trainscope::engine::BackgroundCpu cpu =
+        calls > 0 && trainscope::engine::log_enabled(trainscope::LogLevel::kInfo) ? trainscope::engine::background_cpu()
+                                                                                  : trainscope::engine::BackgroundCpu{};
+    if (cpu.threads > 0) {
       trainscope::engine::log(trainscope::LogLevel::kInfo,
                               trainscope::engine::describe_background_cpu(cpu, calls).c_str());
     }

@@ -102,6 +102,12 @@ void set_logging_rank(int32_t global_rank) {
   apply_rank_locked(state);
 }
 
+bool log_enabled(LogLevel level) {
+  LogState& state = *g_state;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return state.logger && state.logger->should_log(to_spdlog(level));
+}
+
 void log(LogLevel level, const char* message) {
   LogState& state = *g_state;
   std::shared_ptr<spdlog::logger> logger;

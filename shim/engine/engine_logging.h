@@ -16,6 +16,9 @@ std::string start_logging(const Config& config, int32_t global_rank, const std::
 void set_logging_rank(int32_t global_rank);
 
 void log(LogLevel level, const char* message);
+// Whether a message at `level` would be logged anywhere (the terminal or the rank's file): work done only to make
+// a message (reading /proc at exit) is skipped when it would not be.
+bool log_enabled(LogLevel level);
 void flush_logs();
 
 // A forked child must never write through its parent's sinks: drop them without closing anything.
