@@ -358,6 +358,7 @@ void note_exit_status(int status, void*) {
 
 void start_locked(int library) {
   Runtime& rt = g_runtime;
+  use_counter_clock_if_the_kernel_does();
   const uint64_t start_ns = now_ns();
   forget_engine(rt);
   rt.run_dir[0] = rt.recorder_path[0] = rt.log_path[0] = '\0';
@@ -402,12 +403,6 @@ void start_slow_path(int library) {
     g_runtime.start_state.store(static_cast<int>(StartState::kReady), std::memory_order_release);
   }
   pthread_mutex_unlock(&g_start_lock);
-}
-
-uint64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 uint32_t current_tid() {
@@ -476,6 +471,7 @@ void fork_child() {
     rt.forked_from_nccl_user = true;
   if (rt.engine_fork_child != nullptr) rt.engine_fork_child();
   rt.writer.abandon();
+  wall_clock_after_fork_in_child();
   reset_comm_registry();
   forget_engine(rt);
   reset_call_sites();

@@ -11,6 +11,7 @@
 #include "shim/config.h"
 #include "shim/engine_api.h"
 #include "shim/identity.h"
+#include "shim/wall_clock.h"
 
 namespace trainscope::shim {
 
@@ -86,7 +87,6 @@ inline void ensure_started(int library = 0) {
     start_slow_path(library);
 }
 
-uint64_t now_ns();
 uint32_t current_tid();
 
 // The global rank is learnt from the first communicator when the launcher did not give one.
