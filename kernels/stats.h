@@ -73,6 +73,10 @@ TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type
 void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_t count, DType type,
                            std::uint64_t first_index, ChecksumMode checksum = ChecksumMode::kCompute);
 
+// Whether the pass without the checksum may use the CPU's AVX2 (the default, where it has it); false keeps it on
+// x86-64's baseline. For tests of both builds of the pass on one machine.
+void allow_host_stats_avx2(bool allowed);
+
 // Turns the partial of a whole tensor of `count` elements into its statistics (the kernel's results too).
 TensorStats finalize_stats(DType type, std::uint64_t count, const StatsPartial& partial);
 

@@ -1,4 +1,5 @@
 // Host implementation of the tensor statistics: the per-element rules of stats_elements.h over a host buffer.
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -109,7 +110,8 @@ void accumulate_typed(StatsPartial& partial, const unsigned char* data, std::uin
 constexpr std::uint64_t kBlock = 1024;
 
 template <DType kType, typename Bits>
-bool finite_block(const unsigned char* data, std::uint64_t count, Bits* min_key, Bits* max_key) {
+[[gnu::always_inline]] inline bool finite_block(const unsigned char* data, std::uint64_t count, Bits* min_key,
+                                                Bits* max_key) {
   constexpr DTypeRules kRules = dtype_rules(kType);
   constexpr Bits kSign = static_cast<Bits>(kRules.sign_mask);
   constexpr Bits kNonFinite = static_cast<Bits>(kRules.non_finite_key);
@@ -138,6 +140,35 @@ bool finite_block(const unsigned char* data, std::uint64_t count, Bits* min_key,
   return bad == 0;
 }
 
+// x86-64's baseline (SSE2) has unsigned min/max for bytes only, so for 2- and 4-byte elements the pass above runs at a
+// third of a plain read; AVX2 (every x86 server CPU since 2013) has them for every width. The pass is built for both
+// and chosen once, by what the CPU says it has.
+#if defined(__x86_64__)
+template <DType kType, typename Bits>
+__attribute__((target("avx2"))) bool finite_block_avx2(const unsigned char* data, std::uint64_t count, Bits* min_key,
+                                                       Bits* max_key) {
+  return finite_block<kType, Bits>(data, count, min_key, max_key);
+}
+
+std::atomic<bool> g_avx2_allowed{true};
+
+bool use_avx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has && g_avx2_allowed.load(std::memory_order_relaxed);
+}
+#endif
+
+template <DType kType, typename Bits>
+bool finite_block_any_cpu(const unsigned char* data, std::uint64_t count, Bits* min_key, Bits* max_key) {
+#if defined(__x86_64__)
+  if (use_avx2()) return finite_block_avx2<kType, Bits>(data, count, min_key, max_key);
+#endif
+  return finite_block<kType, Bits>(data, count, min_key, max_key);
+}
+
 template <DType kType, typename Bits>
 void accumulate_blocks(StatsPartial& partial, const unsigned char* data, std::uint64_t count, std::uint64_t first) {
   for (std::uint64_t done = 0; done < count; done += kBlock) {
@@ -145,7 +176,7 @@ void accumulate_blocks(StatsPartial& partial, const unsigned char* data, std::ui
     const unsigned char* block = data + done * sizeof(Bits);
     Bits lo = 0;
     Bits hi = 0;
-    if (finite_block<kType, Bits>(block, n, &lo, &hi)) {
+    if (finite_block_any_cpu<kType, Bits>(block, n, &lo, &hi)) {
       if (lo < partial.min_finite_key) partial.min_finite_key = lo;
       if (hi > partial.max_finite_key) partial.max_finite_key = hi;
     } else {
@@ -276,6 +307,12 @@ void accumulate_stats_host(StatsPartial& partial, const void* data, std::uint64_
     case DType::kUint64:
       return accumulate_as<DType::kUint64, std::uint64_t>(partial, bytes, count, first_index, checksum);
   }
+}
+
+void allow_host_stats_avx2([[maybe_unused]] bool allowed) {
+#if defined(__x86_64__)
+  g_avx2_allowed.store(allowed, std::memory_order_relaxed);
+#endif
 }
 
 TensorStats compute_stats_host(const void* data, std::uint64_t count, DType type, ChecksumMode checksum) {

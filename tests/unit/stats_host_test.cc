@@ -502,7 +502,18 @@ TEST(StatsHost, FormatsLikePrintfInTheFrameReport) {
 // Without the checksum the host statistics take finite blocks in a vectorised pass and redo a block with a
 // non-finite element by the definition: every field but the checksum must be what the definition gives, whatever
 // the block boundaries, the specials' places and the start's alignment.
-TEST(StatsHost, TheFastPassWithoutChecksumAgreesWithTheDefinitionAcrossBlocks) {
+// Both builds of the pass: AVX2's (where the CPU has it) and the baseline's.
+class StatsHostFastPass : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { trainscope::stats::allow_host_stats_avx2(GetParam()); }
+  void TearDown() override { trainscope::stats::allow_host_stats_avx2(true); }
+};
+INSTANTIATE_TEST_SUITE_P(Builds, StatsHostFastPass, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& build) {
+                           return build.param ? "Avx2WhereTheCpuHasIt" : "Baseline";
+                         });
+
+TEST_P(StatsHostFastPass, AgreesWithTheDefinitionAcrossBlocks) {
   using trainscope::stats::ChecksumMode;
   using trainscope::stats::compute_stats_host;
   std::mt19937_64 rng(777);
