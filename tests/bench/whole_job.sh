@@ -5,13 +5,42 @@
 # as a ratio to the unwatched median, the process CPU it adds per call, and the CPU of trainscope's own threads per
 # recorded call (from the engine's exit line, engine_threads.h). A figure, not a test: issue 20's target is 1.02x for
 # the defaults.
-#   whole_job.sh BUILD_DIR [ITERATIONS] [REPEATS]
+#
+# Twice: as the machine is, and with its cores kept awake (one SCHED_IDLE spinner per core, which runs only when
+# nothing else would). On a virtual machine a core with nothing to run halts and the hypervisor takes tens of
+# microseconds to wake it; this job's ranks wait on each other ~100,000 times a second, so the plain figures mostly
+# measure how often trainscope's threads change when cores halt (the unwatched job itself runs ~1.5x faster with its
+# cores awake). The awake figures measure what trainscope's work costs the job.
+#   whole_job.sh BUILD_DIR [ITERATIONS] [REPEATS] [plain|awake|both]
 set -euo pipefail
 build="$1"
 iterations="${2:-8000}"
 repeats="${3:-5}"
+modes="${4:-both}"
+case "$modes" in
+  plain | awake) ;;
+  both) modes="plain awake" ;;
+  *)
+    echo "whole_job.sh: the mode must be plain, awake or both, not '$modes'" >&2
+    exit 2
+    ;;
+esac
 scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+spinners=()
+stop_spinners() {
+  if [ ${#spinners[@]} -gt 0 ]; then
+    kill "${spinners[@]}" 2>/dev/null || true
+    wait "${spinners[@]}" 2>/dev/null || true
+  fi
+  spinners=()
+}
+trap 'stop_spinners; rm -rf "$scratch"' EXIT
+start_spinners() {
+  for ((core = 0; core < $(nproc); ++core)); do
+    chrt --idle 0 sh -c 'while :; do :; done' &
+    spinners+=($!)
+  done
+}
 ranks=4
 calls=$((iterations * 6))  # per rank, not counting the group's start and end
 
@@ -30,11 +59,11 @@ run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
   mapfile -t environment < <(settings "$1")
   local TIMEFORMAT='%3R %3U %3S'
   if [ "$1" = unwatched ]; then
-    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib" "$build/tests/programs/ts-launch" -n "$ranks" \
+    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/tests/programs/ts-launch" -n "$ranks" \
       --timeout 600 -- "$build/tests/programs/loop_program" --mix --iterations "$iterations" --count 16 \
       >/dev/null 2>&1; } 2>&1)
   else
-    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib" LD_PRELOAD="$build/shim/libtrainscope.so" \
+    timing=$({ time env LD_LIBRARY_PATH="$build/tests/fakes/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$build/shim/libtrainscope.so" \
       TRAINSCOPE_DIR="$dir" TRAINSCOPE_LOG_LEVEL=info "${environment[@]}" "$build/tests/programs/ts-launch" \
       -n "$ranks" --timeout 600 -- "$build/tests/programs/loop_program" --mix --iterations "$iterations" \
       --count 16 >/dev/null 2>&1; } 2>&1)
@@ -57,32 +86,48 @@ run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 
-declare -A walls cpus engines
-for ((round = 0; round < repeats; ++round)); do
-  for configuration in "${configurations[@]}"; do
-    read -r wall cpu engine < <(run_once "$configuration")
-    walls[$configuration]+="$wall "
-    cpus[$configuration]+="$cpu "
-    engines[$configuration]+="$engine "
+measure() {  # $1: plain or awake
+  local wall cpu engine configuration round base_wall base_cpu
+  unset walls cpus engines
+  declare -gA walls=() cpus=() engines=()
+  for ((round = 0; round < repeats; ++round)); do
+    for configuration in "${configurations[@]}"; do
+      read -r wall cpu engine < <(run_once "$configuration")
+      walls[$configuration]+="$wall "
+      cpus[$configuration]+="$cpu "
+      engines[$configuration]+="$engine "
+    done
   done
-done
 
-echo "whole job: $ranks ranks x $iterations iterations ($calls calls per rank), medians of $repeats interleaved rounds"
-base_wall=$(printf '%s\n' ${walls[unwatched]} | median)
-base_cpu=$(printf '%s\n' ${cpus[unwatched]} | median)
-printf '  %-10s %7s ms  (runs: %s)\n' unwatched "$base_wall" "${walls[unwatched]% }"
-for configuration in "${configurations[@]:1}"; do
-  wall=$(printf '%s\n' ${walls[$configuration]} | median)
-  cpu=$(printf '%s\n' ${cpus[$configuration]} | median)
-  engine=$(printf '%s\n' ${engines[$configuration]} | median)
-  awk -v name="$configuration" -v wall="$wall" -v base="$base_wall" -v cpu="$cpu" -v base_cpu="$base_cpu" \
-    -v calls="$((calls * ranks))" -v engine="$engine" -v runs="${walls[$configuration]% }" 'BEGIN {
-      printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call  (runs: %s)\n",
-        name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, runs }'
-done
-for configuration in defaults watch-off; do
-  if [ -s "$scratch/lines.$configuration" ]; then
-    echo "  $configuration, each rank's threads (the last run; rank 0 hosts the coordinator):"
-    sed 's/^/    /' "$scratch/lines.$configuration"
+  echo "whole job ($1): $ranks ranks x $iterations iterations ($calls calls per rank), medians of $repeats interleaved rounds"
+  base_wall=$(printf '%s\n' ${walls[unwatched]} | median)
+  base_cpu=$(printf '%s\n' ${cpus[unwatched]} | median)
+  printf '  %-10s %7s ms  (runs: %s)\n' unwatched "$base_wall" "${walls[unwatched]% }"
+  for configuration in "${configurations[@]:1}"; do
+    wall=$(printf '%s\n' ${walls[$configuration]} | median)
+    cpu=$(printf '%s\n' ${cpus[$configuration]} | median)
+    engine=$(printf '%s\n' ${engines[$configuration]} | median)
+    awk -v name="$configuration" -v wall="$wall" -v base="$base_wall" -v cpu="$cpu" -v base_cpu="$base_cpu" \
+      -v calls="$((calls * ranks))" -v engine="$engine" -v runs="${walls[$configuration]% }" 'BEGIN {
+        printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call  (runs: %s)\n",
+          name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, runs }'
+  done
+  for configuration in defaults watch-off; do
+    if [ -s "$scratch/lines.$configuration" ]; then
+      echo "  $configuration, each rank's threads (the last run; rank 0 hosts the coordinator):"
+      sed 's/^/    /' "$scratch/lines.$configuration"
+    fi
+  done
+}
+
+for mode in $modes; do
+  if [ "$mode" = awake ]; then
+    if ! command -v chrt >/dev/null; then
+      echo "whole job (awake): skipped, chrt (util-linux) is not installed"
+      continue
+    fi
+    start_spinners
   fi
+  measure "$mode"
+  stop_spinners
 done

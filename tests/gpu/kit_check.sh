@@ -59,6 +59,12 @@ check "the shim and its engine" "ncclCommDestroy 0" env TRAINSCOPE_DIR=/tmp/runs
   chroot "$root" /kit/tests/programs/nccl_probe_program
 check "the engine logged" "cross-rank checks off" cat "$root/tmp/runs/kit/"*.log
 check "trainscope report" "processes: 1 recorded: 1 exited" in_root /kit/tools/trainscope report /tmp/runs/kit
+# The whole-job benchmark's pieces (tests/bench/whole_job.sh, run by tests/gpu/run.sh): the kit's own stand-in NCCL
+# and the 4-rank loop under ts-launch and the shim, with the exchange.
+check "the whole-job loop on the kit's stand-in NCCL" "rank 3 done" env TRAINSCOPE_DIR=/tmp/runs \
+  TRAINSCOPE_RUN_ID=loop LD_PRELOAD=/kit/shim/libtrainscope.so \
+  LD_LIBRARY_PATH=/kit/tests/fakes/lib:/kit/lib:/kit/lib-fallback chroot "$root" /kit/tests/programs/ts-launch -n 4 \
+  --timeout 60 -- /kit/tests/programs/loop_program --mix --iterations 50 --count 16
 if [ "$failures" -ne 0 ]; then
   echo "kit_check: $failures check(s) failed: the kit needs something a bare machine lacks"
   exit 1
