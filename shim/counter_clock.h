@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "reports/thread_fence.h"
+
 namespace trainscope::shim {
 
 template <typename Source>
@@ -45,7 +47,7 @@ class CounterClock {
       const uint64_t base_ticks = base_ticks_.load(std::memory_order_relaxed);
       const uint64_t base_ns = base_ns_.load(std::memory_order_relaxed);
       const uint64_t rate = rate_.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      TS_THREAD_FENCE(__ATOMIC_ACQUIRE);  // the fields' loads before seq_'s second load
       const uint64_t elapsed = ticks - base_ticks;
       if ((seq & 1) == 0 && seq_.load(std::memory_order_relaxed) == seq && elapsed < kAnchorTicks)
         return base_ns + ((elapsed * rate) >> 32);
