@@ -365,7 +365,7 @@ void FrameFeed::drain_backlog() {
     frames::Frame frame = make_frame(*taken_, front.record, front.index, front.batch);
     const bool settled = front.settled;
     const uint64_t position = front.position;
-    taken_.reset();
+    watch_board().recycle(std::move(taken_));
     backlog_.pop_front();
     if (frame.rows.empty()) continue;  // nothing could be taken: no frame
     if (held_.must_hold(settled)) {

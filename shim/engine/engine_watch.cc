@@ -151,16 +151,37 @@ std::string enqueue_device_batch(uint64_t stream, const std::vector<stats::Tenso
   return std::string(stats::gpu_status_name(launch.status)) + (launch.message.empty() ? "" : ": " + launch.message);
 }
 
+// A recycled call made as new: what make_unique<WatchedCall>() gives.
+void reset_call(WatchedCall* call) {
+  for (WatchedBuffer* buffer : {&call->input, &call->output}) {
+    buffer->state = State::kAbsent;
+    buffer->stats = {};
+    buffer->pending.reset();
+    buffer->skipped_why.clear();
+  }
+  call->launch.reset();
+  call->complete.store(false, std::memory_order_relaxed);
+}
+
 WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
-  auto call = std::make_unique<WatchedCall>();
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_ptr<WatchedCall> call;
+  if (!spare_calls_.empty()) {
+    call = std::move(spare_calls_.back());
+    spare_calls_.pop_back();
+  } else {
+    lock.unlock();  // a new one is allocated outside the lock
+    call = std::make_unique<WatchedCall>();
+    lock.lock();
+  }
   call->index = index;
   call->record = record;
   WatchedCall* raw = call.get();
-  std::lock_guard<std::mutex> lock(mutex_);
   if (calls_.count(index) != 0) {
     // A record is watched once; a second watch of it (a bug of a caller) must not replace the one on the board, which
     // may be in use by its thread: it is refused, complete and kept off the board.
     counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
+    spare_calls_.push_back(std::move(call));  // unused: kept, not freed under the lock
     thread_local WatchedCall refused;
     refused.complete.store(true, std::memory_order_relaxed);
     return &refused;
@@ -171,22 +192,48 @@ WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
     call->input.skipped_why = call->output.skipped_why = "the frame thread is too far behind";
     call->complete.store(true, std::memory_order_relaxed);
   }
-  calls_[index] = std::move(call);
+  if (!spare_nodes_.empty()) {
+    Calls::node_type node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.key() = index;
+    node.mapped() = std::move(call);
+    calls_.insert(std::move(node));
+  } else {
+    calls_[index] = std::move(call);
+  }
   return raw;
 }
 
+void WatchBoard::recycle(std::unique_ptr<WatchedCall> call) {
+  if (call == nullptr) return;
+  reset_call(call.get());  // outside the lock: a pending GPU result or a launch's buffers are freed here
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (spare_calls_.size() >= kMaxSpare) {
+    lock.unlock();
+    return;  // freed here, outside the lock
+  }
+  spare_calls_.push_back(std::move(call));
+}
+
 std::unique_ptr<WatchedCall> WatchBoard::take_if_complete(uint64_t index, bool* present) {
-  // The map's node is freed after the lock is released: the job's threads add under the same lock, and a free of
-  // memory another thread allocated is glibc's slow path.
-  decltype(calls_)::node_type node;
+  // The map's node is kept for add() to reuse (a free of memory another thread allocated is glibc's slow path); one
+  // beyond kMaxSpare is freed after the lock is released, since the job's threads add under the same lock.
+  Calls::node_type extra;
+  std::unique_ptr<WatchedCall> call;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = calls_.find(index);
     *present = it != calls_.end();
     if (!*present || !it->second->complete.load(std::memory_order_acquire)) return nullptr;
-    node = calls_.extract(it);
+    Calls::node_type node = calls_.extract(it);
+    call = std::move(node.mapped());
+    if (spare_nodes_.size() < kMaxSpare) {
+      spare_nodes_.push_back(std::move(node));
+    } else {
+      extra = std::move(node);
+    }
   }
-  return std::move(node.mapped());
+  return call;
 }
 
 void WatchBoard::discard_complete_before(uint64_t index) {

@@ -89,6 +89,9 @@ class WatchBoard {
   // Frame thread: the call of record `index`, once complete (nullptr while it is not there or not complete).
   // `present` says whether it was there at all.
   std::unique_ptr<WatchedCall> take_if_complete(uint64_t index, bool* present);
+  // Frame thread: a taken call it has finished with, kept for a later add() (up to kMaxSpare), so that once the
+  // board is warm a watched call allocates nothing on the job's thread and frees nothing on the frame thread.
+  void recycle(std::unique_ptr<WatchedCall> call);
   size_t size();
   // Frame thread: forgets complete calls below `index` that it will never take (their records were overwritten in
   // the flight recorder before it read them). Incomplete ones stay until their thread has finished with them.
@@ -107,8 +110,14 @@ class WatchBoard {
     uint64_t comm_id;
     WatchedCall* call;
   };
+  static constexpr size_t kMaxSpare = 1024;
+  using Calls = std::unordered_map<uint64_t, std::unique_ptr<WatchedCall>>;
+
   std::mutex mutex_;
-  std::unordered_map<uint64_t, std::unique_ptr<WatchedCall>> calls_;
+  Calls calls_;
+  // Under mutex_: the map's nodes taken off it (their calls moved out) and recycled calls, for add() to reuse.
+  std::vector<Calls::node_type> spare_nodes_;
+  std::vector<std::unique_ptr<WatchedCall>> spare_calls_;
   std::vector<Parked> parked_;  // under mutex_; its size is mirrored in parked_call_count()
   WatchCounters counters_;
 };
