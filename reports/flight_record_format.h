@@ -59,11 +59,12 @@ enum class Op : uint16_t {
   kGroupSimulateEnd = 25,
   kStepMarker = 26,  // an NVTX range whose name matched TRAINSCOPE_STEP_MARKER=nvtx:REGEX (a batch starts)
   // Version 3: the launch collector's records (CUDA API callbacks; see "Launch records" below).
-  kKernelLaunch = 27,  // a kernel launch (runtime or driver, plain, cooperative or extended launch)
-  kGraphLaunch = 28,   // cudaGraphLaunch / cuGraphLaunch
-  kCudaError = 29,     // a CUDA API call that returned an error
-  kStreamSync = 30,    // a stream, event, context or device synchronisation that returned
-  kCount = 31,
+  kKernelLaunch = 27,   // a kernel launch (runtime or driver, plain, cooperative or extended launch)
+  kGraphLaunch = 28,    // cudaGraphLaunch / cuGraphLaunch
+  kCudaError = 29,      // a CUDA API call that returned an error
+  kStreamSync = 30,     // a stream, event, context or device synchronisation that returned
+  kModuleForward = 31,  // a torch.nn.Module's forward ended (TRAINSCOPE_WATCH=modules; see "Module records" below)
+  kCount = 32,
 };
 
 // The NCCL function name of an op ("ncclAllReduce"), or "unknown".
@@ -131,6 +132,8 @@ constexpr const char* op_name(Op op) {
       return "CUDA error";
     case Op::kStreamSync:
       return "synchronisation";
+    case Op::kModuleForward:
+      return "module forward";
     case Op::kCount:
       break;
   }
@@ -179,6 +182,15 @@ enum RecordFlags : uint8_t {
   kFlagWatched = 1u << 4,      // its buffers' statistics were taken (TRAINSCOPE_WATCH): the engine has a frame for it
   kFlagCapturing = 1u << 5,    // a launch into a stream under CUDA graph capture (recorded into a graph, not run)
 };
+
+// ---- Module records -------------------------------------------------------------------------------------------------
+// TRAINSCOPE_WATCH=modules: the Python hooks (python/inject/) hand each torch.nn.Module forward to the shim
+// (shim/module_frames.cc), which appends one record when the forward has ended, watched (kFlagWatched), its result 0:
+//   kModuleForward  start_ns  the hook's entry         seq    the process's module frame number (1-based)
+//                   count     rows of the frame         aux    1: the forward of a root module (a batch ends), else 0
+//                   caller    a hash of the module's qualified name and class (its call site for near overflow)
+// rank, nranks, peer, redop and dtype are kUnknown, comm_id and site 0. The name and the rows are the engine's (the
+// frame reports); the record keeps the frames in one order with the job's collectives and launches.
 
 // ---- Launch records (version 3) ------------------------------------------------------------------------------------
 // The launch collector (collectors/launches/) appends these into the same ring as the NCCL calls, so one order holds

@@ -343,7 +343,13 @@ std::string format_detection_text(const DetectionReport& report) {
   out += "Last " + std::to_string(end - first) + " forward frames:\n";
   out += kFrameColumnHeader;
   out += '\n';
-  for (std::size_t i = first; i < end; ++i) out += format_frame(report.frames[i]);
+  for (std::size_t i = first; i < end; ++i) {
+    const Frame& frame = report.frames[i];
+    if (frame.starts_batch)
+      out += "\n\n" + std::string(kValueColumns, ' ') +
+             " *** Starting batch number=" + std::to_string(*frame.starts_batch) + " ***\n" + kFrameColumnHeader + "\n";
+    out += format_frame(frame);
+  }
   if (!report.first_nonfinite_stack.empty()) {
     out += "\nStack of the first frame with inf/nan (" + report.first_nonfinite_frame + "):\n";
     out += format_stack_block(report.first_nonfinite_stack, 0, "  ");

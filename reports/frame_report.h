@@ -82,6 +82,9 @@ struct Frame {
   std::string kind;
   std::vector<FrameRow> rows;
   std::optional<FrameLaunch> launch{};  // a kernel launch's frame; absent for a collective's
+  // The first frame of batch N in DUO's module frames: the detection text puts DUO's batch lines before it
+  // ("\n\n" + 17 spaces + " *** Starting batch number=N ***" and the column header), as DUO's dump shows them.
+  std::optional<std::uint64_t> starts_batch{};
 
   bool has_nonfinite() const;
   // The first row holding a NaN or an infinity; nullptr when none does.

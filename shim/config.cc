@@ -43,10 +43,13 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
     {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
      "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
     {"TRAINSCOPE_WATCH", "collectives",
-     "off|collectives|kernels:REGEX|collectives,kernels:REGEX (REGEX: POSIX extended, to the end of the value)",
+     "off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX (REGEX: POSIX "
+     "extended, to the end of the value: an item with one comes last)",
      "collectives computes abs min, abs max and inf/nan counts of each watched collective's send buffer (before the "
      "call) and receive buffer (after it) and keeps them as frames; kernels:REGEX does the same for every CUDA kernel "
-     "launch whose demangled name matches (its buffers after the launch); off watches nothing."},
+     "launch whose demangled name matches (its buffers after the launch); modules makes every torch.nn.Module forward "
+     "of a PyTorch process a frame named like the model (its parameters, inputs and outputs), modules:REGEX those "
+     "whose qualified name or class matches; off watches nothing."},
     {"TRAINSCOPE_WATCH_EVERY", "1", "an integer from 1 to 1000000000",
      "Watch every K-th collective of each communicator (sampling); 1 watches them all."},
     {"TRAINSCOPE_WATCH_MIN_BYTES", "0", "a byte count, optionally suffixed K, M or G (x1024, x1048576, x1073741824)",
@@ -429,28 +432,49 @@ bool starts_with_ignore_case(const char* value, const char* prefix) {
   return true;
 }
 
-// off | collectives | kernels:REGEX | collectives,kernels:REGEX. The regex runs to the end of the value (it may hold
-// commas); the launch collector compiles it with the same POSIX extended syntax, so a pattern accepted here works.
+// off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX in any order. A REGEX runs
+// to the end of the value (it may hold commas), so an item with one comes last. The launch collector and the module
+// filter compile them with the same POSIX extended syntax, so a pattern accepted here works there.
 bool parse_watch(const char* value, Config* out, const char** reason) {
   static constexpr char kKernels[] = "kernels:";
-  static constexpr char kBoth[] = "collectives,kernels:";
+  static constexpr char kModules[] = "modules:";
   WatchMode collectives = WatchMode::kOff;
-  const char* pattern = nullptr;
-  if (equals_ignore_case(value, "off")) {
-  } else if (equals_ignore_case(value, "collectives")) {
-    collectives = WatchMode::kCollectives;
-  } else if (starts_with_ignore_case(value, kKernels)) {
-    pattern = value + sizeof(kKernels) - 1;
-  } else if (starts_with_ignore_case(value, kBoth)) {
-    collectives = WatchMode::kCollectives;
-    pattern = value + sizeof(kBoth) - 1;
-  } else {
-    return false;
+  bool modules = false;
+  const char* kernel_pattern = nullptr;
+  const char* module_pattern = nullptr;
+  if (!equals_ignore_case(value, "off")) {
+    const char* item = value;
+    while (true) {
+      const char* comma = strchr(item, ',');
+      const size_t len = comma != nullptr ? static_cast<size_t>(comma - item) : strlen(item);
+      const auto is = [&](const char* word) { return len == strlen(word) && starts_with_ignore_case(item, word); };
+      if (is("collectives")) {
+        collectives = WatchMode::kCollectives;
+      } else if (is("modules")) {
+        modules = true;
+      } else if (starts_with_ignore_case(item, kKernels) && kernel_pattern == nullptr) {
+        kernel_pattern = item + sizeof(kKernels) - 1;
+        break;
+      } else if (starts_with_ignore_case(item, kModules) && module_pattern == nullptr) {
+        modules = true;
+        module_pattern = item + sizeof(kModules) - 1;
+        break;
+      } else {
+        if (len == 0) *reason = "(an empty item)";
+        return false;
+      }
+      if (comma == nullptr) break;
+      item = comma + 1;
+    }
   }
-  if (pattern != nullptr) {
+  const auto take = [&](const char* pattern, char* field, const char* empty_reason) {
+    if (pattern == nullptr) {
+      field[0] = '\0';
+      return true;
+    }
     const size_t len = strlen(pattern);
     if (len == 0) {
-      *reason = "(the regular expression after kernels: is empty)";
+      *reason = empty_reason;
       return false;
     }
     if (len > kMaxWatchKernels) {
@@ -458,11 +482,14 @@ bool parse_watch(const char* value, Config* out, const char** reason) {
       return false;
     }
     if (!regex_compiles(pattern, reason)) return false;
-    memcpy(out->watch_kernels, pattern, len + 1);
-  } else {
-    out->watch_kernels[0] = '\0';
-  }
+    memcpy(field, pattern, len + 1);
+    return true;
+  };
+  if (!take(kernel_pattern, out->watch_kernels, "(the regular expression after kernels: is empty)") ||
+      !take(module_pattern, out->watch_modules_regex, "(the regular expression after modules: is empty)"))
+    return false;
   out->watch = collectives;
+  out->watch_modules = modules;
   return true;
 }
 
@@ -701,6 +728,8 @@ void config_defaults(Config* out) {
   out->desync_timeout_seconds = 300;
   out->watch = WatchMode::kCollectives;
   out->watch_kernels[0] = '\0';
+  out->watch_modules = false;
+  out->watch_modules_regex[0] = '\0';
   out->watch_every = 1;
   out->watch_min_bytes = 0;
   out->max_frames = 21;
@@ -880,11 +909,27 @@ bool config_value_text(const Config& config, ConfigVar var, char* out, size_t ou
       snprintf(number, sizeof(number), "%u", static_cast<unsigned>(config.desync_timeout_seconds));
       return append(out, out_len, &used, number);
     }
-    case kVarWatch:
-      if (config.watch_kernels[0] == '\0')
-        return append(out, out_len, &used, config.watch == WatchMode::kOff ? "off" : "collectives");
-      return append(out, out_len, &used, config.watch == WatchMode::kOff ? "kernels:" : "collectives,kernels:") &&
-             append(out, out_len, &used, config.watch_kernels);
+    case kVarWatch: {
+      // The canonical order: collectives, modules without a regex, then the one item with a regex (a value with
+      // both regexes cannot be written back in one value; parse_watch never makes one).
+      if (!config_watches_anything(config)) return append(out, out_len, &used, "off");
+      bool ok = true;
+      const char* separator = "";
+      const auto item = [&](const char* text) {
+        ok = ok && append(out, out_len, &used, separator) && append(out, out_len, &used, text);
+        separator = ",";
+      };
+      if (config.watch != WatchMode::kOff) item("collectives");
+      if (config.watch_modules && config.watch_modules_regex[0] == '\0') item("modules");
+      if (config.watch_modules_regex[0] != '\0') {
+        item("modules:");
+        ok = ok && append(out, out_len, &used, config.watch_modules_regex);
+      } else if (config.watch_kernels[0] != '\0') {
+        item("kernels:");
+        ok = ok && append(out, out_len, &used, config.watch_kernels);
+      }
+      return ok;
+    }
     case kVarLaunches:
       return append(out, out_len, &used,
                     config.launches == LaunchesMode::kOn      ? "on"

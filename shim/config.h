@@ -76,7 +76,8 @@ struct RankRange {
 };
 
 // TRAINSCOPE_WATCH: whether collectives get their buffers' statistics (frames). Kernels are watched when
-// Config::watch_kernels holds a regex (TRAINSCOPE_WATCH=kernels:REGEX or collectives,kernels:REGEX).
+// Config::watch_kernels holds a regex (TRAINSCOPE_WATCH=kernels:REGEX or collectives,kernels:REGEX), PyTorch modules
+// when Config::watch_modules is set (modules, modules:REGEX, with collectives and kernels:REGEX or alone).
 enum class WatchMode : uint8_t { kOff = 0, kCollectives };
 
 // TRAINSCOPE_LAUNCHES: what the launch collector (CUPTI) does.
@@ -115,9 +116,11 @@ struct Config {
   uint32_t desync_timeout_seconds;
   WatchMode watch;                           // collectives (kOff also when only kernels are watched)
   char watch_kernels[kMaxWatchKernels + 1];  // kernels:REGEX's regex (POSIX extended); empty: no kernel watched
-  uint64_t watch_every;                      // watch every K-th collective of each communicator (1: all)
-  uint64_t watch_min_bytes;                  // and only those moving at least this many bytes
-  uint32_t max_frames;                       // frames kept per rank for a detection report
+  bool watch_modules;                        // modules or modules:REGEX: torch.nn.Module forwards (python/inject/)
+  char watch_modules_regex[kMaxWatchKernels + 1];  // modules:REGEX's regex; empty: every module
+  uint64_t watch_every;                            // watch every K-th collective of each communicator (1: all)
+  uint64_t watch_min_bytes;                        // and only those moving at least this many bytes
+  uint32_t max_frames;                             // frames kept per rank for a detection report
   StepMarkerForm step_marker_form;
   char step_marker[kMaxStepMarker + 1];  // the whole value as given ("auto", "nvtx:^step", "every:12")
   NonfinitePolicy on_nonfinite;
@@ -165,7 +168,7 @@ bool config_logs_to_stderr(const Config& config, int32_t rank);
 
 // Whether anything is watched (collectives or kernels): the frame machinery runs.
 inline bool config_watches_anything(const Config& config) {
-  return config.watch != WatchMode::kOff || config.watch_kernels[0] != '\0';
+  return config.watch != WatchMode::kOff || config.watch_kernels[0] != '\0' || config.watch_modules;
 }
 
 // Whether TRAINSCOPE_TRACE_BATCHES names `batch`.

@@ -15,8 +15,8 @@ namespace trainscope {
 // 4: group_end takes ncclGroupEnd's result; non-blocking communicators (comm_async_state, comm_next_call,
 // parked_calls). 5: note_call_site takes a CallSiteCapture (site id, Python frames). 6: batch_call and batch_marker.
 // 7: job_key; the exchange waits for it when no TRAINSCOPE_TOKEN is set. 8: start_launches (CUDA launches, from
-// InitializeInjection).
-inline constexpr uint32_t kEngineAbiVersion = 8;
+// InitializeInjection). 9: module_frame (TRAINSCOPE_WATCH=modules).
+inline constexpr uint32_t kEngineAbiVersion = 9;
 
 struct EngineStartArgs {
   uint32_t abi_version;       // kEngineAbiVersion
@@ -116,6 +116,13 @@ void trainscope_engine_batch_marker(void);
 // the launch collector (CUPTI) now, if the engine's start did not already (it does when libcuda.so.1 is loaded then).
 // Called from InitializeInjection, inside the job's cuInit; at most one start per process.
 void trainscope_engine_start_launches(void);
+// TRAINSCOPE_WATCH=modules, on the job's thread: a module forward's frame as the Python hooks packed it
+// (module_frame_abi.h), whose record `record` was appended as record `index`. Takes the host tensors' statistics and
+// enqueues the device tensors' on their streams before it returns. Returns 0, or -1 for a malformed frame (the record
+// then gets no frame).
+int trainscope_engine_module_frame(const trainscope::recorder::Record* record, uint64_t index, const char* name,
+                                   const char* kind, const char* labels, uint64_t labels_len, const int64_t* words,
+                                   uint64_t word_count);
 // Fork handling: quiesce before fork; in the child, forget every thread, socket and file of the parent.
 void trainscope_engine_fork_prepare(void);
 void trainscope_engine_fork_parent(void);

@@ -149,6 +149,7 @@ void start_engine(int run_dir_error) {
   }
   if (rt.config.launches != LaunchesMode::kOff)
     load_symbol(handle, "trainscope_engine_start_launches", &rt.engine_start_launches);
+  if (rt.config.watch_modules) load_symbol(handle, "trainscope_engine_module_frame", &rt.engine_module_frame);
   rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
 }
 
@@ -305,6 +306,7 @@ void forget_engine(Runtime& rt) {
   rt.engine_batch_call = nullptr;
   rt.engine_batch_marker = nullptr;
   rt.engine_start_launches = nullptr;
+  rt.engine_module_frame = nullptr;
 }
 
 // ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).
@@ -510,6 +512,7 @@ __attribute__((constructor)) void load_configuration() {
   // be the CUDA driver's injection library (cuda_injection.cc).
   if (rt.config.step_marker_form == StepMarkerForm::kNvtx) claim_injection_variable("NVTX_INJECTION64_PATH");
   if (rt.config.launches != LaunchesMode::kOff) claim_injection_variable("CUDA_INJECTION64_PATH");
+  if (rt.config.watch_modules) inject_module_hooks();
 }
 
 // Whether a recorder of launcher rank `rank` is in the run directory: a process of that rank did use NCCL, so this
@@ -563,7 +566,10 @@ void note_nccl_without_calls(bool started) {
   note.host = rt.host;
   note.exe = exe;
   note.nccl_path = nccl;
-  note.calls = started && rt.writer.is_open() ? __atomic_load_n(&rt.writer.header()->next, __ATOMIC_ACQUIRE) : 0;
+  // NCCL's calls only: a module frame's record (TRAINSCOPE_WATCH=modules) is not one.
+  const uint64_t records =
+      started && rt.writer.is_open() ? __atomic_load_n(&rt.writer.header()->next, __ATOMIC_ACQUIRE) : 0;
+  note.calls = records - (records < module_frames_recorded() ? records : module_frames_recorded());
   if (const int error = write_no_calls_note(note); error != 0) {
     log_message(LogLevel::kWarn, "cannot write the note '%s/%s%s' (%s)", rt.run_dir, stem, kNoCallsSuffix,
                 files::error_text(error));

@@ -63,6 +63,8 @@ struct Runtime {
   decltype(&trainscope_engine_batch_marker) engine_batch_marker;
   // TRAINSCOPE_LAUNCHES on or calls only: InitializeInjection starts the launch collector through it.
   decltype(&trainscope_engine_start_launches) engine_start_launches;
+  // TRAINSCOPE_WATCH=modules: module_frames.cc hands each module frame to the engine through it.
+  decltype(&trainscope_engine_module_frame) engine_module_frame;
 };
 
 extern Runtime g_runtime;
@@ -88,6 +90,11 @@ inline void ensure_started(int library = 0) {
 }
 
 uint32_t current_tid();
+
+// TRAINSCOPE_WATCH=modules: puts the Python module hooks first on PYTHONPATH (module_frames.cc); at load.
+void inject_module_hooks();
+// How many module frames' records this process appended.
+uint64_t module_frames_recorded();
 
 // The global rank is learnt from the first communicator when the launcher did not give one.
 void learn_global_rank(int32_t rank);

@@ -46,6 +46,8 @@ struct Frame : reports::Frame {
   // The call site's id (the flight recorder's site table, and the stack id of its stack; 0: none), for the stack
   // shown with the first inf/nan.
   std::uint32_t stack_id = 0;
+  bool module =
+      false;  // a torch.nn.Module's frame (TRAINSCOPE_WATCH=modules): name is its qualified name, kind its class
 };
 
 struct FrameWindowOptions {

@@ -1,4 +1,5 @@
 // The engine library's C entry points (engine_api.h): started by the shim on first NCCL use.
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,6 +11,7 @@
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_launches.h"
 #include "shim/engine/engine_logging.h"
+#include "shim/engine/engine_module_frames.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
 #include "shim/engine/engine_watch.h"
@@ -194,6 +196,23 @@ TS_ENGINE_EXPORT void trainscope_engine_batch_marker(void) {
   try {
     trainscope::engine::batch_gate_marker();
   } catch (...) {
+  }
+}
+
+TS_ENGINE_EXPORT int trainscope_engine_module_frame(const trainscope::recorder::Record* record, uint64_t index,
+                                                    const char* name, const char* kind, const char* labels,
+                                                    uint64_t labels_len, const int64_t* words, uint64_t word_count) {
+  if (!g_started) return -1;
+  try {
+    const std::string why =
+        trainscope::engine::watch_module_frame(*record, index, name, kind, labels, labels_len, words, word_count);
+    if (why.empty()) return 0;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      trainscope::engine::log(trainscope::LogLevel::kWarn, ("module frames: a frame was refused: " + why).c_str());
+    return -1;
+  } catch (...) {
+    return -1;  // never an exception into the job
   }
 }
 

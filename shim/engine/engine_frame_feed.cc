@@ -17,6 +17,9 @@ using recorder::Record;
 using State = WatchedBuffer::State;
 
 bool is_launch(Op op) { return op == Op::kKernelLaunch || op == Op::kGraphLaunch; }
+// Records whose watch is handed to the board after they were appended whole (a launch's, a module's): the frame
+// thread waits a bounded time for them instead of taking a returned call without a watch for one never watched.
+bool handed_over_after_append(Op op) { return is_launch(op) || op == Op::kModuleForward; }
 
 // "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
 // "comm aada17 all-reduce #29", "comm aada17 send #5 to rank 1". Once per watched call on the frame thread, so
@@ -182,9 +185,27 @@ frames::Frame make_launch_frame(const WatchedLaunchBuffers& launch, const Record
   return frame;
 }
 
+// A module's frame (TRAINSCOPE_WATCH=modules): its qualified name and class as header, as DUO writes it, and its rows
+// in the hooks' order. Near overflow is said once per module (the record's caller is a hash of its name and class).
+frames::Frame make_module_frame(const WatchedLaunchBuffers& module, const Record& r, uint64_t batch) {
+  frames::Frame frame;
+  frame.name = module.short_name;
+  frame.kind = module.name;
+  frame.module = true;
+  frame.batch = batch;
+  frame.call_number = r.seq;
+  frame.site = r.caller;
+  frame.rows.reserve(module.buffers.size());
+  for (size_t i = 0; i < module.buffers.size() && i < module.labels.size(); ++i)
+    add_row(module.buffers[i], module.labels[i], &frame);
+  return frame;
+}
+
 }  // namespace
 
 frames::Frame make_frame(const WatchedCall& call, const Record& record, uint64_t index, uint64_t batch) {
+  if (call.launch && static_cast<Op>(record.op) == Op::kModuleForward)
+    return make_module_frame(*call.launch, record, batch);
   if (call.launch) return make_launch_frame(*call.launch, record, index, batch);
   return make_collective_frame(call, batch);
 }
@@ -206,7 +227,7 @@ reports::FirstNonfinite first_nonfinite(const frames::Detection& detection, int3
   if (detection.frames.empty()) return first;
   const frames::Frame& last = detection.frames.back();
   const reports::FrameRow* row = last.first_nonfinite_row();
-  first.op = last.launch ? last.name : last.kind;
+  first.op = last.module ? last.name + " " + last.kind : last.launch ? last.name : last.kind;
   first.where = row != nullptr && row->label.rfind("input", 0) == 0 ? reports::NonfiniteWhere::kInput
                                                                     : reports::NonfiniteWhere::kOutput;
   first.kind = row != nullptr && row->stats.nan_count > 0 ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
@@ -246,6 +267,10 @@ bool FrameFeed::pass(const recorder::FileHeader* header) {
 void FrameFeed::on_record(uint64_t index, const Record& r) {
   const Op op = static_cast<Op>(r.op);
   const uint64_t position = tracker_.position();
+  if (op == Op::kModuleForward) {
+    on_module(index, r, position);
+    return;
+  }
   const bool launch = is_launch(op);
   batch::BatchEvent event;
   if (op == Op::kStepMarker) {
@@ -270,7 +295,7 @@ void FrameFeed::on_record(uint64_t index, const Record& r) {
   const bool settled = !options_.hold_unsettled || op == Op::kStepMarker ||
                        (launch ? tracker_.settled() == tracker_.position() : position < tracker_.settled());
   if (options_.hold_unsettled && tracker_.settled() != settled_seen_) settle();
-  if (event.new_batch && settled) backlog_.push_back({true, event.batch, 0, position, true, {}});
+  if (event.new_batch && settled && !module_batches_) backlog_.push_back({true, event.batch, 0, position, true, {}});
   if (event.renumbered)
     note_(false, "frames: batch period of " + std::to_string(tracker_.period()) + " calls learnt; this is batch " +
                      std::to_string(event.batch));
@@ -279,11 +304,28 @@ void FrameFeed::on_record(uint64_t index, const Record& r) {
     note_(false, "frames: optimizer kernels seen; batches end at each optimizer step from batch " +
                      std::to_string(tracker_.current_batch()) + " on");
   if ((r.flags & recorder::kFlagWatched) == 0) return;
+  const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
   if (launch) {
     // Held by the position of the call before it (its batch is that call's, until a later boundary).
-    backlog_.push_back({false, tracker_.current_batch(), index, position > 0 ? position - 1 : 0, settled, r});
+    backlog_.push_back({false, batch, index, position > 0 ? position - 1 : 0, settled || module_batches_, r});
   } else {
-    backlog_.push_back({false, tracker_.current_batch(), index, position, settled, {}});
+    backlog_.push_back({false, batch, index, position, settled || module_batches_, {}});
+  }
+}
+
+// A module forward (TRAINSCOPE_WATCH=modules). Under auto the modules count the batches from the first one on, as
+// DUO counts them: the forward of a root module ends its batch (the next frame is the next batch's first), and the
+// collectives and launches belong to the batch the modules are in.
+void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
+  if (!module_batches_ && tracker_.marker().kind == batch::MarkerKind::kAuto) {
+    module_batches_ = true;
+    module_batch_ = tracker_.current_batch();
+  }
+  const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
+  if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, batch, index, position, true, r});
+  if (module_batches_ && r.aux == 1) {
+    ++module_batch_;
+    backlog_.push_back({true, module_batch_, 0, position, true, {}});
   }
 }
 
@@ -342,12 +384,13 @@ void FrameFeed::drain_backlog() {
     Pending& front = backlog_.front();
     if (front.batch_start) {
       release_held();  // settled by now: the batch start is
+      next_frame_starts_batch_ = true;
       apply(window_.on_batch_start(front.batch), nullptr);
       backlog_.pop_front();
       continue;
     }
     if (!taken_) {
-      const bool launch = is_launch(static_cast<Op>(front.record.op));
+      const bool launch = handed_over_after_append(static_cast<Op>(front.record.op));
       // Read before the board: the engine's watch of a call begins before the real call, so a call that had
       // returned when the board did not hold it never had a watch (the engine could not allocate one, or the record
       // was lapped): skip it rather than wait for it forever.
@@ -379,6 +422,9 @@ void FrameFeed::drain_backlog() {
 
 // The window keeps the frame (moved, not copied: once per watched call); what the update reports of it is read there.
 void FrameFeed::add_to_window(frames::Frame frame) {
+  // DUO's dump shows where a batch starts among its frames: the first module frame of each batch carries the line.
+  if (frame.module && next_frame_starts_batch_) frame.starts_batch = frame.batch;
+  next_frame_starts_batch_ = false;
   const frames::FrameUpdate update = window_.add_frame(std::move(frame));
   apply(update, &window_.newest());
 }

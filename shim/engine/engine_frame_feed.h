@@ -74,6 +74,7 @@ class FrameFeed {
   };
 
   void on_record(uint64_t index, const recorder::Record& r);
+  void on_module(uint64_t index, const recorder::Record& r, uint64_t position);
   void settle();
   void release_held();
   void warn_provisional();
@@ -98,6 +99,10 @@ class FrameFeed {
   bool launch_missing_ = false;
   std::chrono::steady_clock::time_point launch_missing_since_{};
   uint64_t launches_unwatched_ = 0;
+  // TRAINSCOPE_WATCH=modules under auto: the root modules' forwards count the batches (on_module).
+  bool module_batches_ = false;
+  uint64_t module_batch_ = 0;
+  bool next_frame_starts_batch_ = true;  // the next frame is its batch's first
 };
 
 // The frame of a watched call (a collective's or a kernel launch's) in batch `batch`; `record` is the ring's record

@@ -790,7 +790,8 @@ void expect_refused(const char* assignment, const char* expected) {
 
 TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
   const Bad bad[] = {
-      {"TRAINSCOPE_WATCH=all", "accepted off|collectives|kernels:REGEX|collectives,kernels:REGEX"},
+      {"TRAINSCOPE_WATCH=all",
+       "accepted off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX"},
       {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
       {"TRAINSCOPE_WATCH_EVERY=3x", "an integer from 1 to 1000000000"},
       {"TRAINSCOPE_WATCH_MIN_BYTES=1T", "suffixed K, M or G"},
@@ -863,6 +864,33 @@ TEST(ConfigLaunches, WatchKernelsAloneOrWithCollectives) {
   EXPECT_EQ(text_of(c, kVarWatch), "off");
 }
 
+TEST(ConfigFrames, WatchModulesAloneWithARegexOrBesideCollectivesAndKernels) {
+  Config c;
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=modules", &c), "");
+  EXPECT_TRUE(c.watch_modules);
+  EXPECT_STREQ(c.watch_modules_regex, "");
+  EXPECT_EQ(c.watch, WatchMode::kOff);
+  EXPECT_TRUE(config_watches_anything(c));
+  EXPECT_EQ(text_of(c, kVarWatch), "modules");
+
+  // Any order; the item with a regex comes last, and its commas are its own.
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=modules,collectives,kernels:gemm,elementwise", &c), "");
+  EXPECT_TRUE(c.watch_modules);
+  EXPECT_EQ(c.watch, WatchMode::kCollectives);
+  EXPECT_STREQ(c.watch_kernels, "gemm,elementwise");
+  EXPECT_EQ(text_of(c, kVarWatch), "collectives,modules,kernels:gemm,elementwise");
+
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=collectives,modules:DenseReluDense|^decoder\\.block\\.1", &c), "");
+  EXPECT_TRUE(c.watch_modules);
+  EXPECT_STREQ(c.watch_modules_regex, "DenseReluDense|^decoder\\.block\\.1");
+  EXPECT_STREQ(c.watch_kernels, "");
+  EXPECT_EQ(text_of(c, kVarWatch), "collectives,modules:DenseReluDense|^decoder\\.block\\.1");
+
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=collectives", &c), "");
+  EXPECT_FALSE(c.watch_modules);
+  EXPECT_STREQ(c.watch_modules_regex, "");
+}
+
 TEST(ConfigLaunches, KernelDtypeTakesTheStatisticsNames) {
   Config c;
   for (const char* name : {"float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "int8", "uint8",
@@ -881,7 +909,11 @@ TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
       {"TRAINSCOPE_WATCH=kernels:", "(the regular expression after kernels: is empty)"},
       {"TRAINSCOPE_WATCH=collectives,kernels:", "(the regular expression after kernels: is empty)"},
       {"TRAINSCOPE_WATCH=kernels:gemm(", "(invalid POSIX extended regular expression:"},
-      {"TRAINSCOPE_WATCH=kernels,collectives", "off|collectives|kernels:REGEX|collectives,kernels:REGEX"},
+      {"TRAINSCOPE_WATCH=kernels,collectives", "a comma-separated list of collectives, modules, modules:REGEX"},
+      {"TRAINSCOPE_WATCH=modules:", "(the regular expression after modules: is empty)"},
+      {"TRAINSCOPE_WATCH=collectives,modules:wo(", "(invalid POSIX extended regular expression:"},
+      {"TRAINSCOPE_WATCH=modules,,collectives", "(an empty item)"},
+      {"TRAINSCOPE_WATCH=modules,backward", "a comma-separated list of collectives, modules"},
       {"TRAINSCOPE_WATCH=kernels:gemm,collectives:x(", "(invalid POSIX extended regular expression:"},
       {"TRAINSCOPE_KERNEL_DTYPE=fp16", "accepted float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8"},
       {"TRAINSCOPE_KERNEL_DTYPE=", "(empty)"},

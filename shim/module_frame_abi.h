@@ -1,0 +1,41 @@
+// The packed form of one torch.nn.Module frame, between the Python hooks (python/inject/_trainscope_module_frames.py)
+// and the library (shim/module_frames.cc, then the engine: shim/engine/engine_module_frames.h).
+//
+// The hooks make one call per module forward, through ctypes, with everything packed into two flat buffers so that a
+// frame costs one foreign call whatever its rows:
+//   words (int64 each): [0] kModuleFrameVersion, [1] flags (kModuleFrameRoot), [2] the number of rows, then per row
+//     kind (ModuleRowKind), dtype (stats::DType, -1 when none), data (the address of the first element), numel,
+//     ndim, device (-1: CPU; else the CUDA device's index), stream (cudaStream_t of the device's current stream; 0
+//     on the CPU), then ndim sizes and ndim strides (in elements)
+//   labels: each row's label ("weight", "input[0]", "output[1][0]"), NUL-terminated, one after the other.
+// The tensors' memory is read (host) or given the statistics kernel (device) before the call returns, so the hooks
+// keep no reference to a tensor past their call.
+#pragma once
+
+#include <cstdint>
+
+namespace trainscope {
+
+inline constexpr int64_t kModuleFrameVersion = 1;
+inline constexpr int64_t kModuleFrameRoot = 1;  // flags: the forward of a root module (the batch ends with it)
+inline constexpr int64_t kModuleRowHead = 7;    // words of a row before its sizes and strides
+inline constexpr int64_t kModuleMaxDims = 64;
+
+enum class ModuleRowKind : int64_t {
+  kTensor = 0,
+  kNone = 1,        // Python's None: "None"
+  kNotATensor = 2,  // anything else: "not a tensor"
+  kUnreadable = 3,  // a tensor whose elements we cannot read (a dtype we do not know, sparse, meta): says so
+};
+
+}  // namespace trainscope
+
+extern "C" {
+// Exported by libtrainscope.so for the hooks. Returns 0 when the frame was taken, < 0 when not (watching off, the
+// engine absent, a malformed frame): the hooks then stop calling.
+int trainscope_module_frame(const char* name, const char* kind, const char* labels, uint64_t labels_len,
+                            const int64_t* words, uint64_t word_count);
+// Whether a module with this qualified name and class gets frames (TRAINSCOPE_WATCH=modules:REGEX matches either;
+// plain modules: every module): 1 or 0. Asked once per module by the hooks.
+int trainscope_module_watched(const char* name, const char* kind);
+}

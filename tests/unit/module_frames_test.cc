@@ -1,0 +1,287 @@
+// Module frames (TRAINSCOPE_WATCH=modules), the engine's side, without Python: frames packed as the hooks pack them
+// (shim/module_frame_abi.h) go onto the watch board through watch_module_frame, their records into a flight
+// recorder, and the frame feed reads it as the frame thread does. The Python side and the equality with transformers'
+// DebugUnderflowOverflow are tested on real models (tests/integration/module_frames_test.cc).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/stats.h"
+#include "reports/flight_recorder_writer.h"
+#include "reports/frame_report.h"
+#include "shim/engine/engine_frame_feed.h"
+#include "shim/engine/engine_module_frames.h"
+#include "shim/engine/engine_watch.h"
+#include "shim/module_frame_abi.h"
+#include "support/launch_recorder.h"
+#include "support/subprocess.h"
+
+namespace trainscope::engine {
+namespace {
+
+using recorder::Op;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// ---- Strided host tensors --------------------------------------------------------------------------------------
+
+// The elements of a strided view, in logical order: what the statistics must equal.
+std::vector<float> materialise(const float* data, const std::vector<int64_t>& sizes,
+                               const std::vector<int64_t>& strides) {
+  std::vector<float> out;
+  std::vector<int64_t> at(sizes.size(), 0);
+  int64_t count = 1;
+  for (const int64_t s : sizes) count *= s;
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) offset += at[d] * strides[d];
+    out.push_back(data[offset]);
+    for (size_t d = sizes.size(); d > 0; --d) {
+      if (++at[d - 1] < sizes[d - 1]) break;
+      at[d - 1] = 0;
+    }
+  }
+  return out;
+}
+
+void expect_same_stats(const stats::TensorStats& got, const stats::TensorStats& want, const std::string& what) {
+  EXPECT_EQ(got.count, want.count) << what;
+  if (std::isnan(want.abs_max)) {
+    EXPECT_TRUE(std::isnan(got.abs_max)) << what;
+  } else {
+    EXPECT_EQ(got.abs_min, want.abs_min) << what;
+    EXPECT_EQ(got.abs_max, want.abs_max) << what;
+  }
+  EXPECT_EQ(got.finite_abs_min, want.finite_abs_min) << what;
+  EXPECT_EQ(got.finite_abs_max, want.finite_abs_max) << what;
+  EXPECT_EQ(got.nan_count, want.nan_count) << what;
+  EXPECT_EQ(got.pos_inf_count, want.pos_inf_count) << what;
+  EXPECT_EQ(got.neg_inf_count, want.neg_inf_count) << what;
+  EXPECT_EQ(got.first_nonfinite, want.first_nonfinite) << what;
+}
+
+TEST(StridedHostStats, EveryViewGivesTheStatisticsOfItsElementsInLogicalOrder) {
+  // A 6 x 5000 float matrix (bigger than one gather buffer per column), with an inf and a NaN in known places.
+  const int64_t rows = 6;
+  const int64_t cols = 5000;
+  std::vector<float> storage(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<float>(i % 97) - 48.5f;
+  storage[3 * cols + 17] = kInf;
+  storage[5 * cols + 4001] = kNan;
+  struct View {
+    const char* what;
+    int64_t offset;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+  };
+  const std::vector<View> views = {
+      {"contiguous", 0, {rows, cols}, {cols, 1}},
+      {"transposed", 0, {cols, rows}, {1, cols}},
+      {"a column slice", 10, {rows, 3000}, {cols, 1}},
+      {"every other column", 1, {rows, cols / 2}, {cols, 2}},
+      {"expanded (stride 0)", 3 * cols, {4, 50}, {0, 1}},
+      {"one column, with the inf", 17, {rows}, {cols}},
+      {"with dimensions of size 1", 0, {1, rows, 1, cols}, {7, cols, 3, 1}},
+      {"three dimensions, permuted", 0, {10, 6, 500}, {500, cols, 1}},
+      {"a scalar", 3 * cols + 17, {}, {}},
+  };
+  for (const View& view : views) {
+    const float* data = storage.data() + view.offset;
+    const std::vector<float> elements = materialise(data, view.sizes, view.strides);
+    const stats::TensorStats want =
+        stats::compute_stats_host(elements.data(), elements.size(), stats::DType::kFloat32, stats::ChecksumMode::kSkip);
+    const stats::TensorStats got = strided_host_stats(
+        data, stats::DType::kFloat32, static_cast<int64_t>(view.sizes.size()), view.sizes.data(), view.strides.data());
+    expect_same_stats(got, want, view.what);
+  }
+  const int64_t empty_sizes[] = {3, 0};
+  const int64_t empty_strides[] = {0, 1};
+  EXPECT_EQ(strided_host_stats(nullptr, stats::DType::kFloat16, 2, empty_sizes, empty_strides).count, 0u);
+}
+
+// ---- Frames through the feed -----------------------------------------------------------------------------------
+
+// One row as the hooks pack it.
+struct Row {
+  std::string label;
+  ModuleRowKind kind = ModuleRowKind::kTensor;
+  const std::vector<float>* tensor = nullptr;
+};
+
+class ModuleFramesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(recorder_.opened());
+    FrameFeedOptions feed;
+    std::string error;
+    ASSERT_TRUE(batch::parse_step_marker("auto", &feed.marker, &error)) << error;
+    feed_ = std::make_unique<FrameFeed>(
+        std::move(feed),
+        [this](const frames::FrameUpdate& update, const frames::Frame* frame) {
+          if (frame != nullptr) frames_.push_back(*frame);
+          if (update.detection) detection_ = update.detection;
+        },
+        [](bool, const std::string&) {});
+  }
+
+  void TearDown() override {
+    for (uint64_t index = 0; index < writer_.header()->next; ++index) {
+      bool present = false;
+      watch_board().take_if_complete(index, &present);
+    }
+  }
+
+  // A module forward's record and frame, as shim/module_frames.cc makes them. Returns watch_module_frame's answer.
+  std::string module(const std::string& name, const std::string& kind, const std::vector<Row>& rows, bool root,
+                     std::optional<std::vector<int64_t>> words_override = std::nullopt) {
+    std::vector<int64_t> words = {kModuleFrameVersion, root ? kModuleFrameRoot : 0, static_cast<int64_t>(rows.size())};
+    std::string labels;
+    for (const Row& row : rows) {
+      labels += row.label;
+      labels += '\0';
+      if (row.kind != ModuleRowKind::kTensor) {
+        words.insert(words.end(), {static_cast<int64_t>(row.kind), -1, 0, 0, 0, -1, 0});
+        continue;
+      }
+      const auto n = static_cast<int64_t>(row.tensor->size());
+      words.insert(words.end(),
+                   {0, static_cast<int64_t>(stats::DType::kFloat32),
+                    static_cast<int64_t>(reinterpret_cast<uintptr_t>(row.tensor->data())), n, 1, -1, 0, n, 1});
+    }
+    if (words_override) words = *words_override;
+    recorder::Record r{};
+    r.op = static_cast<uint16_t>(Op::kModuleForward);
+    r.seq = ++frames_made_;
+    r.count = rows.size();
+    r.aux = root ? 1 : 0;
+    r.caller = std::hash<std::string>{}(name + " " + kind);
+    r.flags = recorder::kFlagWatched;
+    const recorder::Pending pending = writer_.append(r, 0, 1000);
+    return watch_module_frame(r, pending.commit - 1, name.c_str(), kind.c_str(), labels.data(), labels.size(),
+                              words.data(), words.size());
+  }
+
+  // One forward of a two-module model: its layer, then the root (the model) ending the batch.
+  void forward(const std::vector<float>& layer_output) {
+    EXPECT_EQ(module("layer", "Linear",
+                     {{"weight", ModuleRowKind::kTensor, &weight_},
+                      {"input[0]", ModuleRowKind::kTensor, &input_},
+                      {"output", ModuleRowKind::kTensor, &layer_output}},
+                     false),
+              "");
+    EXPECT_EQ(module("", "Model",
+                     {{"input[0]", ModuleRowKind::kTensor, &input_},
+                      {"input[1]", ModuleRowKind::kNone},
+                      {"output", ModuleRowKind::kNotATensor}},
+                     true),
+              "");
+  }
+
+  void pass() { feed_->pass(writer_.header()); }
+
+  trainscope::testing::TempDir dir_;
+  trainscope::testing::LaunchRecorder recorder_{dir_.path() + "/rank0.tsrec", 0, 4096};
+  recorder::Writer& writer_ = recorder_.writer();
+  std::unique_ptr<FrameFeed> feed_;
+  std::vector<frames::Frame> frames_;
+  std::optional<frames::Detection> detection_;
+  uint64_t frames_made_ = 0;
+  std::vector<float> weight_ = {0.5f, -2.0f};
+  std::vector<float> input_ = {1.0f, -3.0f, 0.25f};
+  std::vector<float> finite_ = {4.0f, -0.125f};
+  std::vector<float> overflowed_ = {4.0f, -kInf};
+};
+
+TEST_F(ModuleFramesTest, TheRootsForwardEndsEachBatchAndTheInfIsReportedInDuosFormat) {
+  forward(finite_);
+  forward(finite_);
+  forward(overflowed_);
+  pass();
+  ASSERT_EQ(frames_.size(), 6u);
+  EXPECT_EQ(frames_[0].name, "layer");
+  EXPECT_EQ(frames_[0].kind, "Linear");
+  EXPECT_TRUE(frames_[0].module);
+  EXPECT_EQ(frames_[1].name, "");
+  EXPECT_EQ(frames_[1].kind, "Model");
+  for (size_t i = 0; i < frames_.size(); ++i) {
+    EXPECT_EQ(frames_[i].batch, i / 2) << i;
+    // DUO's batch line goes with each batch's first frame.
+    EXPECT_EQ(frames_[i].starts_batch, i % 2 == 0 ? std::optional<uint64_t>(i / 2) : std::nullopt) << i;
+  }
+  ASSERT_TRUE(detection_.has_value());
+  EXPECT_EQ(detection_->batch, 2u);
+  const std::string text = reports::format_detection_text(detection_report(*detection_, 0, 21));
+  EXPECT_EQ(text,
+            "\nDetected inf/nan during batch_number=2\n"
+            "Last 5 forward frames:\n"
+            "abs min  abs max  metadata\n"
+            "\n\n                  *** Starting batch number=0 ***\n"
+            "abs min  abs max  metadata\n"
+            "                  layer Linear\n"
+            "5.00e-01 2.00e+00 weight\n"
+            "2.50e-01 3.00e+00 input[0]\n"
+            "1.25e-01 4.00e+00 output\n"
+            "                   Model\n"
+            "2.50e-01 3.00e+00 input[0]\n"
+            "             None input[1]\n"
+            "     not a tensor output\n"
+            "\n\n                  *** Starting batch number=1 ***\n"
+            "abs min  abs max  metadata\n"
+            "                  layer Linear\n"
+            "5.00e-01 2.00e+00 weight\n"
+            "2.50e-01 3.00e+00 input[0]\n"
+            "1.25e-01 4.00e+00 output\n"
+            "                   Model\n"
+            "2.50e-01 3.00e+00 input[0]\n"
+            "             None input[1]\n"
+            "     not a tensor output\n"
+            "\n\n                  *** Starting batch number=2 ***\n"
+            "abs min  abs max  metadata\n"
+            "                  layer Linear\n"
+            "5.00e-01 2.00e+00 weight\n"
+            "2.50e-01 3.00e+00 input[0]\n"
+            "4.00e+00      inf output\n");
+  // The origin names the module by its name and class.
+  EXPECT_EQ(first_nonfinite(*detection_, 0).op, "layer Linear");
+}
+
+TEST_F(ModuleFramesTest, ARootWithoutRowsStillEndsItsBatch) {
+  // modules:REGEX that matches the layer only: the hooks still send the root, without rows.
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(
+        module("layer", "Linear", {{"output", ModuleRowKind::kTensor, step == 2 ? &overflowed_ : &finite_}}, false),
+        "");
+    EXPECT_EQ(module("", "Model", {}, true), "");
+  }
+  pass();
+  ASSERT_EQ(frames_.size(), 3u);
+  EXPECT_EQ(frames_[2].batch, 2u);
+  ASSERT_TRUE(detection_.has_value());
+  EXPECT_EQ(detection_->batch, 2u);
+}
+
+TEST_F(ModuleFramesTest, AMalformedFrameIsRefusedWithItsReasonAndLeavesNoFrameWaiting) {
+  EXPECT_EQ(module("layer", "Linear", {}, false, std::vector<int64_t>{99, 0, 0}),
+            "the frame's version or row count is not the library's");
+  EXPECT_EQ(module("layer", "Linear", {{"output", ModuleRowKind::kTensor, &finite_}}, false,
+                   std::vector<int64_t>{kModuleFrameVersion, 0, 1, 0, 1}),
+            "the frame's words end inside row 0");
+  EXPECT_EQ(module("layer", "Linear", {{"output", ModuleRowKind::kTensor, &finite_}}, false,
+                   std::vector<int64_t>{kModuleFrameVersion, 0, 1, 0, 1, 0, 2, 65, -1, 0}),
+            "row 0 has a wrong number of dimensions");
+  forward(overflowed_);
+  pass();
+  // The refused ones made no frame and did not hold the later ones back.
+  ASSERT_EQ(frames_.size(), 2u);
+  EXPECT_EQ(frames_[0].name, "layer");
+  EXPECT_EQ(watch_board().size(), 0u);
+}
+
+}  // namespace
+}  // namespace trainscope::engine
