@@ -8,6 +8,10 @@ bash scripts/setup.sh
 # the tests need them, so the demo does not download their wheels. Without the package index those tests skip.
 bash scripts/client_wrappers.sh .clients ||
   echo "test: the client wrappers are missing; their tests will skip (run scripts/client_wrappers.sh .clients)" >&2
+# PyTorch and transformers for the module-frame tests (tests/integration/module_frames_test.cc): a venv kept in .torch
+# between runs; without the package index those tests skip, naming the script.
+bash scripts/torch_env.sh .torch ||
+  echo "test: no torch environment; the module-frame tests will skip (run scripts/torch_env.sh .torch)" >&2
 jobs="$(nproc)"
 
 echo "== $(date -u +%T) format check (clang-format)"

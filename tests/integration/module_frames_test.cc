@@ -1,0 +1,168 @@
+// TRAINSCOPE_WATCH=modules on real PyTorch and transformers (CPU): the frames of an unmodified job equal those of the
+// seed's own tool, transformers' DebugUnderflowOverflow (DUO), attached to the same seeded model; and the hooks' way
+// into the interpreter (a sitecustomize on PYTHONPATH) keeps the job's own sitecustomize and costs a process without
+// torch nothing of ours.
+//
+// torch and transformers come from scripts/torch_env.sh (the README's test command runs it); without them the tests
+// that need them skip, naming the script. They run in the plain build only: a sanitizer's runtime preloaded into an
+// uninstrumented interpreter that loads torch's own libraries is slow and proves nothing about our code that the unit
+// tests of the engine's side (engine_module_frames_test.cc) do not.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "integration_helpers.h"
+#include "python_helpers.h"
+
+namespace trainscope {
+namespace {
+
+std::string torch_python() { return TS_TORCH_PYTHON; }
+
+std::string why_no_torch() {
+  if (sanitized()) return "sanitizer build: the torch jobs run in the plain build";
+  if (!std::filesystem::exists(torch_python()))
+    return "no torch environment at " + torch_python() + " (run scripts/torch_env.sh .torch)";
+  return "";
+}
+
+testing::ProcessOptions torch_options(const testing::TempDir& dir) {
+  testing::ProcessOptions options = python_shim_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "modules";
+  options.env["OMP_NUM_THREADS"] = "1";
+  options.env["TRANSFORMERS_OFFLINE"] = "1";
+  options.env["HF_HUB_OFFLINE"] = "1";
+  options.timeout_seconds = 240;
+  return options;
+}
+
+std::vector<std::string> job(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {torch_python(), python_job("module_overflow_job.py")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// DUO's dump as it printed it: from "Detected inf/nan" to the last frame (its three closing blank lines left out).
+std::string duo_dump(const std::string& out) {
+  const size_t start = out.find("Detected inf/nan");
+  const size_t end = out.find("\n\n\n\njob: stopped");
+  if (start == std::string::npos || end == std::string::npos || end < start) return "";
+  return out.substr(start, end + 1 - start);
+}
+
+// trainscope's report of the same: from "Detected inf/nan" to its end.
+std::string trainscope_dump(const std::string& text) {
+  const size_t start = text.find("Detected inf/nan");
+  return start == std::string::npos ? "" : text.substr(start);
+}
+
+class ModuleFrames : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(ModuleFrames, TheDumpOfAnUnmodifiedJobEqualsDebugUnderflowOverflowsLineForLine) {
+  testing::TempDir plain_dir;
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 240;
+  const testing::ProcessResult duo = testing::run_process(job({"--model", GetParam(), "--duo"}), plain);
+  ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
+  const std::string expected = duo_dump(duo.out);
+  ASSERT_NE(expected, "") << duo.out;
+  ASSERT_NE(expected.find("Detected inf/nan during batch_number=2\nLast 21 forward frames:\n"), std::string::npos)
+      << expected;
+
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(job({"--model", GetParam()}), torch_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_NE(watched.out.find("job: step 3"), std::string::npos) << "the job runs on: " << watched.out;
+  int reports = 0;
+  const std::string text = report(dir, "nonfinite-", &reports);
+  ASSERT_EQ(reports, 1) << watched.err;
+  EXPECT_EQ(trainscope_dump(text), expected);
+
+  // The summary names the module, as the seed's workflow asks ("now you know where the error occurs").
+  const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+  EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
+  const std::string module = GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo output"
+                                                : "transformer.ln_f output";  // its variance overflows
+  EXPECT_NE(summary.out.find(module), std::string::npos) << summary.out;
+  EXPECT_EQ(summary.out.find("called NCCL but made no communicator"), std::string::npos)
+      << "module frames are not NCCL calls: " << summary.out;
+}
+
+TEST_P(ModuleFrames, ARegexKeepsTheFramesOfMatchingModulesAndTheBatchesOfTheRoot) {
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);
+  // The module where the first inf/nan appears is matched (GPT-2's: its final layer norm), and others.
+  const std::vector<std::string> words =
+      GetParam() == "t5" ? std::vector<std::string>{"DenseReluDense"} : std::vector<std::string>{"mlp", "ln_f"};
+  const std::string pattern = GetParam() == "t5" ? "DenseReluDense" : "mlp|ln_f";
+  options.env["TRAINSCOPE_WATCH"] = "modules:" + pattern;
+  const testing::ProcessResult watched = testing::run_process(job({"--model", GetParam()}), options);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  const std::string text = report(dir, "nonfinite-");
+  ASSERT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text << watched.err;
+  int headers = 0;
+  for (const std::string& line : testing::split_lines(text)) {
+    if (line.rfind("                  ", 0) != 0 || line.find("***") != std::string::npos) continue;
+    ++headers;
+    bool matched = false;
+    for (const std::string& word : words) matched = matched || line.find(word) != std::string::npos;
+    EXPECT_TRUE(matched) << "a frame of a module the regex does not match: " << line;
+  }
+  EXPECT_GT(headers, 0) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames, ::testing::Values("t5", "gpt2"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; });
+
+// ---- The way in, on every CPython present (no torch needed) ---------------------------------------------------
+
+class ModuleHooksInjection : public EveryPython {};
+
+TEST_P(ModuleHooksInjection, TheJobsOwnSitecustomizeRunsAndAProcessWithoutTorchLoadsNothingOfOurs) {
+  testing::TempDir dir;
+  const std::string own = dir.path() + "/own";
+  std::filesystem::create_directories(own);
+  {
+    std::FILE* file = std::fopen((own + "/sitecustomize.py").c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs("import os\nos.environ['JOB_SITECUSTOMIZE'] = 'ran'\n", file);
+    std::fclose(file);
+  }
+  testing::ProcessOptions options = python_shim_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "modules";
+  options.env["PYTHONPATH"] = own;
+  const testing::ProcessResult result =
+      testing::run_process({python_.path, "-c",
+                            "import os, sys, json\n"
+                            "print(json.dumps({'job': os.environ.get('JOB_SITECUSTOMIZE'),\n"
+                            "  'ours': sorted(m for m in sys.modules if 'trainscope' in m),\n"
+                            "  'torch': 'torch' in sys.modules,\n"
+                            "  'path': os.environ.get('PYTHONPATH', '').split(':')}))\n"},
+                           options);
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("\"job\": \"ran\""), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\"ours\": []"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\"torch\": false"), std::string::npos) << result.out;
+  // Ours first, the job's own after it, unchanged.
+  EXPECT_NE(result.out.find("trainscope-python\", \"" + own + "\"]"), std::string::npos) << result.out;
+  EXPECT_EQ(result.err.find("Error in sitecustomize"), std::string::npos) << result.err;
+
+  // Without modules in TRAINSCOPE_WATCH nothing is put on the path.
+  options.env["TRAINSCOPE_WATCH"] = "collectives";
+  const testing::ProcessResult plain =
+      testing::run_process({python_.path, "-c", "import os; print(os.environ.get('PYTHONPATH'))"}, options);
+  EXPECT_EQ(plain.out, own + "\n") << plain.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, ModuleHooksInjection, TS_EVERY_PYTHON);
+
+}  // namespace
+}  // namespace trainscope

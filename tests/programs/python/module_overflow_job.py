@@ -1,0 +1,77 @@
+"""A small transformers model built from a config (random weights, seeded; nothing downloaded) trained for a few steps
+on the CPU, one of its weights made to overflow before the forward of batch --overflow-batch.
+
+Run unmodified under TRAINSCOPE_WATCH=modules, or with --duo to attach transformers' DebugUnderflowOverflow (the seed's
+own tool) to the same model: the frames of both are compared by tests/integration/module_frames_test.cc.
+
+  module_overflow_job.py --model t5|gpt2 [--duo] [--steps N] [--overflow-batch B] [--trace-batches 1,2]
+                         [--abort-after-batch N] [--scale S]
+"""
+
+import argparse
+import sys
+
+import torch
+import transformers
+
+
+def build(model_name):
+    if model_name == "t5":
+        config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                                       num_heads=4, decoder_start_token_id=0, pad_token_id=0, dropout_rate=0.0)
+        model = transformers.T5ForConditionalGeneration(config)
+        weight = "encoder.block.1.layer.1.DenseReluDense.wo.weight"
+    elif model_name == "gpt2":
+        config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config)
+        weight = "transformer.h.1.mlp.c_proj.weight"
+    else:
+        sys.exit("module_overflow_job: --model is t5 or gpt2, not %r" % model_name)
+    return model, weight
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="t5")
+    parser.add_argument("--duo", action="store_true")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--overflow-batch", type=int, default=2)
+    parser.add_argument("--scale", type=float, default=3e38)
+    parser.add_argument("--trace-batches", default="")
+    parser.add_argument("--abort-after-batch", type=int, default=None)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model, weight_name = build(args.model)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    if args.duo:
+        from transformers.debug_utils import DebugUnderflowOverflow
+
+        traced = [int(b) for b in args.trace_batches.split(",") if b]
+        DebugUnderflowOverflow(model, trace_batch_nums=traced, abort_after_batch_num=args.abort_after_batch)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(args.steps):
+        if step == args.overflow_batch:
+            with torch.no_grad():
+                dict(model.named_parameters())[weight_name].mul_(args.scale)
+        ids = torch.randint(1, 64, (2, 8), generator=generator)
+        try:
+            if args.model == "t5":
+                loss = model(input_ids=ids, labels=ids).loss
+            else:
+                loss = model(input_ids=ids, labels=ids).loss
+        except ValueError as error:  # DUO stops the job at the inf, or after its batch
+            print("job: stopped: %s" % error, flush=True)
+            return 0
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print("job: step %d loss %s" % (step, float(loss)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
