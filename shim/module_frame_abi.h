@@ -31,8 +31,9 @@ enum class ModuleRowKind : int64_t {
 }  // namespace trainscope
 
 extern "C" {
-// Exported by libtrainscope.so for the hooks. Returns 0 when the frame was taken, < 0 when not (watching off, the
-// engine absent, a malformed frame): the hooks then stop calling.
+// Exported by libtrainscope.so for the hooks. Returns 0 when the frame was taken, 1 when this one frame was not (the
+// thread is inside one of trainscope's own calls), < 0 when no frame can be (watching off, the engine absent, a
+// malformed frame): the hooks then stop calling.
 int trainscope_module_frame(const char* name, const char* kind, const char* labels, uint64_t labels_len,
                             const int64_t* words, uint64_t word_count);
 // Whether a module with this qualified name and class gets frames (TRAINSCOPE_WATCH=modules:REGEX matches either;

@@ -6,7 +6,6 @@
 // hooks when the job imports torch, never importing torch itself). The folder holds nothing else a job could import
 // by mistake. A frame comes back through trainscope_module_frame (module_frame_abi.h): one record appended, watched,
 // then the engine takes the tensors' statistics on this thread.
-#include <dlfcn.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
@@ -51,15 +50,12 @@ uint64_t module_site(const char* name, const char* kind) {
 uint64_t module_frames_recorded() { return g_module_frames.load(std::memory_order_relaxed); }
 
 void inject_module_hooks() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&inject_module_hooks), &info) == 0 || info.dli_fname == nullptr) return;
-  const char* slash = strrchr(info.dli_fname, '/');
-  char folder[kMaxPath];
-  const int dir_len = slash != nullptr ? static_cast<int>(slash - info.dli_fname) : 1;
-  const char* dir = slash != nullptr ? info.dli_fname : ".";
-  if (snprintf(folder, sizeof(folder), "%.*s/%s", dir_len, dir, kHooksFolder) >= static_cast<int>(sizeof(folder)))
+  char dir[kMaxPath];
+  char folder[kMaxPath + 32];
+  if (!own_directory(dir, sizeof(dir)) ||
+      snprintf(folder, sizeof(folder), "%s/%s", dir, kHooksFolder) >= static_cast<int>(sizeof(folder)))
     return;
-  char hooks[kMaxPath + 32];
+  char hooks[kMaxPath + 64];
   snprintf(hooks, sizeof(hooks), "%s/sitecustomize.py", folder);
   if (access(hooks, R_OK) != 0) {
     log_message(LogLevel::kWarn,
@@ -105,7 +101,8 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
                                                                               uint64_t word_count) {
   using namespace trainscope;
   using namespace trainscope::shim;
-  if (!g_runtime.enabled || !g_runtime.config.watch_modules || t_thread.depth > 0) return -1;
+  if (!g_runtime.enabled || !g_runtime.config.watch_modules) return -1;
+  if (t_thread.depth > 0) return 1;  // inside one of our own calls on this thread: this frame only is not taken
   if (name == nullptr || kind == nullptr || words == nullptr || word_count < 3) return -1;
   ensure_started(0);
   if (g_runtime.engine_module_frame == nullptr) return -2;
@@ -123,6 +120,8 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   record.dtype = recorder::kUnknown;
   record.flags = recorder::kFlagWatched;
   const recorder::Pending pending = g_runtime.writer.append(record, 0, record.start_ns);
+  // TRAINSCOPE_ABORT_AFTER_BATCH: the first module forward of batch N+1 stops the rank here (never returns).
+  if (auto gate = g_runtime.engine_batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record);
   int result = -3;
   if (pending.slot != nullptr)
     result =

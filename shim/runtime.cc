@@ -32,6 +32,19 @@ namespace trainscope::shim {
 Runtime g_runtime;
 __thread ThreadState t_thread __attribute__((tls_model("initial-exec")));
 
+// The directory this library was loaded from: the engine and the Python module hooks are installed beside it.
+bool own_directory(char* out, size_t out_len) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = strrchr(info.dli_fname, '/');
+  if (slash == nullptr) return snprintf(out, out_len, ".") < static_cast<int>(out_len);
+  const size_t len = static_cast<size_t>(slash - info.dli_fname);
+  if (len + 1 > out_len) return false;
+  memcpy(out, info.dli_fname, len);
+  out[len] = '\0';
+  return true;
+}
+
 namespace {
 
 pthread_mutex_t g_start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,19 +59,6 @@ void write_stderr(const char* text, size_t len) {
     text += n;
     len -= static_cast<size_t>(n);
   }
-}
-
-// The directory this library was loaded from: the engine is installed beside it.
-bool own_directory(char* out, size_t out_len) {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return false;
-  const char* slash = strrchr(info.dli_fname, '/');
-  if (slash == nullptr) return snprintf(out, out_len, ".") < static_cast<int>(out_len);
-  const size_t len = static_cast<size_t>(slash - info.dli_fname);
-  if (len + 1 > out_len) return false;
-  memcpy(out, info.dli_fname, len);
-  out[len] = '\0';
-  return true;
 }
 
 template <typename Fn>

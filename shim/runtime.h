@@ -91,6 +91,9 @@ inline void ensure_started(int library = 0) {
 
 uint32_t current_tid();
 
+// The directory this library was loaded from, into `out`; false when it cannot be told or does not fit.
+bool own_directory(char* out, size_t out_len);
+
 // TRAINSCOPE_WATCH=modules: puts the Python module hooks first on PYTHONPATH (module_frames.cc); at load.
 void inject_module_hooks();
 // How many module frames' records this process appended.

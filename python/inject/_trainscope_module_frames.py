@@ -125,14 +125,12 @@ class _Hooks:
     def _after(self, module, args, output):
         try:
             stack = self._stack()
-            running = None
-            while stack:  # a forward that raised (torch < 2.0) left its entries: they are dropped here
-                running = stack.pop()
-                if running.module is module:
-                    break
-            else:
-                if running is None or running.module is not module:
-                    return None
+            # A forward that raised (torch < 2.0, no always_call) left its entries above this module's: dropped here.
+            while stack and stack[-1].module is not module:
+                stack.pop()
+            if not stack:
+                return None
+            running = stack.pop()
             if sys.exc_info()[0] is not None and output is None:
                 return None  # the forward raised: always_call runs the hook, but there is no frame
             name = running.names.get(module)

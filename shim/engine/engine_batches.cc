@@ -36,6 +36,25 @@ class BatchGate {
     tracker_.on_launch(optimizer);
     return past_last_batch();
   }
+  // A module forward (TRAINSCOPE_WATCH=modules): under auto the modules count the batches from the first one on, as
+  // the frame feed counts them (a root's forward ends its batch). The first module forward of a batch after the
+  // last one stops the rank: batch N has run whole, its backward and optimizer step included.
+  bool on_module(bool root) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!modules_) {
+      if (tracker_.marker().kind != batch::MarkerKind::kAuto) return false;
+      modules_ = true;
+      module_batch_ = tracker_.current_batch();
+    }
+    if (module_batch_ > last_batch_) return true;
+    if (root) ++module_batch_;
+    return false;
+  }
+  // Once modules count the batches, calls and launches no longer do.
+  bool counts_modules() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return modules_;
+  }
   bool counts_launches() const { return tracker_.marker().kind == batch::MarkerKind::kAuto; }
   bool counts_calls() const { return tracker_.marker().kind != batch::MarkerKind::kNvtx; }
   uint64_t last_batch() const { return last_batch_; }
@@ -49,6 +68,8 @@ class BatchGate {
   std::mutex mutex_;
   batch::BatchTracker tracker_;
   const uint64_t last_batch_;
+  bool modules_ = false;  // under mutex_
+  uint64_t module_batch_ = 0;
 };
 
 BatchGate* g_gate = nullptr;  // leaked: job threads may be in a hook while the process exits
@@ -74,7 +95,11 @@ void start_batch_gate(const Config& config) {
 void batch_gate_call(const recorder::Record& record) {
   BatchGate* gate = g_gate;
   const Op op = static_cast<Op>(record.op);
-  if (gate == nullptr || !gate->counts_calls() || record.comm_id == 0 ||
+  if (gate != nullptr && op == Op::kModuleForward) {
+    if (gate->on_module(record.aux == 1)) stop_after_batch(gate->last_batch());
+    return;
+  }
+  if (gate == nullptr || !gate->counts_calls() || gate->counts_modules() || record.comm_id == 0 ||
       !(recorder::is_collective(op) || recorder::is_point_to_point(op)))
     return;
   if (gate->on_call(record)) stop_after_batch(gate->last_batch());
@@ -88,7 +113,8 @@ void batch_gate_marker() {
 void batch_gate_launch(uint64_t function_handle) {
   BatchGate* gate = g_gate;
   // Launches end batches only where optimizer kernels can be told (auto, with the launch collector's predicate).
-  if (gate == nullptr || !gate->counts_launches() || !has_optimizer_kernel_predicate()) return;
+  if (gate == nullptr || !gate->counts_launches() || gate->counts_modules() || !has_optimizer_kernel_predicate())
+    return;
   if (gate->on_launch(function_handle != 0 && is_optimizer_kernel(function_handle)))
     stop_after_batch(gate->last_batch());
 }

@@ -9,6 +9,8 @@
 // Where the rank stops (N = TRAINSCOPE_ABORT_AFTER_BATCH):
 //   every:K, collective:REGEX  at the first call of batch N+1, once its record is appended, before the real call
 //   nvtx:REGEX                 at the range push that starts batch N+1, before any call of that batch
+//   auto, module frames        at the first module forward of batch N+1 (TRAINSCOPE_WATCH=modules: a root module's
+//                              forward ends a batch; from the first module frame on, calls and launches do not count)
 //   auto, optimizer kernels    at the first launch or call after the optimizer step of batch N, once it returned
 //   auto                       once the period is learnt, at the first call of batch N+1 as above; when learning it
 //                              (the call that completes `confirmations` cycles, 3 by default) shows that batch N
@@ -25,8 +27,9 @@ namespace trainscope::engine {
 
 // Arms the gate when config.abort_after_batch_set (never throws; a failure is logged and leaves no gate).
 void start_batch_gate(const Config& config);
-// The job's thread: a call was recorded as `record` (any op: only collectives and send/recv on a communicator
-// count) / an NVTX step marker was recorded. Stops the rank, never returning, when it belongs to a batch after N.
+// The job's thread: a call was recorded as `record` (any op: only collectives and send/recv on a communicator, and
+// module forwards, count) / an NVTX step marker was recorded. Stops the rank, never returning, when it belongs to a
+// batch after N.
 void batch_gate_call(const recorder::Record& record);
 void batch_gate_marker();
 // The job's thread: a kernel launch of `function_handle` (0: a graph launch) returned; under auto, once optimizer

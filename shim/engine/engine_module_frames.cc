@@ -155,6 +155,7 @@ std::string watch_module_frame(const recorder::Record& record, uint64_t index, c
         continue;
       }
       if (!contiguous(ndim, sizes, strides)) {
+        watch_board().counters().skipped_other.fetch_add(1, std::memory_order_relaxed);
         buffer.state = State::kSkipped;
         buffer.skipped_why = "a device tensor that is not contiguous";
         continue;

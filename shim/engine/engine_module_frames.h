@@ -4,8 +4,9 @@
 // Called on the job's thread by the shim once the frame's record is appended. As for a kernel launch's buffers
 // (engine_kernel_frames.h), a host tensor is read at once, by the host statistics over its strided elements (one pass
 // per contiguous run, no copy); the device tensors of one stream get one statistics batch enqueued on it, so nothing
-// waits for the GPU. A device tensor that is not contiguous is not read (its row says so): the kernel reads whole
-// ranges. The frame machinery (engine_frame_feed.h) makes the frame: its header the module's qualified name and class.
+// waits for the GPU. A device tensor that is not contiguous is not read (the kernel reads whole ranges): the frame has
+// no row for it, and the closing log line counts it among the skipped buffers. The frame machinery
+// (engine_frame_feed.h) makes the frame: its header the module's qualified name and class.
 #pragma once
 
 #include <cstdint>

@@ -119,6 +119,58 @@ TEST_P(ModuleFrames, ARegexKeepsTheFramesOfMatchingModulesAndTheBatchesOfTheRoot
   EXPECT_GT(headers, 0) << text;
 }
 
+// The non-blank lines of `text` from the first line holding `from` to the line before the first holding `to` ("":
+// to the end).
+std::vector<std::string> lines_between(const std::string& text, const std::string& from, const std::string& to) {
+  std::vector<std::string> out;
+  bool in = false;
+  for (const std::string& line : testing::split_lines(text)) {
+    if (!in && line.find(from) != std::string::npos) in = true;
+    if (in && !to.empty() && line.find(to) != std::string::npos) break;
+    if (in && !line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+TEST_P(ModuleFrames, ATracedBatchShowsDuosTraceFrames) {
+  // No overflow: DUO's trace replaces its deque by a list, so a later dump of DUO's is not a window of 21 frames.
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 240;
+  const testing::ProcessResult duo = testing::run_process(
+      job({"--model", GetParam(), "--duo", "--trace-batches", "1", "--overflow-batch", "99"}), plain);
+  ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
+  const std::vector<std::string> expected = lines_between(duo.out, "*** Starting batch number=1 ***", "job: step 1");
+  ASSERT_GT(expected.size(), 10u) << duo.out;
+
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
+  const testing::ProcessResult watched =
+      testing::run_process(job({"--model", GetParam(), "--overflow-batch", "99"}), options);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  // The same lines (trainscope's trace starts its batch with one blank line where DUO prints two).
+  std::string trace;  // its twin is a .jsonl stream, not the .json report() expects
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
+    if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
+      trace = testing::read_file(entry.path());
+  EXPECT_EQ(lines_between(trace, "*** Starting batch number=1 ***", ""), expected);
+}
+
+TEST_P(ModuleFrames, AbortAfterBatchStopsTheRankAtTheFirstModuleOfTheNextBatch) {
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);
+  options.env["TRAINSCOPE_ABORT_AFTER_BATCH"] = "1";
+  const testing::ProcessResult watched =
+      testing::run_process(job({"--model", GetParam(), "--overflow-batch", "99"}), options);
+  // Batch 1 runs whole (its backward and optimizer step: "job: step 1" is printed), batch 2 never starts.
+  EXPECT_EQ(watched.exit_code, 87) << watched.out << watched.err;
+  EXPECT_NE(watched.out.find("job: step 1 "), std::string::npos) << watched.out;
+  EXPECT_EQ(watched.out.find("job: step 2 "), std::string::npos) << watched.out;
+  EXPECT_NE(report(dir, "stop-").find("stopping after batch_number=1 (TRAINSCOPE_ABORT_AFTER_BATCH)"),
+            std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames, ::testing::Values("t5", "gpt2"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; });
 

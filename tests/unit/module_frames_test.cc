@@ -21,6 +21,7 @@
 #include "shim/module_frame_abi.h"
 #include "support/launch_recorder.h"
 #include "support/subprocess.h"
+#include "support/tensor_stats.h"
 
 namespace trainscope::engine {
 namespace {
@@ -48,22 +49,6 @@ std::vector<float> materialise(const float* data, const std::vector<int64_t>& si
     }
   }
   return out;
-}
-
-void expect_same_stats(const stats::TensorStats& got, const stats::TensorStats& want, const std::string& what) {
-  EXPECT_EQ(got.count, want.count) << what;
-  if (std::isnan(want.abs_max)) {
-    EXPECT_TRUE(std::isnan(got.abs_max)) << what;
-  } else {
-    EXPECT_EQ(got.abs_min, want.abs_min) << what;
-    EXPECT_EQ(got.abs_max, want.abs_max) << what;
-  }
-  EXPECT_EQ(got.finite_abs_min, want.finite_abs_min) << what;
-  EXPECT_EQ(got.finite_abs_max, want.finite_abs_max) << what;
-  EXPECT_EQ(got.nan_count, want.nan_count) << what;
-  EXPECT_EQ(got.pos_inf_count, want.pos_inf_count) << what;
-  EXPECT_EQ(got.neg_inf_count, want.neg_inf_count) << what;
-  EXPECT_EQ(got.first_nonfinite, want.first_nonfinite) << what;
 }
 
 TEST(StridedHostStats, EveryViewGivesTheStatisticsOfItsElementsInLogicalOrder) {
@@ -98,7 +83,7 @@ TEST(StridedHostStats, EveryViewGivesTheStatisticsOfItsElementsInLogicalOrder) {
         stats::compute_stats_host(elements.data(), elements.size(), stats::DType::kFloat32, stats::ChecksumMode::kSkip);
     const stats::TensorStats got = strided_host_stats(
         data, stats::DType::kFloat32, static_cast<int64_t>(view.sizes.size()), view.sizes.data(), view.strides.data());
-    expect_same_stats(got, want, view.what);
+    trainscope::testing::expect_same_statistics(got, want, view.what);
   }
   const int64_t empty_sizes[] = {3, 0};
   const int64_t empty_strides[] = {0, 1};

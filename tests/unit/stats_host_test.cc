@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/stats.h"
+#include "support/tensor_stats.h"
 
 namespace {
 
@@ -548,17 +549,7 @@ TEST_P(StatsHostFastPass, AgreesWithTheDefinitionAcrossBlocks) {
         const auto quick = compute_stats_host(bytes.data() + offset, length, type, ChecksumMode::kSkip);
         const std::string what = std::string(trainscope::stats::dtype_name(type)) + " n=" + std::to_string(length) +
                                  " variant " + std::to_string(variant);
-        EXPECT_EQ(std::isnan(quick.abs_min), std::isnan(full.abs_min)) << what;
-        if (!std::isnan(full.abs_min)) {
-          EXPECT_EQ(quick.abs_min, full.abs_min) << what;
-          EXPECT_EQ(quick.abs_max, full.abs_max) << what;
-        }
-        EXPECT_EQ(quick.finite_abs_min, full.finite_abs_min) << what;
-        EXPECT_EQ(quick.finite_abs_max, full.finite_abs_max) << what;
-        EXPECT_EQ(quick.nan_count, full.nan_count) << what;
-        EXPECT_EQ(quick.pos_inf_count, full.pos_inf_count) << what;
-        EXPECT_EQ(quick.neg_inf_count, full.neg_inf_count) << what;
-        EXPECT_EQ(quick.first_nonfinite, full.first_nonfinite) << what;
+        trainscope::testing::expect_same_statistics(quick, full, what);
       }
     }
   }
