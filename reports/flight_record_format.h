@@ -28,6 +28,11 @@ inline constexpr uint32_t kDefaultMaxNames = 4096;   // version 3: kernel and CU
 inline constexpr uint32_t kDefaultMaxStreams = 256;  // version 3: CUDA streams that launched kernels
 inline constexpr int32_t kResultPending = -1;        // the call has not returned (yet, or ever: it hung or crashed)
 inline constexpr int32_t kUnknown = -1;              // rank, world, peer, root, dtype, redop not known or not used
+// A kModuleForward record's aux (see "Module records" below).
+inline constexpr uint64_t kModuleRecordForward = 0;
+inline constexpr uint64_t kModuleRecordRoot = 1;
+inline constexpr uint64_t kModuleRecordBackward = 2;
+inline constexpr uint64_t kModuleRecordStepSkipped = 3;
 
 // Every intercepted NCCL entry point. Values are stable: they are stored in files.
 enum class Op : uint16_t {
@@ -187,7 +192,11 @@ enum RecordFlags : uint8_t {
 // TRAINSCOPE_WATCH=modules: the Python hooks (python/inject/) hand each torch.nn.Module forward to the shim
 // (shim/module_frames.cc), which appends one record when the forward has ended, watched (kFlagWatched), its result 0:
 //   kModuleForward  start_ns  the hook's entry         seq    the process's module frame number (1-based)
-//                   count     rows of the frame         aux    1: the forward of a root module (a batch ends), else 0
+//                   count     rows of the frame         aux    kModuleRecordForward (0), kModuleRecordRoot (1: the
+//                                                              forward of a root module; a batch ends),
+//                                                              kModuleRecordBackward (2: the module's gradients) or
+//                                                              kModuleRecordStepSkipped (3: a loss scaler skipped the
+//                                                              optimizer step; no frame, 0 rows, not watched)
 //                   caller    a hash of the module's qualified name and class (its call site for near overflow)
 // rank, nranks, peer, redop and dtype are kUnknown, comm_id and site 0. The name and the rows are the engine's (the
 // frame reports); the record keeps the frames in one order with the job's collectives and launches.

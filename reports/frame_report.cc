@@ -316,6 +316,7 @@ nlohmann::json frame_json(const Frame& frame) {
   for (const FrameRow& row : frame.rows) rows.push_back(row_json(row));
   nlohmann::json out = {
       {"name", frame.name}, {"kind", frame.kind}, {"has_nonfinite", frame.has_nonfinite()}, {"rows", rows}};
+  if (frame.module) out["module"] = true;  // name is the module's qualified name, kind its class
   if (frame.launch) {
     const FrameLaunch& l = *frame.launch;
     out["launch"] = {{"kernel", l.kernel},

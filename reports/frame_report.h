@@ -85,6 +85,8 @@ struct Frame {
   // The first frame of batch N in DUO's module frames: the detection text puts DUO's batch lines before it
   // ("\n\n" + 17 spaces + " *** Starting batch number=N ***" and the column header), as DUO's dump shows them.
   std::optional<std::uint64_t> starts_batch{};
+  bool module =
+      false;  // a torch.nn.Module's frame (TRAINSCOPE_WATCH=modules): name is its qualified name, kind its class
 
   bool has_nonfinite() const;
   // The first row holding a NaN or an infinity; nullptr when none does.

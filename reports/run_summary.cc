@@ -50,6 +50,7 @@ constexpr KindInfo kKinds[] = {
     {ReportKind::kNearOverflow, "near-overflow-rank", "near_overflow", "near_overflow", "rank"},
     {ReportKind::kStop, "stop-rank", "stop", "stop", "rank"},
     {ReportKind::kCudaError, "cuda-error-rank", "cuda_error", "cuda_error", "process"},
+    {ReportKind::kStepSkipped, "step-skipped-rank", "step_skipped", "step_skipped", "rank"},
 };
 
 const KindInfo& info_of(ReportKind kind) {
@@ -459,6 +460,8 @@ void first_nonfinite_frame(const json& report, std::string* frame, std::string* 
   for (const json* f : objects_in(report, "frames")) {
     if (!bool_member(*f, "has_nonfinite", false)) continue;
     *frame = string_member(*f, "name");
+    // A module is named by its qualified name and class, as its frame's header names it.
+    if (bool_member(*f, "module", false)) *frame += (frame->empty() ? "" : " ") + string_member(*f, "kind");
     for (const json* row : objects_in(*f, "rows")) {
       const bool nonfinite = uint_member(*row, "nan_count").value_or(0) != 0 ||
                              uint_member(*row, "pos_inf_count").value_or(0) != 0 ||
@@ -470,6 +473,20 @@ void first_nonfinite_frame(const json& report, std::string* frame, std::string* 
     }
     return;
   }
+}
+
+// The batches whose optimizer step a loss scaler skipped, by rank (step-skipped-rank<R>: "batches").
+std::map<int32_t, std::vector<uint64_t>> skipped_steps(const RunSummary& summary) {
+  std::map<int32_t, std::vector<uint64_t>> skipped;
+  for (const ReportFiles* r : reports_of(summary, ReportKind::kStepSkipped)) {
+    std::vector<uint64_t>& batches = skipped[r->rank];
+    if (!r->has_json) continue;
+    if (const json* list = member(r->json, "batches"); list != nullptr && list->is_array()) {
+      for (const json& b : *list)
+        if (b.is_number_unsigned()) batches.push_back(b.get<uint64_t>());
+    }
+  }
+  return skipped;
 }
 
 void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis* a) {
@@ -520,7 +537,31 @@ void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis
     line += "; " + (earliest.rank >= 0 ? "rank " + std::to_string(earliest.rank) : std::string("rank ?")) +
             " saw it in " + earliest.frame + (earliest.label.empty() ? "" : " " + earliest.label);
   }
+  // In gradients a loss scaler then threw away: what it is for (fp16 loss scaling finds its scale so), not a fault.
+  const std::map<int32_t, std::vector<uint64_t>> skipped = skipped_steps(summary);
+  const auto was_skipped = [&](const FirstNonfinite& f) {
+    const auto it = skipped.find(f.rank);
+    return f.batch && it != skipped.end() &&
+           std::find(it->second.begin(), it->second.end(), *f.batch) != it->second.end();
+  };
+  if (std::all_of(firsts.begin(), firsts.end(), was_skipped))
+    line += "; the loss scaler skipped that batch's optimizer step (see skipped steps)";
   a->lines.push_back(line);
+}
+
+void skipped_steps_line(const RunSummary& summary, Analysis* a) {
+  json items = json::array();
+  std::vector<std::string> parts;
+  for (const auto& [rank, batches] : skipped_steps(summary)) {
+    items.push_back({{"rank", rank_json(rank)}, {"batches", batches}});
+    parts.push_back((rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?")) + ", " +
+                    batches_phrase(batches));
+  }
+  a->fields["skipped_steps"] = std::move(items);
+  if (parts.empty()) return;
+  a->lines.push_back("skipped steps: " + join_capped(parts, "; ") +
+                     " (the loss scaler found inf/nan in the gradients and skipped the optimizer step, then lowered "
+                     "its scale: how loss scaling works, not a failure)");
 }
 
 // "mismatch-3f2a9c-24", "mismatch-p2p-3f2a9c-2", "desync-3f2a9c-813-2" -> communicator and call number.
@@ -1563,6 +1604,7 @@ Analysis analyse(const RunSummary& summary) {
   vanished_line(summary, &a);
   streak_line(summary, &a);
   near_overflow_line(summary, &a);
+  skipped_steps_line(summary, &a);
   stop_line(summary, &a);
   cuda_error_lines(summary, &a);
   launches_line(summary, &a);

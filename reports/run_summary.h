@@ -17,6 +17,9 @@
 //     vanished ranks: none
 //     overflow streaks: rank 2, batches 40–44 (5 in a row)
 //     near overflow: 2 warnings on rank 1 (first: batch 3, <frame> output 6.27e+04 = 96% of float16's max)
+//     skipped steps: rank 0, batch 2 (the loss scaler found inf/nan in the gradients and skipped the optimizer
+//                    step ...: not a failure)        (only when a loss scaler skipped a step; the first inf/nan line
+//                                                   then says when its batch is one of them)
 //     stopped: rank 0 after batch 5 (TRAINSCOPE_ABORT_AFTER_BATCH); ranks 1–3 by trainscope (mismatch, status 86)
 //     first CUDA errors: 1                           (only when a process had one: from its recorder, else its
 //                                                   cuda-error-rank<R> report; a line per process below)
@@ -63,7 +66,8 @@ enum class ReportKind : uint8_t {
   kOverflowStreak,
   kNearOverflow,
   kStop,
-  kCudaError,  // cuda-error-rank<R>: a process's first CUDA error (reports/cuda_error_report.h)
+  kCudaError,    // cuda-error-rank<R>: a process's first CUDA error (reports/cuda_error_report.h)
+  kStepSkipped,  // step-skipped-rank<R>: the batches whose optimizer step a loss scaler skipped (inf/nan gradients)
 };
 const char* report_kind_name(ReportKind kind);  // "origin", "mismatch", ..., "near_overflow", "stop"
 

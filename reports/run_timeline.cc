@@ -327,6 +327,7 @@ std::vector<Instant> report_instants(const Run& run, const recorder::RunDirector
       }
       case ReportKind::kOverflowStreak:
       case ReportKind::kNearOverflow:
+      case ReportKind::kStepSkipped:
         break;
     }
   }

@@ -43,13 +43,14 @@ constexpr ConfigVarInfo kVars[kConfigVarCount] = {
     {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
      "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
     {"TRAINSCOPE_WATCH", "collectives",
-     "off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX (REGEX: POSIX "
-     "extended, to the end of the value: an item with one comes last)",
+     "off, or a comma-separated list of collectives, modules, modules:REGEX, backward (with modules) and "
+     "kernels:REGEX (REGEX: POSIX extended, to the end of the value: an item with one comes last)",
      "collectives computes abs min, abs max and inf/nan counts of each watched collective's send buffer (before the "
      "call) and receive buffer (after it) and keeps them as frames; kernels:REGEX does the same for every CUDA kernel "
      "launch whose demangled name matches (its buffers after the launch); modules makes every torch.nn.Module forward "
      "of a PyTorch process a frame named like the model (its parameters, inputs and outputs), modules:REGEX those "
-     "whose qualified name or class matches; off watches nothing."},
+     "whose qualified name or class matches, and with backward their gradients too (grad_output, grad_input: "
+     "frames of their own); off watches nothing."},
     {"TRAINSCOPE_WATCH_EVERY", "1", "an integer from 1 to 1000000000",
      "Watch every K-th collective of each communicator (sampling); 1 watches them all."},
     {"TRAINSCOPE_WATCH_MIN_BYTES", "0", "a byte count, optionally suffixed K, M or G (x1024, x1048576, x1073741824)",
@@ -432,14 +433,15 @@ bool starts_with_ignore_case(const char* value, const char* prefix) {
   return true;
 }
 
-// off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX in any order. A REGEX runs
-// to the end of the value (it may hold commas), so an item with one comes last. The launch collector and the module
-// filter compile them with the same POSIX extended syntax, so a pattern accepted here works there.
+// off, or a comma-separated list of collectives, modules, modules:REGEX, backward and kernels:REGEX in any order. A
+// REGEX runs to the end of the value (it may hold commas), so an item with one comes last. The launch collector and the
+// module filter compile them with the same POSIX extended syntax, so a pattern accepted here works there.
 bool parse_watch(const char* value, Config* out, const char** reason) {
   static constexpr char kKernels[] = "kernels:";
   static constexpr char kModules[] = "modules:";
   WatchMode collectives = WatchMode::kOff;
   bool modules = false;
+  bool backward = false;
   const char* kernel_pattern = nullptr;
   const char* module_pattern = nullptr;
   if (!equals_ignore_case(value, "off")) {
@@ -452,6 +454,8 @@ bool parse_watch(const char* value, Config* out, const char** reason) {
         collectives = WatchMode::kCollectives;
       } else if (is("modules")) {
         modules = true;
+      } else if (is("backward")) {
+        backward = true;
       } else if (starts_with_ignore_case(item, kKernels) && kernel_pattern == nullptr) {
         kernel_pattern = item + sizeof(kKernels) - 1;
         break;
@@ -488,8 +492,13 @@ bool parse_watch(const char* value, Config* out, const char** reason) {
   if (!take(kernel_pattern, out->watch_kernels, "(the regular expression after kernels: is empty)") ||
       !take(module_pattern, out->watch_modules_regex, "(the regular expression after modules: is empty)"))
     return false;
+  if (backward && !modules) {
+    *reason = "(backward is for module frames: give it with modules or modules:REGEX)";
+    return false;
+  }
   out->watch = collectives;
   out->watch_modules = modules;
+  out->watch_module_backward = backward;
   return true;
 }
 
@@ -729,6 +738,7 @@ void config_defaults(Config* out) {
   out->watch = WatchMode::kCollectives;
   out->watch_kernels[0] = '\0';
   out->watch_modules = false;
+  out->watch_module_backward = false;
   out->watch_modules_regex[0] = '\0';
   out->watch_every = 1;
   out->watch_min_bytes = 0;
@@ -921,6 +931,7 @@ bool config_value_text(const Config& config, ConfigVar var, char* out, size_t ou
       };
       if (config.watch != WatchMode::kOff) item("collectives");
       if (config.watch_modules && config.watch_modules_regex[0] == '\0') item("modules");
+      if (config.watch_modules && config.watch_module_backward) item("backward");
       if (config.watch_modules_regex[0] != '\0') {
         item("modules:");
         ok = ok && append(out, out_len, &used, config.watch_modules_regex);

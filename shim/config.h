@@ -118,9 +118,10 @@ struct Config {
   char watch_kernels[kMaxWatchKernels + 1];  // kernels:REGEX's regex (POSIX extended); empty: no kernel watched
   bool watch_modules;                        // modules or modules:REGEX: torch.nn.Module forwards (python/inject/)
   char watch_modules_regex[kMaxWatchKernels + 1];  // modules:REGEX's regex; empty: every module
-  uint64_t watch_every;                            // watch every K-th collective of each communicator (1: all)
-  uint64_t watch_min_bytes;                        // and only those moving at least this many bytes
-  uint32_t max_frames;                             // frames kept per rank for a detection report
+  bool watch_module_backward;  // backward: the watched modules' gradients are frames too (python/inject/)
+  uint64_t watch_every;        // watch every K-th collective of each communicator (1: all)
+  uint64_t watch_min_bytes;    // and only those moving at least this many bytes
+  uint32_t max_frames;         // frames kept per rank for a detection report
   StepMarkerForm step_marker_form;
   char step_marker[kMaxStepMarker + 1];  // the whole value as given ("auto", "nvtx:^step", "every:12")
   NonfinitePolicy on_nonfinite;

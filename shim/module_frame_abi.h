@@ -18,7 +18,13 @@ namespace trainscope {
 
 inline constexpr int64_t kModuleFrameVersion = 1;
 inline constexpr int64_t kModuleFrameRoot = 1;  // flags: the forward of a root module (the batch ends with it)
-inline constexpr int64_t kModuleRowHead = 7;    // words of a row before its sizes and strides
+// flags: the module's gradients (TRAINSCOPE_WATCH=modules,backward): rows grad_output[i], then grad_input[i]. Never
+// with kModuleFrameRoot: a backward frame ends no batch, it belongs to the batch of its forward.
+inline constexpr int64_t kModuleFrameBackward = 2;
+// flags: no frame, an event: a loss scaler (AMP's GradScaler) skipped the optimizer step because the gradients held
+// inf/nan. Zero rows; the name says which scaler.
+inline constexpr int64_t kModuleFrameStepSkipped = 4;
+inline constexpr int64_t kModuleRowHead = 7;  // words of a row before its sizes and strides
 inline constexpr int64_t kModuleMaxDims = 64;
 
 enum class ModuleRowKind : int64_t {
@@ -39,4 +45,6 @@ int trainscope_module_frame(const char* name, const char* kind, const char* labe
 // Whether a module with this qualified name and class gets frames (TRAINSCOPE_WATCH=modules:REGEX matches either;
 // plain modules: every module): 1 or 0. Asked once per module by the hooks.
 int trainscope_module_watched(const char* name, const char* kind);
+// Whether the modules' gradients are frames too (TRAINSCOPE_WATCH=modules,backward): 1 or 0. Asked once by the hooks.
+int trainscope_module_backward(void);
 }

@@ -95,6 +95,10 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_watched(
              : 0;
 }
 
+extern "C" __attribute__((visibility("default"))) int trainscope_module_backward(void) {
+  return g_runtime.enabled && g_runtime.config.watch_modules && g_runtime.config.watch_module_backward ? 1 : 0;
+}
+
 extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(const char* name, const char* kind,
                                                                               const char* labels, uint64_t labels_len,
                                                                               const int64_t* words,
@@ -114,18 +118,29 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   record.op = static_cast<uint16_t>(recorder::Op::kModuleForward);
   record.seq = g_module_frames.fetch_add(1, std::memory_order_relaxed) + 1;
   record.count = static_cast<uint64_t>(words[2] > 0 ? words[2] : 0);
-  record.aux = (words[1] & kModuleFrameRoot) != 0 ? 1 : 0;
-  record.caller = module_site(name, kind);
+  // aux: kModuleRecordRoot, kModuleRecordBackward or kModuleRecordStepSkipped (flight_record_format.h).
+  const int64_t flags = words[1];
+  record.aux = (flags & kModuleFrameStepSkipped) != 0 ? recorder::kModuleRecordStepSkipped
+               : (flags & kModuleFrameBackward) != 0  ? recorder::kModuleRecordBackward
+               : (flags & kModuleFrameRoot) != 0      ? recorder::kModuleRecordRoot
+                                                      : recorder::kModuleRecordForward;
+  // A module's gradients are a call site of their own (near overflow is said once per site).
+  record.caller = module_site(name, kind) ^ (record.aux == recorder::kModuleRecordBackward ? 0x9e3779b97f4a7c15ull : 0);
   record.rank = record.nranks = record.peer = record.redop = recorder::kUnknown;
   record.dtype = recorder::kUnknown;
-  record.flags = recorder::kFlagWatched;
+  // A skipped step is an event for the frame feed: no statistics, nothing on the watch board.
+  const bool skipped = record.aux == recorder::kModuleRecordStepSkipped;
+  record.flags = skipped ? 0 : recorder::kFlagWatched;
   const recorder::Pending pending = g_runtime.writer.append(record, 0, record.start_ns);
   // TRAINSCOPE_ABORT_AFTER_BATCH: the first module forward of batch N+1 stops the rank here (never returns).
   if (auto gate = g_runtime.engine_batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record);
   int result = -3;
-  if (pending.slot != nullptr)
+  if (skipped) {
+    result = 0;
+  } else if (pending.slot != nullptr) {
     result =
         g_runtime.engine_module_frame(&record, pending.commit - 1, name, kind, labels, labels_len, words, word_count);
+  }
   --t_thread.depth;
   return result;
 }

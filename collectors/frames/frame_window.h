@@ -46,8 +46,6 @@ struct Frame : reports::Frame {
   // The call site's id (the flight recorder's site table, and the stack id of its stack; 0: none), for the stack
   // shown with the first inf/nan.
   std::uint32_t stack_id = 0;
-  bool module =
-      false;  // a torch.nn.Module's frame (TRAINSCOPE_WATCH=modules): name is its qualified name, kind its class
 };
 
 struct FrameWindowOptions {
@@ -89,6 +87,9 @@ struct FrameUpdate {
   bool trace_batch_start = false;    // the first traced frame of its batch: emit the batch header first
   std::optional<Frame> trace_frame;  // a frame of a trace batch, to emit now
   bool abort_now = false;            // batch abort_after_batch has ended
+  // A loss scaler (AMP's GradScaler) skipped the optimizer step of this batch: its gradients held inf/nan, and the
+  // job goes on with a lower scale (the frame feed's, from a module record; never the window's).
+  std::optional<std::uint64_t> step_skipped_batch;
 };
 
 class FrameWindow {

@@ -10,6 +10,16 @@ Statistics are trainscope's, never torch's: each tensor goes to libtrainscope.so
 sizes, strides, device and stream, in one call per frame (shim/module_frame_abi.h). A host tensor is read there, a
 CUDA tensor gets the statistics kernel on its current stream; nothing here synchronises, allocates a tensor or keeps
 one. A hook never raises into the job: what goes wrong is said once and the hooks stand down.
+
+With TRAINSCOPE_WATCH=modules,backward a watched module's gradients are a frame of their own, after its backward:
+grad_output[i] (the gradient of the loss by its outputs), then grad_input[i] (by its positional inputs that require
+grad: the input tensor's whole gradient, every use of it summed, as its .grad would be). The gradients are seen by
+gradient hooks on those tensors (register_multi_grad_hook), which add no node to the autograd graph: the backward
+runs the same operations in the same order, so every gradient and weight is the same bit for bit. (PyTorch's full
+backward hooks are not used: they wrap the inputs in a custom autograd Function, and a module that modifies its input
+in place, ReLU(inplace=True), then fails; views of the inputs would change the order in which a tensor's gradients
+are summed.) AMP's GradScaler skipping a step is told to the library, so that the inf/nan it skipped is not called a
+failure.
 """
 
 import array
@@ -19,7 +29,7 @@ import threading
 import weakref
 
 _VERSION = 1
-_ROOT = 1
+_ROOT, _BACKWARD, _STEP_SKIPPED = 1, 2, 4
 _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
 
 
@@ -40,21 +50,39 @@ def install(torch):
                            ctypes.c_uint64]
     is_watched.restype = ctypes.c_int
     is_watched.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    _Hooks(torch, take_frame, is_watched).register()
+    backward = getattr(library, "trainscope_module_backward", None)
+    if backward is not None:
+        backward.restype = ctypes.c_int
+        backward.argtypes = []
+    _Hooks(torch, take_frame, is_watched, backward is not None and backward() == 1).register()
     return True
 
 
 class _Running:
-    __slots__ = ("module", "root", "names")
+    __slots__ = ("module", "root", "names", "gradients")
 
     def __init__(self, module, root, names):
         self.module = module
         self.root = root
         self.names = names
+        self.gradients = None  # backward: this forward's _Gradients
+
+
+class _Gradients:
+    """One forward's gradients, gathered for its backward frame."""
+
+    __slots__ = ("name", "kind", "outputs", "output_grads", "inputs")
+
+    def __init__(self, name, kind, inputs):
+        self.name = name
+        self.kind = kind
+        self.outputs = []  # labels of the outputs that require grad, in order (set after the forward)
+        self.output_grads = None
+        self.inputs = inputs  # labels of the inputs that require grad, in order
 
 
 class _Hooks:
-    def __init__(self, torch, take_frame, is_watched):
+    def __init__(self, torch, take_frame, is_watched, backward=False):
         self._torch = torch
         self._take_frame = take_frame
         self._is_watched = is_watched
@@ -69,6 +97,20 @@ class _Hooks:
         self._warned_compiling = False
         compiler = getattr(torch, "compiler", None)
         self._is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+        graph = getattr(getattr(torch, "autograd", None), "graph", None)
+        self._multi_grad_hook = getattr(graph, "register_multi_grad_hook", None)
+        self._backward = backward
+        if backward and self._multi_grad_hook is None:
+            self._backward = False
+            _warn("TRAINSCOPE_WATCH=...,backward needs torch.autograd.graph.register_multi_grad_hook (PyTorch 2.0 "
+                  "or later); this PyTorch %s gets forward frames only" % getattr(torch, "__version__", "?"))
+        self._scaler_patched = None  # (class, its own _maybe_opt_step)
+        self._deferred = []  # backward frames waiting for the other hooks of their gradient (_defer)
+        self._deferred_lock = threading.Lock()
+        self._flush_queued = False
+        # The root whose forward ends a batch is the one with the largest tree seen: the model, not a loss module
+        # called beside it (DUO counts the batches of the model it is given).
+        self._batch_root_size = 0
 
     @staticmethod
     def _dtype_codes(torch):
@@ -89,6 +131,7 @@ class _Hooks:
         except TypeError:  # torch < 2.0: no always_call (a forward that raises leaves the thread's stack; see _before)
             handle = module.register_module_forward_hook(self._after)
         self._handles.append(handle)
+        self._watch_loss_scaler()
 
     def _stop(self, why):
         if self._stopped:
@@ -96,7 +139,48 @@ class _Hooks:
         self._stopped = True
         for handle in self._handles:
             handle.remove()
+        if self._scaler_patched is not None:
+            scaler, original = self._scaler_patched
+            scaler._maybe_opt_step = original
+            self._scaler_patched = None
         _warn(why + "; no more module frames in this process")
+
+    def _watch_loss_scaler(self):
+        """AMP's GradScaler skips optimizer.step() when the unscaled gradients hold inf/nan (what loss scaling is
+        for): the library is told, so that the summary says the step was skipped. The check is GradScaler's own, on
+        the values it has just synchronised for the same check; the result and the step are GradScaler's."""
+        scaler = getattr(getattr(getattr(self._torch, "amp", None), "grad_scaler", None), "GradScaler", None)
+        original = scaler.__dict__.get("_maybe_opt_step") if scaler is not None else None
+        if original is None or not callable(original):
+            return  # another PyTorch: no step is told skipped (the frames are the same)
+        hooks = self
+
+        def _maybe_opt_step(scaler_self, optimizer, optimizer_state, *args, **kwargs):
+            try:
+                found = sum(v.item() for v in optimizer_state["found_inf_per_device"].values())
+            except Exception:
+                found = 0
+            result = original(scaler_self, optimizer, optimizer_state, *args, **kwargs)
+            if found:
+                hooks._step_skipped(type(scaler_self).__name__)
+            return result
+
+        _maybe_opt_step.__wrapped__ = original
+        _maybe_opt_step.__doc__ = getattr(original, "__doc__", None)
+        scaler._maybe_opt_step = _maybe_opt_step
+        self._scaler_patched = (scaler, original)
+
+    def _step_skipped(self, scaler_name):
+        try:
+            if self._stopped:
+                return
+            words = array.array("q", (_VERSION, _STEP_SKIPPED, 0))
+            result = self._take_frame(scaler_name.encode(), b"step skipped", b"", 0, words.buffer_info()[0],
+                                      len(words))
+            if result < 0:
+                self._stop("the library refused a skipped step (%d)" % result)
+        except Exception as error:
+            self._stop("telling a skipped step failed (%r)" % (error,))
 
     # ---- which module, named how --------------------------------------------------------------------------------
 
@@ -111,16 +195,57 @@ class _Hooks:
             stack = self._stack()
             if stack:
                 top = stack[-1]
-                stack.append(_Running(module, top.root, top.names))
-                return None
-            names = self._names.get(module)
-            if names is None:
-                names = {m: name for name, m in module.named_modules()}
-                self._names[module] = names
-            stack.append(_Running(module, module, names))
+                running = _Running(module, top.root, top.names)
+            else:
+                names = self._names.get(module)
+                if names is None:
+                    names = {m: name for name, m in module.named_modules()}
+                    self._names[module] = names
+                running = _Running(module, module, names)
+            stack.append(running)
+            if self._backward:
+                self._watch_inputs(running, args)
         except Exception as error:
             self._stop("the forward pre-hook failed (%r)" % (error,))
         return None
+
+    def _watched_name(self, module, names):
+        """The module's qualified name when it gets frames (in the running root's tree, and watched), else None."""
+        name = names.get(module)
+        if name is None:
+            return None
+        watched = self._watched.get(module)
+        if watched is None:
+            watched = bool(self._is_watched(name.encode(), type(module).__name__.encode()))
+            self._watched[module] = watched
+        return name if watched else None
+
+    def _watch_inputs(self, running, args):
+        """Backward frames: gradient hooks on the positional inputs that require grad, before the forward (a module
+        that modifies its input in place changes the tensor's history; a hook registered before sees the gradient of
+        the value the module was given)."""
+        torch = self._torch
+        if not isinstance(args, tuple) or not torch.is_grad_enabled():
+            return
+        module = running.module
+        name = self._watched_name(module, running.names)
+        if name is None:
+            return
+        inputs = [(i, value) for i, value in enumerate(args) if isinstance(value, self._tensor) and value.requires_grad]
+        gradients = _Gradients(name, type(module).__name__, ["grad_input[%d]" % i for i, _ in inputs])
+        running.gradients = gradients
+        if not inputs:
+            return
+        hooks = self
+
+        def on_inputs(grads):
+            try:
+                hooks._flush_deferred(grads)
+                hooks._defer(gradients, tuple(grads), grads)
+            except Exception as error:
+                hooks._stop("a gradient hook failed (%r)" % (error,))
+
+        self._multi_grad_hook([value for _, value in inputs], on_inputs)
 
     def _after(self, module, args, output):
         try:
@@ -141,15 +266,127 @@ class _Hooks:
                     self._warned_compiling = True
                     _warn("modules run by torch.compile'd code get no frame (their forwards are compiled)")
                 return None
-            watched = self._watched.get(module)
-            if watched is None:
-                watched = bool(self._is_watched(name.encode(), type(module).__name__.encode()))
-                self._watched[module] = watched
-            if watched or module is running.root:
-                self._frame(module, name, args, output, module is running.root, watched)
+            watched = self._watched_name(module, running.names) is not None
+            batch_root = module is running.root and len(running.names) >= self._batch_root_size
+            if batch_root:
+                self._batch_root_size = len(running.names)
+            if watched or batch_root:
+                self._frame(module, name, args, output, batch_root, watched)
+            if running.gradients is not None:
+                self._watch_outputs(running.gradients, output)
         except Exception as error:
             self._stop("the forward hook failed (%r)" % (error,))
         return None
+
+    # ---- the backward frame -------------------------------------------------------------------------------------
+
+    def _watch_outputs(self, gradients, output):
+        outputs = []
+        self._tensors_of(output, "grad_output", outputs)
+        outputs = [(label, t) for label, t in outputs if t.requires_grad]
+        if not outputs:
+            return  # nothing of this forward gets a gradient
+        gradients.outputs = [label for label, _ in outputs]
+        hooks = self
+
+        def on_outputs(grads):
+            try:
+                gradients.output_grads = tuple(grads)
+                hooks._flush_deferred(grads)
+                if not gradients.inputs:
+                    hooks._defer(gradients, (), grads)
+            except Exception as error:
+                hooks._stop("a gradient hook failed (%r)" % (error,))
+
+        self._multi_grad_hook([t for _, t in outputs], on_outputs)
+
+    # A tensor's gradient goes first to the hooks of the modules that made it in the forward (their grad_output), inner
+    # modules first, then to those of the modules that took it as input (their grad_input), outer modules first: the
+    # order the hooks were registered in. The frames are told in the order the backward made the gradient: the
+    # modules that took it, inner first (the innermost one's backward made it), then the ones that receive it. So they
+    # wait, grouped by gradient, until the hooks move on to another tensor's gradient or the backward ends; the first
+    # frame holding an inf is then that of the module whose backward made it.
+    @staticmethod
+    def _first_tensor(grads):
+        for grad in grads:
+            if grad is not None:
+                return grad
+        return None
+
+    def _defer(self, gradients, input_grads, grads):
+        key = self._first_tensor(grads)
+        with self._deferred_lock:
+            self._deferred.append((gradients, input_grads, key))
+            queue = not self._flush_queued
+            self._flush_queued = True
+        if queue:
+            try:
+                self._torch.autograd.Variable._execution_engine.queue_callback(self._flush_all_deferred)
+            except Exception:
+                self._flush_all_deferred()  # no end-of-backward callback here: told now rather than never
+
+    def _tell(self, entries):
+        start = 0
+        while start < len(entries):  # by gradient, in the order they came
+            end = start + 1
+            while end < len(entries) and entries[end][2] is entries[start][2]:
+                end += 1
+            group = entries[start:end]
+            taking = [entry for entry in group if entry[1]]
+            receiving = [entry for entry in group if not entry[1]]
+            for gradients, input_grads, _ in list(reversed(taking)) + receiving:
+                self._backward_frame(gradients, input_grads)
+            start = end
+
+    def _flush_deferred(self, grads):
+        key = self._first_tensor(grads)
+        with self._deferred_lock:
+            if not self._deferred:
+                return
+            ready = [entry for entry in self._deferred if entry[2] is not key]
+            if not ready:
+                return
+            self._deferred = [entry for entry in self._deferred if entry[2] is key]
+        self._tell(ready)
+
+    def _flush_all_deferred(self):
+        try:
+            with self._deferred_lock:
+                ready, self._deferred = self._deferred, []
+                self._flush_queued = False
+            self._tell(ready)
+        except Exception as error:
+            self._stop("a gradient hook failed (%r)" % (error,))
+
+    def _tensors_of(self, value, label, out):
+        if isinstance(value, self._tensor):
+            out.append((label, value))
+        elif isinstance(value, tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, tuple):
+                    for j, inner in enumerate(item):
+                        if isinstance(inner, self._tensor):
+                            out.append(("%s[%d][%d]" % (label, i, j), inner))
+                elif isinstance(item, self._tensor):
+                    out.append(("%s[%d]" % (label, i), item))
+
+    def _backward_frame(self, gradients, input_grads):
+        if self._stopped or (not gradients.outputs and not gradients.inputs):
+            return
+        words = array.array("q", (_VERSION, _BACKWARD, 0))
+        labels = []
+        output_grads = gradients.output_grads or (None,) * len(gradients.outputs)
+        for label, grad in zip(gradients.outputs, output_grads):
+            self._row(words, labels, grad, label)
+        for label, grad in zip(gradients.inputs, input_grads):
+            self._row(words, labels, grad, label)
+        gradients.output_grads = None  # the frame is taken: the gradients are the job's again
+        words[2] = len(labels)
+        packed = b"\0".join(labels) + b"\0" if labels else b""
+        result = self._take_frame(gradients.name.encode(), gradients.kind.encode(), packed, len(packed),
+                                  words.buffer_info()[0], len(words))
+        if result < 0:
+            self._stop("the library refused a frame (%d)" % result)
 
     # ---- the frame ----------------------------------------------------------------------------------------------
 

@@ -96,7 +96,9 @@ void batch_gate_call(const recorder::Record& record) {
   BatchGate* gate = g_gate;
   const Op op = static_cast<Op>(record.op);
   if (gate != nullptr && op == Op::kModuleForward) {
-    if (gate->on_module(record.aux == 1)) stop_after_batch(gate->last_batch());
+    // A module's gradients and a skipped step belong to the batch of the forward before them: they never stop it.
+    if (record.aux != recorder::kModuleRecordForward && record.aux != recorder::kModuleRecordRoot) return;
+    if (gate->on_module(record.aux == recorder::kModuleRecordRoot)) stop_after_batch(gate->last_batch());
     return;
   }
   if (gate == nullptr || !gate->counts_calls() || gate->counts_modules() || record.comm_id == 0 ||

@@ -191,6 +191,8 @@ frames::Frame make_module_frame(const WatchedLaunchBuffers& module, const Record
   frames::Frame frame;
   frame.name = module.short_name;
   frame.kind = module.name;
+  // A module's gradients (TRAINSCOPE_WATCH=modules,backward): DUO's header, marked after the class.
+  if (r.aux == recorder::kModuleRecordBackward) frame.kind += " (backward)";
   frame.module = true;
   frame.batch = batch;
   frame.call_number = r.seq;
@@ -216,7 +218,10 @@ reports::DetectionReport detection_report(const frames::Detection& detection, in
   report.batch_number = detection.batch;
   report.max_frames = max_frames;
   for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
-  if (!detection.frames.empty()) report.first_nonfinite_frame = detection.frames.back().name;
+  if (!detection.frames.empty()) {
+    const frames::Frame& last = detection.frames.back();
+    report.first_nonfinite_frame = last.module ? last.name + " " + last.kind : last.name;
+  }
   return report;
 }
 
@@ -228,8 +233,10 @@ reports::FirstNonfinite first_nonfinite(const frames::Detection& detection, int3
   const frames::Frame& last = detection.frames.back();
   const reports::FrameRow* row = last.first_nonfinite_row();
   first.op = last.module ? last.name + " " + last.kind : last.launch ? last.name : last.kind;
-  first.where = row != nullptr && row->label.rfind("input", 0) == 0 ? reports::NonfiniteWhere::kInput
-                                                                    : reports::NonfiniteWhere::kOutput;
+  // A backward frame's grad_output is what its module's backward received, grad_input what it produced.
+  const bool received =
+      row != nullptr && (row->label.rfind("input", 0) == 0 || row->label.rfind("grad_output", 0) == 0);
+  first.where = received ? reports::NonfiniteWhere::kInput : reports::NonfiniteWhere::kOutput;
   first.kind = row != nullptr && row->stats.nan_count > 0 ? reports::NonfiniteKind::kNan : reports::NonfiniteKind::kInf;
   first.comm_id = last.comm_id;
   first.call_number = last.call_number;
@@ -321,12 +328,21 @@ void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
     module_batches_ = true;
     module_batch_ = tracker_.current_batch();
   }
-  const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
-  if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, batch, index, position, true, r});
-  if (module_batches_ && r.aux == 1) {
+  const bool forward = r.aux == recorder::kModuleRecordForward || r.aux == recorder::kModuleRecordRoot;
+  if (module_batches_ && module_batch_ended_ && forward) {
+    module_batch_ended_ = false;
     ++module_batch_;
     backlog_.push_back({true, module_batch_, 0, position, true, {}});
   }
+  const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
+  if (r.aux == recorder::kModuleRecordStepSkipped) {
+    Pending skipped{false, batch, index, position, true, r};
+    skipped.step_skipped = true;
+    backlog_.push_back(skipped);
+    return;
+  }
+  if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, batch, index, position, true, r});
+  if (module_batches_ && r.aux == recorder::kModuleRecordRoot) module_batch_ended_ = true;
 }
 
 // The tracker settled more calls: the waiting ones among them get their numbers as it knows them now (their
@@ -386,6 +402,14 @@ void FrameFeed::drain_backlog() {
       release_held();  // settled by now: the batch start is
       next_frame_starts_batch_ = true;
       apply(window_.on_batch_start(front.batch), nullptr);
+      backlog_.pop_front();
+      continue;
+    }
+    if (front.step_skipped) {
+      release_held();  // the frames before it first
+      frames::FrameUpdate update;
+      update.step_skipped_batch = front.batch;
+      apply(update, nullptr);
       backlog_.pop_front();
       continue;
     }

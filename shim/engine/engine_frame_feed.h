@@ -71,6 +71,7 @@ class FrameFeed {
     uint64_t position = 0;      // the call's position in the tracker (a launch: the last call before it)
     bool settled = true;        // `batch` is the call's number (else its provisional number: auto, period not known)
     recorder::Record record{};  // a launch's record (grid, block, stream: the frame's launch object)
+    bool step_skipped = false;  // not a frame: a loss scaler skipped batch `batch`'s optimizer step
   };
 
   void on_record(uint64_t index, const recorder::Record& r);
@@ -102,6 +103,9 @@ class FrameFeed {
   // TRAINSCOPE_WATCH=modules under auto: the root modules' forwards count the batches (on_module).
   bool module_batches_ = false;
   uint64_t module_batch_ = 0;
+  // A root's forward ended module_batch_: the next module forward starts the next one. Until then (the backward, the
+  // gradients' all-reduce, the optimizer step) everything belongs to the batch that ended.
+  bool module_batch_ended_ = false;
   bool next_frame_starts_batch_ = true;  // the next frame is its batch's first
 };
 

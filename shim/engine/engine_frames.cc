@@ -272,6 +272,21 @@ class FrameThread {
     for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
     if (update.detection) detected(*update.detection);
     if (update.persistent) persistent(*update.persistent);
+    if (update.step_skipped_batch) step_skipped(*update.step_skipped_batch);
+  }
+
+  // A loss scaler skipped a batch's optimizer step (TRAINSCOPE_WATCH=modules: the hooks saw AMP's GradScaler do it):
+  // the inf/nan of that batch's gradients is what the scaler looks for, and the job goes on.
+  void step_skipped(uint64_t batch) {
+    skipped_batches_.push_back(batch);
+    const std::string who = rank() >= 0 ? "rank " + std::to_string(rank()) : std::string("this process");
+    const std::string line = who + ": the loss scaler skipped the optimizer step of batch " + std::to_string(batch) +
+                             " (its gradients held inf/nan; the weights were not changed and the scale was lowered): "
+                             "expected with loss scaling, not a failure\n";
+    skipped_text_ += line;
+    write(step_skipped_base_name(rank()), skipped_text_,
+          {{"kind", "step_skipped"}, {"rank", rank()}, {"by", "GradScaler"}, {"batches", skipped_batches_}});
+    log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
 
   void trace(const frames::Frame& frame, bool batch_start) {
@@ -369,6 +384,8 @@ class FrameThread {
   FrameFeed feed_;  // its sink (apply) runs in pass() only, once everything here is constructed
   std::string near_text_;
   nlohmann::json near_json_ = nlohmann::json::array();
+  std::string skipped_text_;
+  std::vector<uint64_t> skipped_batches_;
   std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -407,6 +424,8 @@ StepMarkerMatcher* g_marker_matcher = nullptr;  // leaked: job threads may match
 std::string nonfinite_base_name(int32_t rank) { return "nonfinite-rank" + std::to_string(rank); }
 std::string overflow_streak_base_name(int32_t rank) { return "overflow-streak-rank" + std::to_string(rank); }
 std::string near_overflow_base_name(int32_t rank) { return "near-overflow-rank" + std::to_string(rank); }
+
+std::string step_skipped_base_name(int32_t rank) { return "step-skipped-rank" + std::to_string(rank); }
 std::string stop_base_name(int32_t rank) { return "stop-rank" + std::to_string(rank); }
 std::string trace_base_name(int32_t rank) { return "trace-rank" + std::to_string(rank); }
 

@@ -49,6 +49,7 @@ bool step_marker_matches(const char* name);
 std::string nonfinite_base_name(int32_t rank);        // "nonfinite-rank3"
 std::string overflow_streak_base_name(int32_t rank);  // "overflow-streak-rank3"
 std::string near_overflow_base_name(int32_t rank);    // "near-overflow-rank3"
+std::string step_skipped_base_name(int32_t rank);     // "step-skipped-rank3"
 std::string stop_base_name(int32_t rank);             // "stop-rank3"
 std::string trace_base_name(int32_t rank);            // "trace-rank3" (.txt and .jsonl)
 

@@ -89,8 +89,8 @@ TEST_P(ModuleFrames, TheDumpOfAnUnmodifiedJobEqualsDebugUnderflowOverflowsLineFo
   // The summary names the module, as the seed's workflow asks ("now you know where the error occurs").
   const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
   EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
-  const std::string module = GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo output"
-                                                : "transformer.ln_f output";  // its variance overflows
+  const std::string module = GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear output"
+                                                : "transformer.ln_f LayerNorm output";  // its variance overflows
   EXPECT_NE(summary.out.find(module), std::string::npos) << summary.out;
   EXPECT_EQ(summary.out.find("called NCCL but made no communicator"), std::string::npos)
       << "module frames are not NCCL calls: " << summary.out;
@@ -171,8 +171,123 @@ TEST_P(ModuleFrames, AbortAfterBatchStopsTheRankAtTheFirstModuleOfTheNextBatch) 
             std::string::npos);
 }
 
+// The job's digest lines ("job: digest <step> <sha>"): its weights and gradients after each step, bit for bit.
+std::vector<std::string> digests(const std::string& out) {
+  std::vector<std::string> lines;
+  for (const std::string& line : testing::split_lines(out))
+    if (line.rfind("job: digest ", 0) == 0) lines.push_back(line);
+  return lines;
+}
+
+TEST_P(ModuleFrames, BackwardFramesLeaveTheTrainingBitwiseUnchanged) {
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 240;
+  const std::vector<std::string> args = {"--model", GetParam(), "--overflow-batch", "99", "--digest"};
+  const testing::ProcessResult unwatched = testing::run_process(job(args), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  ASSERT_EQ(digests(unwatched.out).size(), 4u) << unwatched.out;
+
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "modules,backward";
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
+  const testing::ProcessResult watched = testing::run_process(job(args), options);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_EQ(digests(watched.out), digests(unwatched.out));
+  EXPECT_EQ(watched.err.find("module frames:"), std::string::npos) << "the hooks stood down: " << watched.err;
+  // The traced batch holds the modules' gradients, named like their forwards.
+  std::string trace;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
+    if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
+      trace = testing::read_file(entry.path());
+  const std::string layer =
+      GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear" : "transformer.h.1.mlp.c_proj Conv1D";
+  EXPECT_NE(trace.find("                  " + layer + " (backward)\n"), std::string::npos) << trace;
+  EXPECT_NE(trace.find(" grad_output\n"), std::string::npos);
+  EXPECT_NE(trace.find(" grad_input[0]\n"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames, ::testing::Values("t5", "gpt2"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; });
+
+// ---- Backward frames (TRAINSCOPE_WATCH=modules,backward) on a small fp32 model ---------------------------------
+
+class ModuleBackwardFrames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
+  }
+  static std::vector<std::string> backward_job(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {torch_python(), python_job("module_backward_job.py")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  static testing::ProcessOptions backward_options(const testing::TempDir& dir) {
+    testing::ProcessOptions options = torch_options(dir);
+    options.env["TRAINSCOPE_WATCH"] = "modules,backward";
+    return options;
+  }
+};
+
+TEST_F(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(backward_job({"--digest"}), backward_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  const std::string text = report(dir, "nonfinite-");
+  ASSERT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text << watched.err;
+  // The forward stayed finite: the first inf is what head.proj's backward passed back, and it is the dump's last frame.
+  EXPECT_TRUE(
+      text.ends_with("                  head.proj Linear (backward)\n"
+                     "1.15e+18 1.15e+18 grad_output\n"
+                     "     inf      inf grad_input[0]\n"))
+      << text;
+  // The loss module called beside the model ends no batch: batch 2 is the job's third step.
+  const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+  EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("head.proj Linear (backward) grad_input[0]"), std::string::npos) << summary.out;
+  EXPECT_EQ(summary.out.find("skipped steps"), std::string::npos) << summary.out;
+
+  // The same job unwatched: the same weights and gradients at every step (its ReLU(inplace=True) included, which
+  // PyTorch's own full backward hooks refuse).
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  const testing::ProcessResult unwatched = testing::run_process(backward_job({"--digest"}), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  EXPECT_EQ(watched.out, unwatched.out);
+}
+
+TEST_F(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
+  testing::TempDir dir;
+  const testing::ProcessResult watched =
+      testing::run_process(backward_job({"--grad-scaler", "--digest"}), backward_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_NE(report(dir, "step-skipped-").find("the loss scaler skipped the optimizer step of batch 2"),
+            std::string::npos);
+  const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+  EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("the loss scaler skipped that batch's optimizer step"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("skipped steps: rank ?, batch 2 (the loss scaler found inf/nan in the gradients"),
+            std::string::npos)
+      << summary.out;
+  // GradScaler's own result: the same with and without trainscope.
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  const testing::ProcessResult unwatched = testing::run_process(backward_job({"--grad-scaler", "--digest"}), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  EXPECT_EQ(watched.out, unwatched.out);
+}
+
+TEST_F(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) {
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);  // modules only
+  const testing::ProcessResult watched = testing::run_process(backward_job({}), options);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  // The inf gradients of batch 2 were applied: batch 3's first module reads nan weights.
+  const std::string text = report(dir, "nonfinite-");
+  EXPECT_NE(text.find("Detected inf/nan during batch_number=3\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("(backward)"), std::string::npos) << text;
+}
 
 // ---- The way in, on every CPython present (no torch needed) ---------------------------------------------------
 

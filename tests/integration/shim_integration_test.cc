@@ -141,7 +141,7 @@ TEST(ShimLibrary, ExportsExactlyTheInterposedNcclFunctions) {
       // ends of a process that run no exit() handler (process_end.cc)
       "_exit", "_Exit", "execve", "execv", "execvp", "execvpe", "fexecve", "execl", "execlp", "execle",
       // the Python module hooks' entry points (TRAINSCOPE_WATCH=modules, module_frame_abi.h)
-      "trainscope_module_frame", "trainscope_module_watched"};
+      "trainscope_module_frame", "trainscope_module_watched", "trainscope_module_backward"};
   std::set<std::string> exported;
   for (const auto& name : read_elf_dynamic(TS_SHIM).exported)
     if (!sanitized() || name.rfind("nccl", 0) == 0 || name.rfind("InitializeInjection", 0) == 0 || name == "dlsym" ||

@@ -791,7 +791,8 @@ void expect_refused(const char* assignment, const char* expected) {
 TEST(ConfigFrames, BadValuesNameTheVariableAndTheAcceptedForms) {
   const Bad bad[] = {
       {"TRAINSCOPE_WATCH=all",
-       "accepted off, or a comma-separated list of collectives, modules, modules:REGEX and kernels:REGEX"},
+       "accepted off, or a comma-separated list of collectives, modules, modules:REGEX, backward (with modules) and "
+       "kernels:REGEX"},
       {"TRAINSCOPE_WATCH_EVERY=0", "(out of range)"},
       {"TRAINSCOPE_WATCH_EVERY=3x", "an integer from 1 to 1000000000"},
       {"TRAINSCOPE_WATCH_MIN_BYTES=1T", "suffixed K, M or G"},
@@ -888,7 +889,22 @@ TEST(ConfigFrames, WatchModulesAloneWithARegexOrBesideCollectivesAndKernels) {
 
   ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=collectives", &c), "");
   EXPECT_FALSE(c.watch_modules);
+  EXPECT_FALSE(c.watch_module_backward);
   EXPECT_STREQ(c.watch_modules_regex, "");
+}
+
+TEST(ConfigFrames, WatchBackwardAddsTheModulesGradients) {
+  Config c;
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=backward,modules", &c), "");
+  EXPECT_TRUE(c.watch_modules);
+  EXPECT_TRUE(c.watch_module_backward);
+  EXPECT_EQ(text_of(c, kVarWatch), "modules,backward");
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=collectives,backward,modules:wo$", &c), "");
+  EXPECT_TRUE(c.watch_module_backward);
+  EXPECT_STREQ(c.watch_modules_regex, "wo$");
+  EXPECT_EQ(text_of(c, kVarWatch), "collectives,backward,modules:wo$");
+  ASSERT_EQ(parse_one("TRAINSCOPE_WATCH=modules", &c), "");
+  EXPECT_FALSE(c.watch_module_backward);
 }
 
 TEST(ConfigLaunches, KernelDtypeTakesTheStatisticsNames) {
@@ -913,7 +929,8 @@ TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
       {"TRAINSCOPE_WATCH=modules:", "(the regular expression after modules: is empty)"},
       {"TRAINSCOPE_WATCH=collectives,modules:wo(", "(invalid POSIX extended regular expression:"},
       {"TRAINSCOPE_WATCH=modules,,collectives", "(an empty item)"},
-      {"TRAINSCOPE_WATCH=modules,backward", "a comma-separated list of collectives, modules"},
+      {"TRAINSCOPE_WATCH=backward", "(backward is for module frames: give it with modules or modules:REGEX)"},
+      {"TRAINSCOPE_WATCH=collectives,backward", "(backward is for module frames"},
       {"TRAINSCOPE_WATCH=kernels:gemm,collectives:x(", "(invalid POSIX extended regular expression:"},
       {"TRAINSCOPE_KERNEL_DTYPE=fp16", "accepted float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8"},
       {"TRAINSCOPE_KERNEL_DTYPE=", "(empty)"},

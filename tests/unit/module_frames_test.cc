@@ -111,6 +111,7 @@ class ModuleFramesTest : public ::testing::Test {
         [this](const frames::FrameUpdate& update, const frames::Frame* frame) {
           if (frame != nullptr) frames_.push_back(*frame);
           if (update.detection) detection_ = update.detection;
+          if (update.step_skipped_batch) skipped_.push_back(*update.step_skipped_batch);
         },
         [](bool, const std::string&) {});
   }
@@ -125,7 +126,11 @@ class ModuleFramesTest : public ::testing::Test {
   // A module forward's record and frame, as shim/module_frames.cc makes them. Returns watch_module_frame's answer.
   std::string module(const std::string& name, const std::string& kind, const std::vector<Row>& rows, bool root,
                      std::optional<std::vector<int64_t>> words_override = std::nullopt) {
-    std::vector<int64_t> words = {kModuleFrameVersion, root ? kModuleFrameRoot : 0, static_cast<int64_t>(rows.size())};
+    std::vector<int64_t> words = {kModuleFrameVersion,
+                                  backward_next_ ? kModuleFrameBackward
+                                  : root         ? kModuleFrameRoot
+                                                 : 0,
+                                  static_cast<int64_t>(rows.size())};
     std::string labels;
     for (const Row& row : rows) {
       labels += row.label;
@@ -144,7 +149,8 @@ class ModuleFramesTest : public ::testing::Test {
     r.op = static_cast<uint16_t>(Op::kModuleForward);
     r.seq = ++frames_made_;
     r.count = rows.size();
-    r.aux = root ? 1 : 0;
+    r.aux = backward_next_ ? recorder::kModuleRecordBackward : root ? recorder::kModuleRecordRoot : 0;
+    backward_next_ = false;
     r.caller = std::hash<std::string>{}(name + " " + kind);
     r.flags = recorder::kFlagWatched;
     const recorder::Pending pending = writer_.append(r, 0, 1000);
@@ -168,6 +174,21 @@ class ModuleFramesTest : public ::testing::Test {
               "");
   }
 
+  // A module's backward frame (TRAINSCOPE_WATCH=modules,backward).
+  std::string backward(const std::string& name, const std::string& kind, const std::vector<Row>& rows) {
+    backward_next_ = true;
+    return module(name, kind, rows, false);
+  }
+
+  // GradScaler skipped the step: an event record, not watched, as shim/module_frames.cc appends it.
+  void step_skipped() {
+    recorder::Record r{};
+    r.op = static_cast<uint16_t>(Op::kModuleForward);
+    r.seq = ++frames_made_;
+    r.aux = recorder::kModuleRecordStepSkipped;
+    writer_.append(r, 0, 1000);
+  }
+
   void pass() { feed_->pass(writer_.header()); }
 
   trainscope::testing::TempDir dir_;
@@ -176,7 +197,9 @@ class ModuleFramesTest : public ::testing::Test {
   std::unique_ptr<FrameFeed> feed_;
   std::vector<frames::Frame> frames_;
   std::optional<frames::Detection> detection_;
+  std::vector<uint64_t> skipped_;
   uint64_t frames_made_ = 0;
+  bool backward_next_ = false;
   std::vector<float> weight_ = {0.5f, -2.0f};
   std::vector<float> input_ = {1.0f, -3.0f, 0.25f};
   std::vector<float> finite_ = {4.0f, -0.125f};
@@ -234,6 +257,53 @@ TEST_F(ModuleFramesTest, TheRootsForwardEndsEachBatchAndTheInfIsReportedInDuosFo
             "4.00e+00      inf output\n");
   // The origin names the module by its name and class.
   EXPECT_EQ(first_nonfinite(*detection_, 0).op, "layer Linear");
+}
+
+TEST_F(ModuleFramesTest, BackwardFramesBelongToTheBatchOfTheirForwardAndAreMarkedInTheHeader) {
+  // Batch 0 and 1: forward, then the gradients (the layer's backward runs after the root's forward ended the batch).
+  for (int step = 0; step < 2; ++step) {
+    forward(finite_);
+    EXPECT_EQ(backward("layer", "Linear",
+                       {{"grad_output", ModuleRowKind::kTensor, &finite_},
+                        {"grad_input[0]", ModuleRowKind::kTensor, step == 1 ? &overflowed_ : &input_}}),
+              "");
+    if (step == 1) step_skipped();
+  }
+  forward(finite_);  // batch 2 starts with its first forward, not at batch 1's root
+  pass();
+  ASSERT_EQ(frames_.size(), 8u);
+  EXPECT_EQ(frames_[2].kind, "Linear (backward)");
+  EXPECT_EQ(frames_[2].name, "layer");
+  EXPECT_EQ(frames_[2].batch, 0u);
+  EXPECT_FALSE(frames_[2].starts_batch.has_value());
+  EXPECT_EQ(frames_[3].batch, 1u);
+  EXPECT_EQ(frames_[3].starts_batch, std::optional<uint64_t>(1));
+  EXPECT_EQ(frames_[5].batch, 1u);
+  EXPECT_EQ(frames_[6].batch, 2u);
+  EXPECT_EQ(frames_[6].starts_batch, std::optional<uint64_t>(2));
+  ASSERT_TRUE(detection_.has_value());
+  EXPECT_EQ(detection_->batch, 1u);
+  const std::string text = reports::format_detection_text(detection_report(*detection_, 0, 21));
+  EXPECT_NE(text.find("                  layer Linear (backward)\n"
+                      "1.25e-01 4.00e+00 grad_output\n"
+                      "4.00e+00      inf grad_input[0]\n"),
+            std::string::npos)
+      << text;
+  // Its backward made the inf (grad_input), and the report names the module's gradients.
+  const reports::FirstNonfinite first = first_nonfinite(*detection_, 0);
+  EXPECT_EQ(first.op, "layer Linear (backward)");
+  EXPECT_EQ(first.where, reports::NonfiniteWhere::kOutput);
+  EXPECT_EQ(detection_report(*detection_, 0, 21).first_nonfinite_frame, "layer Linear (backward)");
+  // The skipped step is batch 1's, after its frames.
+  EXPECT_EQ(skipped_, std::vector<uint64_t>{1});
+}
+
+TEST_F(ModuleFramesTest, AGradientThatArrivesNonFiniteIsWhatTheModulesBackwardReceived) {
+  forward(finite_);
+  EXPECT_EQ(backward("layer", "Linear", {{"grad_output", ModuleRowKind::kTensor, &overflowed_}}), "");
+  pass();
+  ASSERT_TRUE(detection_.has_value());
+  EXPECT_EQ(first_nonfinite(*detection_, 0).where, reports::NonfiniteWhere::kInput);
 }
 
 TEST_F(ModuleFramesTest, ARootWithoutRowsStillEndsItsBatch) {

@@ -5,10 +5,11 @@ Run unmodified under TRAINSCOPE_WATCH=modules, or with --duo to attach transform
 own tool) to the same model: the frames of both are compared by tests/integration/module_frames_test.cc.
 
   module_overflow_job.py --model t5|gpt2 [--duo] [--steps N] [--overflow-batch B] [--trace-batches 1,2]
-                         [--abort-after-batch N] [--scale S]
+                         [--abort-after-batch N] [--scale S] [--digest]
 """
 
 import argparse
+import hashlib
 import sys
 
 import torch
@@ -31,6 +32,17 @@ def build(model_name):
     return model, weight
 
 
+def digest(model):
+    """The weights and gradients, bit for bit: the same with and without trainscope."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        if p.grad is not None:
+            h.update(p.grad.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="t5")
@@ -40,6 +52,7 @@ def main():
     parser.add_argument("--scale", type=float, default=3e38)
     parser.add_argument("--trace-batches", default="")
     parser.add_argument("--abort-after-batch", type=int, default=None)
+    parser.add_argument("--digest", action="store_true", help="print a digest of the weights and gradients each step")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -70,6 +83,8 @@ def main():
         loss.backward()
         optimizer.step()
         print("job: step %d loss %s" % (step, float(loss)), flush=True)
+        if args.digest:
+            print("job: digest %d %s" % (step, digest(model)), flush=True)
     return 0
 
 
