@@ -55,6 +55,8 @@ echo "-- trainscope report --last all on 4 recorders x 40k calls: peak RSS and t
 build-ci/tests/bench/report_bench --benchmark_format=console || echo "report figures failed (not a test)"
 echo "-- the shim for a Python caller 30 frames deep (every CPython 3.9-3.13 found)"
 bash tests/bench/python_hook_bench.sh build-ci || echo "Python figures failed (not a test)"
+echo "-- module frames: per-step time of a small T5 training loop on CPU, unwatched / DUO / TRAINSCOPE_WATCH=modules (issue 21: overhead under a third of DUO's)"
+bash tests/bench/module_step.sh build-ci || echo "module frame figures failed (not a test)"
 
 echo "== $(date -u +%T) the GPU kit runs with nothing but glibc (what a lent GPU machine has of ours)"
 TRAINSCOPE_GPU_KIT_BUILD=build-ci bash scripts/gpu-kit.sh build-ci-kit
