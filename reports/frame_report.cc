@@ -117,6 +117,10 @@ bool point_to_point(const FirstNonfinite& f) { return f.peer >= 0 && (f.op == "n
 // its record index as call number. A launch is its rank's own: no other rank shares it.
 bool kernel_launch(const FirstNonfinite& f) { return f.comm_id == 0 && collective_phrase(f.op) == f.op; }
 
+// A torch.nn.Module's frame (TRAINSCOPE_WATCH=modules): a rank's own work as a kernel launch is, its op
+// "module <qualified name> <class>" and its call number the rank's module frame number.
+bool module_frame(const FirstNonfinite& f) { return f.comm_id == 0 && f.op.starts_with(kModuleOpPrefix); }
+
 // "rank 3" when the coordinator knew the peer's global rank, else its rank in the communicator.
 std::string peer_text(const FirstNonfinite& f) {
   return f.peer_rank >= 0 ? "rank " + std::to_string(f.peer_rank) : "communicator rank " + std::to_string(f.peer);
@@ -124,6 +128,9 @@ std::string peer_text(const FirstNonfinite& f) {
 
 // "all-reduce call #812 in batch 12"; a send/recv is numbered per peer and direction: "send #5 to rank 3 in batch 12".
 std::string call_text(const FirstNonfinite& f) {
+  if (module_frame(f)) {
+    return f.op + " (module frame #" + std::to_string(f.call_number) + ") in batch " + std::to_string(f.batch_number);
+  }
   if (kernel_launch(f)) {
     return "kernel " + f.op + " (launch record #" + std::to_string(f.call_number) + ") in batch " +
            std::to_string(f.batch_number);
@@ -567,8 +574,11 @@ std::string format_origin_text(const std::vector<FirstNonfinite>& firsts) {
   for (const auto& group : origin.others) {
     const FirstNonfinite& f = *group.front();
     if (kernel_launch(f)) {
+      // A module's frame of a later batch: the value reached this rank after the origin's (through the gradients'
+      // all-reduce of a backend trainscope does not watch, gloo or MPI, or a collective not watched).
+      const bool later = module_frame(f) && f.batch_number > origin.call->batch_number;
       out += ranks_text(group) + " first saw " + kind_word(f.kind) + " in the " + where_word(f.where) + " of " +
-             call_text(f) + '\n';
+             call_text(f) + (later ? ", after " + ranks_text({origin.call}) : std::string()) + '\n';
     } else if (f.where == NonfiniteWhere::kInput) {
       out += ranks_text(group) + " sent " + kind_word(f.kind) + " in " + call_text(f) + '\n';
     } else {

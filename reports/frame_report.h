@@ -175,6 +175,9 @@ enum class NonfiniteWhere : std::uint8_t { kInput = 0, kOutput = 1 };
 enum class NonfiniteKind : std::uint8_t { kInf = 0, kNan = 1 };
 
 // One rank's first frame with a non-finite value.
+// The op of a module frame's FirstNonfinite: "module " + its qualified name + " " + its class.
+inline constexpr std::string_view kModuleOpPrefix = "module ";
+
 struct FirstNonfinite {
   int32_t rank = -1;
   uint64_t batch_number = 0;

@@ -40,7 +40,9 @@ inline constexpr size_t kMaxFrameBytes = 1024;     // a native frame; a Python f
 inline constexpr size_t kMaxHeartbeatCalls = 256;
 inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr size_t kMaxReportTextBytes = 1u << 20;
-inline constexpr size_t kMaxOpNameBytes = 64;  // an NCCL function name ("ncclReduceScatter")
+// An NCCL function name ("ncclReduceScatter"), a kernel's short name, or a module frame's "module <name> <class>"
+// (a qualified name of a deep model is long).
+inline constexpr size_t kMaxOpNameBytes = 512;
 inline constexpr int32_t kMaxRanks = 1 << 20;
 inline constexpr size_t kFingerprintWireBytes = 85;  // the fields of Fingerprint, without its padding
 

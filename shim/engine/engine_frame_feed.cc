@@ -232,7 +232,10 @@ reports::FirstNonfinite first_nonfinite(const frames::Detection& detection, int3
   if (detection.frames.empty()) return first;
   const frames::Frame& last = detection.frames.back();
   const reports::FrameRow* row = last.first_nonfinite_row();
-  first.op = last.module ? last.name + " " + last.kind : last.launch ? last.name : last.kind;
+  first.op = last.module
+                 ? std::string(reports::kModuleOpPrefix) + (last.name.empty() ? "" : last.name + " ") + last.kind
+             : last.launch ? last.name
+                           : last.kind;
   // A backward frame's grad_output is what its module's backward received, grad_input what it produced.
   const bool received =
       row != nullptr && (row->label.rfind("input", 0) == 0 || row->label.rfind("grad_output", 0) == 0);

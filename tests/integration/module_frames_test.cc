@@ -289,6 +289,33 @@ TEST_F(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) 
   EXPECT_EQ(text.find("(backward)"), std::string::npos) << text;
 }
 
+// ---- A 2-rank DDP job (gloo) under trainscope run ----------------------------------------------------------------
+
+TEST_F(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {
+  testing::TempDir dir;
+  testing::ProcessOptions options = torch_options(dir);
+  options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run preloads the library into the job
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.timeout_seconds = 300;
+  const testing::ProcessResult run = testing::run_process(
+      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "job", "--library", TS_SHIM, "--", torch_python(),
+       "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job("module_ddp_job.py")},
+      options);
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  // Rank 1's module made the inf in batch 2; rank 0 saw it only in batch 3, through the gradients' all-reduce.
+  const std::string origin = testing::read_file(run_dir(dir) + "/origin.txt");
+  EXPECT_EQ(origin,
+            "rank 1 first saw inf in the output of module module.encoder.1.fc Linear (module frame #24) in batch 2\n"
+            "rank 0 first saw nan in the output of module module.encoder.0.fc Linear (module frame #31) in batch 3, "
+            "after rank 1\n")
+      << run.err;
+  EXPECT_NE(run.err.find("\n  first inf/nan: batch 2 on rank 1, batch 3 on rank 0\n"), std::string::npos) << run.err;
+  EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank0.txt").find("Detected inf/nan during batch_number=3\n"),
+            std::string::npos);
+  EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank1.txt").find("Detected inf/nan during batch_number=2\n"),
+            std::string::npos);
+}
+
 // ---- The way in, on every CPython present (no torch needed) ---------------------------------------------------
 
 class ModuleHooksInjection : public EveryPython {};

@@ -482,6 +482,21 @@ TEST(FrameReportTest, OriginInAKernelComesBeforeTheCollectivesThatCarriedIt) {
             "rank 3 first saw inf in the output of kernel gemm_kernel (launch record #5000) in batch 13\n");
 }
 
+TEST(FrameReportTest, OriginInAModuleNamesItAndTheRanksThatSawItOnlyLater) {
+  // Rank 1's module made the inf in batch 2; rank 0 got it through a gradient all-reduce trainscope does not see (gloo)
+  // and saw it in its own modules in batch 3; rank 2 in the same batch, in a later frame (ranks running one model make
+  // the same frames in the same order: their numbers compare).
+  const std::vector<FirstNonfinite> firsts = {
+      kernel_first(0, NonfiniteWhere::kOutput, 31, "module encoder.0.fc Linear", 3),
+      kernel_first(1, NonfiniteWhere::kOutput, 24, "module encoder.1.fc Linear", 2),
+      kernel_first(2, NonfiniteWhere::kInput, 30, "module head Linear (backward)", 2)};
+  EXPECT_EQ(format_origin_text(firsts),
+            "rank 1 first saw inf in the output of module encoder.1.fc Linear (module frame #24) in batch 2\n"
+            "rank 2 first saw inf in the input of module head Linear (backward) (module frame #30) in batch 2\n"
+            "rank 0 first saw inf in the output of module encoder.0.fc Linear (module frame #31) in batch 3, after "
+            "rank 1\n");
+}
+
 TEST(FrameReportTest, OriginIssueExample) {
   std::vector<FirstNonfinite> firsts;
   for (int32_t rank = 7; rank >= 0; --rank)

@@ -256,7 +256,7 @@ TEST_F(ModuleFramesTest, TheRootsForwardEndsEachBatchAndTheInfIsReportedInDuosFo
             "2.50e-01 3.00e+00 input[0]\n"
             "4.00e+00      inf output\n");
   // The origin names the module by its name and class.
-  EXPECT_EQ(first_nonfinite(*detection_, 0).op, "layer Linear");
+  EXPECT_EQ(first_nonfinite(*detection_, 0).op, "module layer Linear");
 }
 
 TEST_F(ModuleFramesTest, BackwardFramesBelongToTheBatchOfTheirForwardAndAreMarkedInTheHeader) {
@@ -291,7 +291,7 @@ TEST_F(ModuleFramesTest, BackwardFramesBelongToTheBatchOfTheirForwardAndAreMarke
       << text;
   // Its backward made the inf (grad_input), and the report names the module's gradients.
   const reports::FirstNonfinite first = first_nonfinite(*detection_, 0);
-  EXPECT_EQ(first.op, "layer Linear (backward)");
+  EXPECT_EQ(first.op, "module layer Linear (backward)");
   EXPECT_EQ(first.where, reports::NonfiniteWhere::kOutput);
   EXPECT_EQ(detection_report(*detection_, 0, 21).first_nonfinite_frame, "layer Linear (backward)");
   // The skipped step is batch 1's, after its frames.

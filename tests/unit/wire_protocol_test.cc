@@ -146,7 +146,7 @@ TEST(WireProtocolTest, NonfiniteMessageRoundTripsEveryField) {
 
   // An op name over the limit is cut when encoding, so what goes out is always accepted.
   NonfiniteMessage long_op = sample_nonfinite();
-  long_op.op = std::string(500, 'x');
+  long_op.op = std::string(kMaxOpNameBytes + 100, 'x');
   const DecodeResult decoded_long = decode(encode(long_op));
   ASSERT_TRUE(decoded_long.ok) << decoded_long.error;
   EXPECT_EQ(std::get<NonfiniteMessage>(decoded_long.message).op, std::string(kMaxOpNameBytes, 'x'));
@@ -278,7 +278,7 @@ TEST(WireProtocolTest, MalformedNonfiniteMessagesAreRefused) {
 
   auto long_op = encode(message);
   poke(long_op, op_at, kMaxOpNameBytes + 1, 4);
-  expect_refused(long_op, "op is 65 bytes, limit 64");
+  expect_refused(long_op, "op is 513 bytes, limit 512");
   auto overrunning_op = encode(message);
   poke(overrunning_op, op_at, 60, 4);
   expect_refused(overrunning_op, "truncated in op");
