@@ -102,4 +102,15 @@ trainscope report "$work/runs/python" >"$work/python-report" 2>&1 ||
   { cat "$work/python-report"; fail "trainscope report of the Python job failed"; }
 grep -q "forward_backward_job.py:[0-9]* in " "$work/python-report" ||
   { cat "$work/python-report"; fail "the Python job's report names no line of the job"; }
-echo "wheel_test: the installed wheel works, for a C and a Python job (wheel step ${wheel_seconds} s)"
+# TRAINSCOPE_WATCH=modules from the installed package: its trainscope-python/ goes first on the job's path and its
+# sitecustomize runs (the venv has no torch: the hooks wait for an import that never comes).
+[ -f "$package/lib/trainscope-python/sitecustomize.py" ] || fail "the wheel has no lib/trainscope-python/sitecustomize.py"
+TRAINSCOPE_WATCH=modules trainscope run --dir "$work/runs" --run-id modules -- "$work/venv/bin/python" -c '
+import sys
+site = sys.modules.get("sitecustomize")
+print(sys.path[1] if len(sys.path) > 1 else "", getattr(site, "__file__", ""))
+' >"$work/modules.out" 2>"$work/modules.err" || { cat "$work/modules.out" "$work/modules.err"; fail "the modules job failed"; }
+read -r first_path site_file <"$work/modules.out"
+[ "$first_path" = "$package/lib/trainscope-python" ] && [ "$site_file" = "$package/lib/trainscope-python/sitecustomize.py" ] ||
+  { cat "$work/modules.out" "$work/modules.err"; fail "TRAINSCOPE_WATCH=modules did not put the package's hooks first"; }
+echo "wheel_test: the installed wheel works, for a C and a Python job and the module hooks (wheel step ${wheel_seconds} s)"
