@@ -52,6 +52,8 @@ const char* row_kind_name(FrameRowKind kind) {
       return "not_a_tensor";
     case FrameRowKind::kEmpty:
       return "empty";
+    case FrameRowKind::kUnreadable:
+      return "unreadable";
   }
   return "unknown";
 }
@@ -282,6 +284,13 @@ FrameRow FrameRow::not_a_tensor(std::string label) {
   return row;
 }
 
+FrameRow FrameRow::unreadable(std::string label) {
+  FrameRow row;
+  row.label = std::move(label);
+  row.kind = FrameRowKind::kUnreadable;
+  return row;
+}
+
 FrameRow FrameRow::empty(std::string label, DType dtype) {
   FrameRow row;
   row.label = std::move(label);
@@ -314,6 +323,8 @@ std::string format_frame_row(const FrameRow& row) {
       return right_aligned("not a tensor") + ' ' + row.label + '\n';
     case FrameRowKind::kEmpty:
       return right_aligned("empty") + ' ' + row.label + '\n';
+    case FrameRowKind::kUnreadable:
+      return right_aligned("unreadable") + ' ' + row.label + '\n';
   }
   return right_aligned("?") + ' ' + row.label + '\n';
 }

@@ -48,6 +48,8 @@ enum class FrameRowKind : std::uint8_t {
   // point at infinities. Like None, there is no value to show, so it gets the same right-aligned word treatment:
   // f"{'empty':>17} {label}" — distinct from None because the buffer exists (it is just zero-sized).
   kEmpty = 3,
+  // A tensor whose elements trainscope cannot read (a module's int16, complex or sparse tensor): "unreadable".
+  kUnreadable = 4,
 };
 
 struct FrameRow {
@@ -59,6 +61,7 @@ struct FrameRow {
   static FrameRow none(std::string label);
   static FrameRow not_a_tensor(std::string label);
   static FrameRow empty(std::string label, stats::DType dtype);
+  static FrameRow unreadable(std::string label);
 
   bool is_tensor() const { return kind == FrameRowKind::kTensor; }
   bool has_nonfinite() const { return is_tensor() && stats.has_nonfinite(); }

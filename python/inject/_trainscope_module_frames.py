@@ -26,6 +26,7 @@ import array
 import ctypes
 import sys
 import threading
+import warnings
 import weakref
 
 _VERSION = 1
@@ -124,6 +125,10 @@ class _Hooks:
         return codes
 
     def register(self):
+        # torch.compile(model) warns that global hooks fire for its wrapper too: that is ours, and said by our own
+        # warning once; a job that turns warnings into errors must not fail for it.
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
+                                category=UserWarning)
         module = self._torch.nn.modules.module
         self._handles.append(module.register_module_forward_pre_hook(self._before))
         try:
@@ -191,6 +196,10 @@ class _Hooks:
         return stack
 
     def _before(self, module, args):
+        # torch.compile traces the global hooks into the graph it compiles: there the hooks do nothing (is_compiling()
+        # is a constant True to the tracer, so the rest is never traced, and the compiled code holds nothing of ours).
+        if self._is_compiling():
+            return None
         try:
             stack = self._stack()
             if stack:
@@ -248,6 +257,8 @@ class _Hooks:
         self._multi_grad_hook([value for _, value in inputs], on_inputs)
 
     def _after(self, module, args, output):
+        if self._is_compiling():
+            return None
         try:
             stack = self._stack()
             # A forward that raised (torch < 2.0, no always_call) left its entries above this module's: dropped here.
@@ -261,11 +272,11 @@ class _Hooks:
             name = running.names.get(module)
             if name is None:
                 return None  # not in the running root's tree (DUO never sees it)
-            if self._is_compiling():
-                if not self._warned_compiling:
-                    self._warned_compiling = True
-                    _warn("modules run by torch.compile'd code get no frame (their forwards are compiled)")
-                return None
+            if type(module).__name__ == "OptimizedModule" and not self._warned_compiling:
+                # torch.compile(model)'s wrapper ran: what it compiled made no frame (said once, eagerly, here).
+                self._warned_compiling = True
+                _warn("the modules torch.compile compiled get no frame (%s and what it calls run compiled); the "
+                      "modules run eagerly do" % (name or type(module).__name__))
             watched = self._watched_name(module, running.names) is not None
             batch_root = module is running.root and len(running.names) >= self._batch_root_size
             if batch_root:

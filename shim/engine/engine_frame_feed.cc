@@ -120,6 +120,9 @@ bool add_row(const WatchedBuffer& buffer, const std::string& label, frames::Fram
     case State::kNotATensor:
       frame->rows.push_back(reports::FrameRow::not_a_tensor(label));
       return true;
+    case State::kUnreadable:
+      frame->rows.push_back(reports::FrameRow::unreadable(label));
+      return true;
     case State::kGpuPending:
     case State::kSkipped:
       break;

@@ -141,8 +141,12 @@ std::string watch_module_frame(const recorder::Record& record, uint64_t index, c
         buffer.state = State::kAbsent;
         continue;
       }
-      if (row_kind != ModuleRowKind::kTensor || head[1] < 0 || head[1] >= stats::kDTypeCount) {
+      if (row_kind == ModuleRowKind::kNotATensor) {
         buffer.state = State::kNotATensor;
+        continue;
+      }
+      if (row_kind != ModuleRowKind::kTensor || head[1] < 0 || head[1] >= stats::kDTypeCount) {
+        buffer.state = State::kUnreadable;
         continue;
       }
       const auto dtype = static_cast<stats::DType>(head[1]);

@@ -36,6 +36,7 @@ struct WatchedBuffer {
     kGpuPending,  // enqueued on the stream: poll `pending`
     kNotATensor,  // a data type this build does not know
     kSkipped,     // could not be taken (graph capture, every result slot busy, a driver error, the call failed)
+    kUnreadable,  // a module's tensor of a type the statistics do not read (int16, complex, sparse): says so
   };
   State state = State::kAbsent;
   stats::TensorStats stats{};

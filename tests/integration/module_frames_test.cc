@@ -289,6 +289,32 @@ TEST_F(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) 
   EXPECT_EQ(text.find("(backward)"), std::string::npos) << text;
 }
 
+TEST_F(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsToldOnce) {
+  testing::TempDir dir;
+  // Warnings as errors: nothing of ours may warn through Python's warnings (torch warns of global hooks).
+  const std::vector<std::string> argv = {torch_python(), "-W", "error::UserWarning",
+                                         python_job("module_compile_job.py")};
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.env["TORCHINDUCTOR_CACHE_DIR"] = dir.path() + "/inductor-plain";
+  plain.timeout_seconds = 300;
+  const testing::ProcessResult unwatched = testing::run_process(argv, plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  ASSERT_NE(unwatched.out.find("job: digest "), std::string::npos) << unwatched.out;
+
+  testing::ProcessOptions options = backward_options(dir);
+  options.env["TORCHINDUCTOR_CACHE_DIR"] = dir.path() + "/inductor";
+  options.timeout_seconds = 300;
+  const testing::ProcessResult watched = testing::run_process(argv, options);
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_EQ(watched.out, unwatched.out);
+  const std::string warning = "module frames: the modules torch.compile compiled get no frame";
+  const size_t first = watched.err.find(warning);
+  EXPECT_NE(first, std::string::npos) << watched.err;
+  EXPECT_EQ(watched.err.find(warning, first + 1), std::string::npos) << "said once: " << watched.err;
+  EXPECT_EQ(watched.err.find("failed"), std::string::npos) << watched.err;
+}
+
 // ---- A 2-rank DDP job (gloo) under trainscope run ----------------------------------------------------------------
 
 TEST_F(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {

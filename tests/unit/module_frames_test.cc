@@ -306,6 +306,26 @@ TEST_F(ModuleFramesTest, AGradientThatArrivesNonFiniteIsWhatTheModulesBackwardRe
   EXPECT_EQ(first_nonfinite(*detection_, 0).where, reports::NonfiniteWhere::kInput);
 }
 
+TEST_F(ModuleFramesTest, ATensorOfATypeTheStatisticsDoNotReadGetsARowThatSaysSo) {
+  // The hooks send int16, complex, sparse or meta tensors as unreadable; a type number the library does not know is.
+  EXPECT_EQ(module("layer", "Linear",
+                   {{"input[0]", ModuleRowKind::kUnreadable},
+                    {"input[1]", ModuleRowKind::kNotATensor},
+                    {"output", ModuleRowKind::kTensor, &overflowed_}},
+                   false),
+            "");
+  pass();
+  ASSERT_TRUE(detection_.has_value());
+  const std::string text = reports::format_detection_text(detection_report(*detection_, 0, 21));
+  EXPECT_NE(text.find("                  layer Linear\n"
+                      "       unreadable input[0]\n"
+                      "     not a tensor input[1]\n"
+                      "4.00e+00      inf output\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(reports::frame_json(frames_.at(0))["rows"][0]["kind"], "unreadable");
+}
+
 TEST_F(ModuleFramesTest, ARootWithoutRowsStillEndsItsBatch) {
   // modules:REGEX that matches the layer only: the hooks still send the root, without rows.
   for (int step = 0; step < 3; ++step) {
