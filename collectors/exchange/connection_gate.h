@@ -13,6 +13,8 @@
 // a millisecond, an idle outsider's connection waits: refusing the newest would let a few idle connections keep
 // every rank out); with none to make way, the new one is refused. An unauthenticated connection older than the hello
 // deadline is closed. A connection refused, made way or timed out leaves the gate at once (the caller closes it).
+// What no gate can bound: ZeroMQ accepts before the gate hears of it, so a burst of connects (up to the listener's
+// accept backlog, ZeroMQ's 100) holds that many descriptors for as long as the server takes to read their events.
 //
 // No sockets, no clock: the server passes the descriptors, the time and the process's descriptor counts, so every
 // rule is tested deterministically (tests/unit/connection_gate_test.cc).
