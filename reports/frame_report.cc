@@ -299,6 +299,10 @@ FrameRow FrameRow::empty(std::string label, DType dtype) {
   return row;
 }
 
+std::string module_title(std::string_view name, std::string_view kind) {
+  return name.empty() ? std::string(kind) : std::string(name) + ' ' + std::string(kind);
+}
+
 bool Frame::has_nonfinite() const { return first_nonfinite_row() != nullptr; }
 
 const FrameRow* Frame::first_nonfinite_row() const {

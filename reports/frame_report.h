@@ -178,8 +178,10 @@ enum class NonfiniteWhere : std::uint8_t { kInput = 0, kOutput = 1 };
 enum class NonfiniteKind : std::uint8_t { kInf = 0, kNan = 1 };
 
 // One rank's first frame with a non-finite value.
-// The op of a module frame's FirstNonfinite: "module " + its qualified name + " " + its class.
+// The op of a module frame's FirstNonfinite: "module " + module_title.
 inline constexpr std::string_view kModuleOpPrefix = "module ";
+// A module frame as its header names it: "<qualified name> <class>", the root (no name) by its class alone.
+std::string module_title(std::string_view name, std::string_view kind);
 
 struct FirstNonfinite {
   int32_t rank = -1;

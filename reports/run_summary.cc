@@ -276,6 +276,9 @@ std::string batch_list(std::vector<uint64_t> batches) {
   return join_words(parts);
 }
 
+// "rank 3"; "rank ?" when the rank is not known (-1).
+std::string rank_word(int32_t rank) { return rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?"); }
+
 std::string batches_phrase(const std::vector<uint64_t>& batches) {
   if (batches.empty()) return "no batch";
   const bool one = std::all_of(batches.begin(), batches.end(), [&](uint64_t b) { return b == batches.front(); });
@@ -461,7 +464,7 @@ void first_nonfinite_frame(const json& report, std::string* frame, std::string* 
     if (!bool_member(*f, "has_nonfinite", false)) continue;
     *frame = string_member(*f, "name");
     // A module is named by its qualified name and class, as its frame's header names it.
-    if (bool_member(*f, "module", false)) *frame += (frame->empty() ? "" : " ") + string_member(*f, "kind");
+    if (bool_member(*f, "module", false)) *frame = module_title(*frame, string_member(*f, "kind"));
     for (const json* row : objects_in(*f, "rows")) {
       const bool nonfinite = uint_member(*row, "nan_count").value_or(0) != 0 ||
                              uint_member(*row, "pos_inf_count").value_or(0) != 0 ||
@@ -534,8 +537,8 @@ void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis
   std::string line = "first inf/nan: " + join_capped(parts, ", ");
   const FirstNonfinite& earliest = firsts.front();
   if (!origin_known && !earliest.frame.empty()) {
-    line += "; " + (earliest.rank >= 0 ? "rank " + std::to_string(earliest.rank) : std::string("rank ?")) +
-            " saw it in " + earliest.frame + (earliest.label.empty() ? "" : " " + earliest.label);
+    line += "; " + rank_word(earliest.rank) + " saw it in " + earliest.frame +
+            (earliest.label.empty() ? "" : " " + earliest.label);
   }
   // In gradients a loss scaler then threw away: what it is for (fp16 loss scaling finds its scale so), not a fault.
   const std::map<int32_t, std::vector<uint64_t>> skipped = skipped_steps(summary);
@@ -554,8 +557,7 @@ void skipped_steps_line(const RunSummary& summary, Analysis* a) {
   std::vector<std::string> parts;
   for (const auto& [rank, batches] : skipped_steps(summary)) {
     items.push_back({{"rank", rank_json(rank)}, {"batches", batches}});
-    parts.push_back((rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?")) + ", " +
-                    batches_phrase(batches));
+    parts.push_back(rank_word(rank) + ", " + batches_phrase(batches));
   }
   a->fields["skipped_steps"] = std::move(items);
   if (parts.empty()) return;
@@ -778,7 +780,7 @@ void vanished_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
   std::vector<std::string> parts;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kVanished)) {
-    std::string who = r->rank >= 0 ? "rank " + std::to_string(r->rank) : std::string("rank ?");
+    std::string who = rank_word(r->rank);
     json item = {{"file", source_file(*r)}, {"rank", rank_json(r->rank)}};
     if (!r->has_json) {
       item["host"] = nullptr;
@@ -829,7 +831,7 @@ void streak_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
   std::vector<std::string> parts;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kOverflowStreak)) {
-    const std::string who = r->rank >= 0 ? "rank " + std::to_string(r->rank) : std::string("rank ?");
+    const std::string who = rank_word(r->rank);
     std::vector<uint64_t> batches;
     if (r->has_json) {
       for (const json* b : objects_in(r->json, "batches")) {
@@ -870,7 +872,7 @@ struct NearWarning {
 std::string near_text(const NearWarning& w, bool name_rank) {
   if (!w.text.empty()) return (name_rank ? "rank " + std::to_string(w.rank) + ": " : "") + w.text;
   std::vector<std::string> parts;
-  if (name_rank) parts.push_back(w.rank >= 0 ? "rank " + std::to_string(w.rank) : std::string("rank ?"));
+  if (name_rank) parts.push_back(rank_word(w.rank));
   if (w.batch) parts.push_back("batch " + std::to_string(*w.batch));
   std::string what = w.frame;
   if (!w.label.empty()) what += (what.empty() ? "" : " ") + w.label;
@@ -1553,8 +1555,7 @@ void cuda_error_lines(const RunSummary& summary, Analysis* a) {
       a->lines.push_back("  and " + std::to_string(errors.size() - kShownProcessLines) + " more");
       break;
     }
-    a->lines.push_back("  " + (rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?")) +
-                       ": first CUDA error: " + what);
+    a->lines.push_back("  " + rank_word(rank) + ": first CUDA error: " + what);
   }
 }
 

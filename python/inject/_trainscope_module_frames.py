@@ -179,11 +179,7 @@ class _Hooks:
         try:
             if self._stopped:
                 return
-            words = array.array("q", (_VERSION, _STEP_SKIPPED, 0))
-            result = self._take_frame(scaler_name.encode(), b"step skipped", b"", 0, words.buffer_info()[0],
-                                      len(words))
-            if result < 0:
-                self._stop("the library refused a skipped step (%d)" % result)
+            self._send(scaler_name, "step skipped", array.array("q", (_VERSION, _STEP_SKIPPED, 0)), [])
         except Exception as error:
             self._stop("telling a skipped step failed (%r)" % (error,))
 
@@ -292,9 +288,8 @@ class _Hooks:
     # ---- the backward frame -------------------------------------------------------------------------------------
 
     def _watch_outputs(self, gradients, output):
-        outputs = []
-        self._tensors_of(output, "grad_output", outputs)
-        outputs = [(label, t) for label, t in outputs if t.requires_grad]
+        outputs = [(label, t) for label, t in self._labelled(output, "grad_output")
+                   if isinstance(t, self._tensor) and t.requires_grad]
         if not outputs:
             return  # nothing of this forward gets a gradient
         gradients.outputs = [label for label, _ in outputs]
@@ -325,6 +320,8 @@ class _Hooks:
         return None
 
     def _defer(self, gradients, input_grads, grads):
+        if self._stopped:
+            return
         key = self._first_tensor(grads)
         with self._deferred_lock:
             self._deferred.append((gradients, input_grads, key))
@@ -369,17 +366,18 @@ class _Hooks:
         except Exception as error:
             self._stop("a gradient hook failed (%r)" % (error,))
 
-    def _tensors_of(self, value, label, out):
-        if isinstance(value, self._tensor):
-            out.append((label, value))
-        elif isinstance(value, tuple):
-            for i, item in enumerate(value):
-                if isinstance(item, tuple):
-                    for j, inner in enumerate(item):
-                        if isinstance(inner, self._tensor):
-                            out.append(("%s[%d][%d]" % (label, i, j), inner))
-                elif isinstance(item, self._tensor):
-                    out.append(("%s[%d]" % (label, i), item))
+    @staticmethod
+    def _labelled(value, label):
+        """(label, item) for an output as DUO labels it: `output`, `output[i]`, `output[i][j]` for tuples of tuples."""
+        if not isinstance(value, tuple):
+            yield label, value
+            return
+        for i, item in enumerate(value):
+            if isinstance(item, tuple):
+                for j, inner in enumerate(item):
+                    yield "%s[%d][%d]" % (label, i, j), inner
+            else:
+                yield "%s[%d]" % (label, i), item
 
     def _backward_frame(self, gradients, input_grads):
         if self._stopped or (not gradients.outputs and not gradients.inputs):
@@ -392,12 +390,7 @@ class _Hooks:
         for label, grad in zip(gradients.inputs, input_grads):
             self._row(words, labels, grad, label)
         gradients.output_grads = None  # the frame is taken: the gradients are the job's again
-        words[2] = len(labels)
-        packed = b"\0".join(labels) + b"\0" if labels else b""
-        result = self._take_frame(gradients.name.encode(), gradients.kind.encode(), packed, len(packed),
-                                  words.buffer_info()[0], len(words))
-        if result < 0:
-            self._stop("the library refused a frame (%d)" % result)
+        self._send(gradients.name, gradients.kind, words, labels)
 
     # ---- the frame ----------------------------------------------------------------------------------------------
 
@@ -417,18 +410,17 @@ class _Hooks:
             else:
                 self._row(words, labels, args, "input")
             if isinstance(output, tuple):
-                for i, value in enumerate(output):
-                    if isinstance(value, tuple):
-                        for j, inner in enumerate(value):
-                            self._row(words, labels, inner, "output[%d][%d]" % (i, j))
-                    else:
-                        self._row(words, labels, value, "output[%d]" % i)
-            else:
+                for label, value in self._labelled(output, "output"):
+                    self._row(words, labels, value, label)
+            else:  # the common case, without a generator on every frame
                 self._row(words, labels, output, "output")
+        self._send(name, type(module).__name__, words, labels)
+
+    def _send(self, name, kind, words, labels):
+        """One frame (or event) to the library: words[0:3] are the version, the flags and the row count, set here."""
         words[2] = len(labels)
         packed = b"\0".join(labels) + b"\0" if labels else b""
-        address = words.buffer_info()[0]
-        result = self._take_frame(name.encode(), type(module).__name__.encode(), packed, len(packed), address,
+        result = self._take_frame(name.encode(), kind.encode(), packed, len(packed), words.buffer_info()[0],
                                   len(words))
         if result < 0:
             self._stop("the library refused a frame (%d)" % result)

@@ -223,7 +223,7 @@ reports::DetectionReport detection_report(const frames::Detection& detection, in
   for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
   if (!detection.frames.empty()) {
     const frames::Frame& last = detection.frames.back();
-    report.first_nonfinite_frame = last.module ? last.name + " " + last.kind : last.name;
+    report.first_nonfinite_frame = last.module ? reports::module_title(last.name, last.kind) : last.name;
   }
   return report;
 }
@@ -235,8 +235,7 @@ reports::FirstNonfinite first_nonfinite(const frames::Detection& detection, int3
   if (detection.frames.empty()) return first;
   const frames::Frame& last = detection.frames.back();
   const reports::FrameRow* row = last.first_nonfinite_row();
-  first.op = last.module
-                 ? std::string(reports::kModuleOpPrefix) + (last.name.empty() ? "" : last.name + " ") + last.kind
+  first.op = last.module   ? std::string(reports::kModuleOpPrefix) + reports::module_title(last.name, last.kind)
              : last.launch ? last.name
                            : last.kind;
   // A backward frame's grad_output is what its module's backward received, grad_input what it produced.

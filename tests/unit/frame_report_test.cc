@@ -497,6 +497,12 @@ TEST(FrameReportTest, OriginInAModuleNamesItAndTheRanksThatSawItOnlyLater) {
             "rank 1\n");
 }
 
+TEST(FrameReportTest, AModuleIsTitledByItsNameAndClassAndTheRootByItsClass) {
+  EXPECT_EQ(module_title("encoder.block.1.layer.1.DenseReluDense.wo", "Linear"),
+            "encoder.block.1.layer.1.DenseReluDense.wo Linear");
+  EXPECT_EQ(module_title("", "T5ForConditionalGeneration (backward)"), "T5ForConditionalGeneration (backward)");
+}
+
 TEST(FrameReportTest, OriginIssueExample) {
   std::vector<FirstNonfinite> firsts;
   for (int32_t rank = 7; rank >= 0; --rank)
