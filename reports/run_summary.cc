@@ -1356,17 +1356,23 @@ std::string note_process(const NcclWithoutCalls& n) {
 
 // Processes that loaded NCCL and made no communicator. A rank's own process that did so hides its NCCL from us
 // (linked statically): that run is not clean. A launcher (no rank) or a helper of a rank that did make one (a
-// data-loader worker that imported the framework) is expected, and only listed. And a job `trainscope run` started
-// in which no process recorded a communicator at all is said to be so.
+// data-loader worker that imported the framework) is expected, and only listed. So is a process that never loaded
+// the CUDA driver: it ran on the CPU (torch with gloo), where no NCCL runs, linked statically or not. And a job
+// `trainscope run` started in which no process recorded a communicator at all is said to be so.
 void nccl_calls_line(const RunSummary& summary, Analysis* a) {
   const bool none_recorded = summary.recorders_with_communicators == 0;
-  std::vector<const NcclWithoutCalls*> unexplained, helpers;
+  std::vector<const NcclWithoutCalls*> unexplained, helpers, on_the_cpu;
   for (const NcclWithoutCalls& n : summary.nccl_without_calls) {
     const bool rank_used_nccl =
         n.rank >= 0 && std::find(summary.ranks_with_communicators.begin(), summary.ranks_with_communicators.end(),
                                  n.rank) != summary.ranks_with_communicators.end();
-    const bool helper = rank_used_nccl || (n.rank < 0 && !none_recorded);
-    (helper ? helpers : unexplained).push_back(&n);
+    if (rank_used_nccl || (n.rank < 0 && !none_recorded)) {
+      helpers.push_back(&n);
+    } else if (n.cuda_driver == false) {
+      on_the_cpu.push_back(&n);
+    } else {
+      unexplained.push_back(&n);
+    }
   }
   json notes = json::array();
   for (const NcclWithoutCalls& n : summary.nccl_without_calls) {
@@ -1378,11 +1384,13 @@ void nccl_calls_line(const RunSummary& summary, Analysis* a) {
                      {"exe", n.exe},
                      {"nccl", n.nccl},
                      {"calls", n.calls},
+                     {"cuda_driver", n.cuda_driver ? json(*n.cuda_driver) : json(nullptr)},
                      {"helper", helper}});
   }
   const bool nothing_seen = summary.job_started && none_recorded && summary.nccl_without_calls.empty();
   a->fields["nccl_without_calls"] = {{"processes", std::move(notes)},
                                      {"unexplained", unexplained.size()},
+                                     {"on_the_cpu", on_the_cpu.size()},
                                      {"no_nccl_call_in_job", nothing_seen || (none_recorded && !unexplained.empty())}};
   std::vector<std::string> parts;
   // A process whose recorder holds NCCL calls (ncclGetUniqueId) reached our hooks: its NCCL is not hidden from us, it
@@ -1407,6 +1415,14 @@ void nccl_calls_line(const RunSummary& summary, Analysis* a) {
         "no process of this job recorded an NCCL call: NCCL may be linked statically into the job "
         "(trainscope sees calls into a shared libnccl only), or the job never reached NCCL");
     a->nothing_wrong = false;
+  }
+  if (!on_the_cpu.empty()) {
+    std::vector<std::string> who;
+    for (const NcclWithoutCalls* n : on_the_cpu) who.push_back(note_process(*n));
+    parts.push_back(plural(on_the_cpu.size(), "process", "processes") +
+                    " loaded libnccl but never the CUDA driver, so ran no NCCL: a job on the CPU, whose collectives "
+                    "(gloo, MPI) trainscope does not watch (" +
+                    join_capped(who, ", ") + ")");
   }
   if (!helpers.empty()) {
     std::vector<std::string> who;
@@ -1649,6 +1665,8 @@ void read_no_calls_note(const fs::path& dir, const std::string& name, RunSummary
   note.exe = string_member(parsed, "exe");
   note.nccl = string_member(parsed, "nccl");
   note.calls = uint_member(parsed, "calls").value_or(0);
+  if (const auto it = parsed.find("cuda_driver"); it != parsed.end() && it->is_boolean())
+    note.cuda_driver = it->get<bool>();
   out->nccl_without_calls.push_back(std::move(note));
 }
 

@@ -107,6 +107,9 @@ struct NcclWithoutCalls {
   std::string exe;
   std::string nccl;  // the libnccl it had loaded
   uint64_t calls = 0;
+  // Whether the CUDA driver was loaded at its exit; unknown in notes of trainscope before it was written. Without
+  // the driver the process ran on the CPU, and no NCCL (static or shared) ran in it.
+  std::optional<bool> cuda_driver;
 };
 
 struct UnreadableFile {

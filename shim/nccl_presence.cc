@@ -25,6 +25,12 @@ bool is_nccl(const void* object, const char* path, void* context) {
   return true;
 }
 
+bool is_cuda_driver(const void* object, const char* path, void*) {
+  const char* slash = strrchr(path, '/');
+  const char* file = slash != nullptr ? slash + 1 : path;
+  return strncmp(file, "libcuda.so", 10) == 0 || elf::object_defines(object, "cuDevicePrimaryCtxRetain");
+}
+
 // Appends `text` as a JSON string (quotes and escapes included); stops quietly at the end of the buffer.
 void append_json_string(char* out, size_t out_len, size_t* used, const char* text) {
   auto put = [&](const char* piece, size_t n) {
@@ -64,6 +70,8 @@ bool find_loaded_nccl(char* path, size_t path_len) {
   return elf::for_each_object(is_nccl, &search);
 }
 
+bool cuda_driver_loaded() { return elf::for_each_object(is_cuda_driver, nullptr); }
+
 int write_no_calls_note(const NoCallsNote& note) {
   char path[4200];
   if (snprintf(path, sizeof(path), "%s/%s%s", note.run_dir, note.stem, kNoCallsSuffix) >=
@@ -89,8 +97,8 @@ int write_no_calls_note(const NoCallsNote& note) {
   append_json_string(json, sizeof(json), &used, note.exe);
   append_text(json, sizeof(json), &used, ", \"nccl\": ");
   append_json_string(json, sizeof(json), &used, note.nccl_path);
-  snprintf(number, sizeof(number), ", \"calls\": %llu, \"communicators\": 0}\n",
-           static_cast<unsigned long long>(note.calls));
+  snprintf(number, sizeof(number), ", \"calls\": %llu, \"communicators\": 0, \"cuda_driver\": %s}\n",
+           static_cast<unsigned long long>(note.calls), note.cuda_driver ? "true" : "false");
   append_text(json, sizeof(json), &used, number);
   return files::write_new_file(path, json, used);
 }

@@ -15,6 +15,12 @@ namespace trainscope::shim {
 // "libnccl"), other than this library. False when there is none.
 bool find_loaded_nccl(char* path, size_t path_len);
 
+// Whether the CUDA driver (libcuda.so.1) is loaded: NCCL, linked statically or not, runs only on a GPU and so only
+// after the driver is loaded; a process without it (a CPU job: torch with gloo, say) ran no NCCL collective at all.
+// Found by the file name or by a function only the driver defines. (The engine loads the driver itself only for
+// device buffers, which imply the job had loaded it.)
+bool cuda_driver_loaded();
+
 struct NoCallsNote {
   const char* run_dir;
   const char* stem;  // "rank-R.pid-P" or "pid-P"
@@ -23,7 +29,8 @@ struct NoCallsNote {
   const char* host;
   const char* exe;
   const char* nccl_path;
-  uint64_t calls;  // NCCL calls recorded by this process (none of them made a communicator)
+  uint64_t calls;    // NCCL calls recorded by this process (none of them made a communicator)
+  bool cuda_driver;  // cuda_driver_loaded() at exit
 };
 
 // The file name of the note ("<stem>.no-nccl-calls.json"); the summary finds notes by this suffix.

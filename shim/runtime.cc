@@ -566,6 +566,7 @@ void note_nccl_without_calls(bool started) {
   note.host = rt.host;
   note.exe = exe;
   note.nccl_path = nccl;
+  note.cuda_driver = cuda_driver_loaded();
   // NCCL's calls only: a module frame's record (TRAINSCOPE_WATCH=modules) is not one.
   const uint64_t records =
       started && rt.writer.is_open() ? __atomic_load_n(&rt.writer.header()->next, __ATOMIC_ACQUIRE) : 0;
@@ -584,6 +585,12 @@ void note_nccl_without_calls(bool started) {
     log_message(rt.launcher_rank >= 0 ? LogLevel::kWarn : LogLevel::kDebug,
                 "this process made %llu NCCL call(s) but no communicator: it ended before creating one",
                 static_cast<unsigned long long>(note.calls));
+  } else if (!note.cuda_driver) {
+    // A CPU process (torch with gloo, a CPU-only wheel that still ships libnccl): NCCL cannot have run here.
+    log_message(worth_a_warning ? LogLevel::kInfo : LogLevel::kDebug,
+                "%s is loaded in this process but the CUDA driver never was: it ran no NCCL collective (on the CPU, "
+                "collectives go through gloo or MPI, which trainscope does not watch)",
+                nccl);
   } else {
     log_message(worth_a_warning ? LogLevel::kWarn : LogLevel::kDebug,
                 "%s is loaded in this process but no NCCL communicator was seen: if this process runs collectives, "

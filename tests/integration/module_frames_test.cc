@@ -336,6 +336,11 @@ TEST_F(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeT
             "after rank 1\n")
       << run.err;
   EXPECT_NE(run.err.find("\n  first inf/nan: batch 2 on rank 1, batch 3 on rank 0\n"), std::string::npos) << run.err;
+  // gloo on the CPU: libnccl was loaded (torch links it), the driver never was; not suspected of a static NCCL.
+  EXPECT_NE(run.err.find("  NCCL calls: 3 processes loaded libnccl but never the CUDA driver, so ran no NCCL"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("linked statically"), std::string::npos) << run.err;
   EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank0.txt").find("Detected inf/nan during batch_number=3\n"),
             std::string::npos);
   EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank1.txt").find("Detected inf/nan during batch_number=2\n"),

@@ -378,21 +378,27 @@ TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
 
 // ---- a process that loaded NCCL and made no call ----
 
-TEST(NcclWithoutCalls, TheRunSummarySaysSoInsteadOfNothingWentWrong) {
-  const FoundPython python = newest_python();
-  if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
-  TempDir dir;
+// `driver`: whether the process loads the (stand-in) CUDA driver first, as a GPU job does before any NCCL.
+ProcessResult run_nccl_without_calls(const FoundPython& python, const TempDir& dir, bool driver) {
   ProcessOptions options = shim_options(dir);
   options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run sets it
   options.env["RANK"] = "0";
   options.env["WORLD_SIZE"] = "1";
   const std::string script =
-      "import ctypes; v = ctypes.c_int(); ctypes.CDLL('libnccl.so.2').ncclGetVersion(ctypes.byref(v)); print(v.value)";
+      std::string("import ctypes\n") + (driver ? "ctypes.CDLL('" TS_FAKE_CUDA_DIR "/libcuda.so.1')\n" : "") +
+      "v = ctypes.c_int(); ctypes.CDLL('libnccl.so.2').ncclGetVersion(ctypes.byref(v)); print(v.value)";
   std::vector<std::string> command = {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "static"};
   if (sanitized()) command.insert(command.end(), {"--library", TS_SHIM});
   command.insert(command.end(), {"--", python.path, "-c", script});
   if (sanitized()) options.env["LD_PRELOAD"] = std::string(TS_SANITIZER_RUNTIME);
-  const ProcessResult run = testing::run_process(command, options);
+  return testing::run_process(command, options);
+}
+
+TEST(NcclWithoutCalls, TheRunSummarySaysSoInsteadOfNothingWentWrong) {
+  const FoundPython python = newest_python();
+  if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
+  TempDir dir;
+  const ProcessResult run = run_nccl_without_calls(python, dir, true);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("  NCCL calls: 1 process loaded libnccl but no NCCL call was seen: NCCL may be linked "
                          "statically into the job (rank 0 pid "),
@@ -400,6 +406,22 @@ TEST(NcclWithoutCalls, TheRunSummarySaysSoInsteadOfNothingWentWrong) {
       << run.err;
   EXPECT_EQ(run.err.find("nothing went wrong"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("no NCCL communicator was seen"), std::string::npos) << run.err;  // its log, warning level
+}
+
+// A CPU job (torch with gloo loads libnccl too) is not told its NCCL may be linked statically: it never loaded the
+// driver, without which no NCCL runs.
+TEST(NcclWithoutCalls, AProcessThatNeverLoadedTheCudaDriverIsSaidToHaveRunOnTheCpu) {
+  const FoundPython python = newest_python();
+  if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
+  TempDir dir;
+  const ProcessResult run = run_nccl_without_calls(python, dir, false);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("  NCCL calls: 1 process loaded libnccl but never the CUDA driver, so ran no NCCL: a job on "
+                         "the CPU, whose collectives (gloo, MPI) trainscope does not watch (rank 0 pid "),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("linked statically"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("] warn:"), std::string::npos) << run.err;  // said at info, not warned
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ class RunDir {
     ::close(fd);
   }
   // A note as the shim writes it.
-  void note(int rank, int pid, const std::string& exe = "/usr/bin/python3.11") const {
+  // `cuda_driver`: null leaves the field out, as the notes of trainscope before it did.
+  void note(int rank, int pid, const std::string& exe = "/usr/bin/python3.11", json cuda_driver = true) const {
     json j = {{"kind", "nccl_without_calls"},
               {"pid", pid},
               {"rank", rank >= 0 ? json(rank) : json(nullptr)},
@@ -40,6 +41,7 @@ class RunDir {
               {"nccl", "/opt/nccl/lib/libnccl.so.2"},
               {"calls", 0},
               {"communicators", 0}};
+    if (!cuda_driver.is_null()) j["cuda_driver"] = cuda_driver;
     const std::string stem =
         rank >= 0 ? "rank-" + std::to_string(rank) + ".pid-" + std::to_string(pid) : "pid-" + std::to_string(pid);
     write(stem + ".no-nccl-calls.json", j.dump() + "\n");
@@ -101,6 +103,43 @@ TEST(NcclWithoutCalls, LaunchersAndHelpersOfRanksThatUsedNcclAreOnlyListed) {
   EXPECT_TRUE(j["nothing_wrong"]);
   EXPECT_EQ(j["nccl_without_calls"]["unexplained"], 0);
   EXPECT_TRUE(j["nccl_without_calls"]["processes"][0]["helper"]);
+}
+
+// torch with gloo on the CPU loads libnccl and never the driver: NCCL cannot have run, linked statically or not.
+TEST(NcclWithoutCalls, ProcessesThatNeverLoadedTheCudaDriverRanOnTheCpuAndAreNotSuspected) {
+  RunDir dir;
+  dir.note(0, 811, "/usr/bin/python3.11", false);
+  dir.note(1, 812, "/usr/bin/python3.11", false);
+  dir.note(-1, 800, "/usr/bin/python3.11", false);  // torchrun's agent
+  RunSummary summary = read(dir);
+  ASSERT_EQ(summary.nccl_without_calls.size(), 3u);
+  EXPECT_EQ(summary.nccl_without_calls[0].cuda_driver, false);
+  EXPECT_EQ(nccl_line(summary),
+            "NCCL calls: 3 processes loaded libnccl but never the CUDA driver, so ran no NCCL: a job on the CPU, whose "
+            "collectives (gloo, MPI) trainscope does not watch (rank 0 pid 811 (python3.11 on node7), rank 1 pid 812 "
+            "(python3.11 on node7), pid 800 (python3.11 on node7))");
+  const json j = summary_json(summary);
+  EXPECT_TRUE(j["nothing_wrong"]);
+  EXPECT_EQ(j["nccl_without_calls"]["unexplained"], 0);
+  EXPECT_EQ(j["nccl_without_calls"]["on_the_cpu"], 3);
+  EXPECT_FALSE(j["nccl_without_calls"]["no_nccl_call_in_job"]);
+  EXPECT_EQ(j["nccl_without_calls"]["processes"][0]["cuda_driver"], false);
+
+  // One that did load the driver is still suspected; a note without the field (an older trainscope's) too.
+  dir.note(2, 813, "/usr/bin/python3.11", true);
+  dir.note(3, 814, "/usr/bin/python3.11", nullptr);
+  summary = read(dir);
+  for (const NcclWithoutCalls& n : summary.nccl_without_calls) {
+    if (n.pid == 814) {
+      EXPECT_EQ(n.cuda_driver, std::nullopt);
+    }
+  }
+  EXPECT_NE(nccl_line(summary).find("NCCL calls: 2 processes loaded libnccl but no NCCL call was seen: NCCL may be "
+                                    "linked statically into the job (rank 2 pid 813"),
+            std::string::npos)
+      << nccl_line(summary);
+  EXPECT_NE(nccl_line(summary).find("; 3 processes loaded libnccl but never the CUDA driver"), std::string::npos);
+  EXPECT_FALSE(summary_json(summary)["nothing_wrong"]);
 }
 
 TEST(NcclWithoutCalls, ARankWithoutARecorderAmongRanksWithOnesIsStillUnexplained) {
