@@ -34,10 +34,11 @@ constexpr size_t kShownItems = 4;  // entries a summary line names before "and N
 
 struct KindInfo {
   ReportKind kind;
-  const char* prefix;     // of the base name
-  const char* name;       // report_kind_name
-  const char* json_kind;  // the JSON's "kind"
-  const char* rank_key;   // the JSON key holding the rank of a per-rank report; nullptr: not per rank
+  const char* prefix;                // of the base name
+  const char* name;                  // report_kind_name
+  const char* json_kind;             // the JSON's "kind"
+  const char* rank_key;              // the JSON key holding the rank of a per-rank report; nullptr: not per rank
+  const char* pid_prefix = nullptr;  // of the base name of a process whose rank is not known ("nonfinite-pid")
 };
 
 constexpr KindInfo kKinds[] = {
@@ -45,12 +46,13 @@ constexpr KindInfo kKinds[] = {
     {ReportKind::kMismatch, "mismatch-", "mismatch", "mismatch", nullptr},
     {ReportKind::kDesync, "desync-", "desync", "desync", nullptr},
     {ReportKind::kVanished, "vanished-rank", "vanished", "vanished", "process"},
-    {ReportKind::kNonfinite, "nonfinite-rank", "nonfinite", "inf_nan_detected", "rank"},
-    {ReportKind::kOverflowStreak, "overflow-streak-rank", "overflow_streak", "overflow_streak", "rank"},
-    {ReportKind::kNearOverflow, "near-overflow-rank", "near_overflow", "near_overflow", "rank"},
-    {ReportKind::kStop, "stop-rank", "stop", "stop", "rank"},
+    {ReportKind::kNonfinite, "nonfinite-rank", "nonfinite", "inf_nan_detected", "rank", "nonfinite-pid"},
+    {ReportKind::kOverflowStreak, "overflow-streak-rank", "overflow_streak", "overflow_streak", "rank",
+     "overflow-streak-pid"},
+    {ReportKind::kNearOverflow, "near-overflow-rank", "near_overflow", "near_overflow", "rank", "near-overflow-pid"},
+    {ReportKind::kStop, "stop-rank", "stop", "stop", "rank", "stop-pid"},
     {ReportKind::kCudaError, "cuda-error-rank", "cuda_error", "cuda_error", "process"},
-    {ReportKind::kStepSkipped, "step-skipped-rank", "step_skipped", "step_skipped", "rank"},
+    {ReportKind::kStepSkipped, "step-skipped-rank", "step_skipped", "step_skipped", "rank", "step-skipped-pid"},
 };
 
 const KindInfo& info_of(ReportKind kind) {
@@ -63,7 +65,9 @@ const KindInfo& info_of(ReportKind kind) {
 const KindInfo* kind_of_name(std::string_view base) {
   if (base == "origin" || base.starts_with("origin-")) return &kKinds[0];
   for (const KindInfo& info : kKinds) {
-    if (info.kind != ReportKind::kOrigin && base.starts_with(info.prefix) && base.size() > std::strlen(info.prefix))
+    if (info.kind == ReportKind::kOrigin) continue;
+    if (base.starts_with(info.prefix) && base.size() > std::strlen(info.prefix)) return &info;
+    if (info.pid_prefix != nullptr && base.starts_with(info.pid_prefix) && base.size() > std::strlen(info.pid_prefix))
       return &info;
   }
   return nullptr;
@@ -234,15 +238,24 @@ std::string join_capped(const std::vector<std::string>& parts, const char* separ
   return join(shown, separator) + separator + "and " + std::to_string(parts.size() - kShownItems) + " more";
 }
 
-// {0,1,2,5} -> "ranks 0–2 and 5"; {3} -> "rank 3"; unknown ranks (-1) -> "an unknown rank".
-std::string ranks_phrase(std::vector<int32_t> ranks) {
+// {0,1,2,5} -> "ranks 0–2 and 5"; {3} -> "rank 3"; unknown ranks (-1) -> "an unknown rank", or by the pids of the
+// processes they are when those are known (`unknown_pids`: "pid 4242", a one-process job started without a launcher).
+std::string ranks_phrase(std::vector<int32_t> ranks, std::vector<int32_t> unknown_pids = {}) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   const bool unknown = !ranks.empty() && ranks.front() < 0;
   if (unknown) ranks.erase(ranks.begin());
+  std::erase_if(unknown_pids, [](int32_t pid) { return pid <= 0; });
+  std::sort(unknown_pids.begin(), unknown_pids.end());
+  unknown_pids.erase(std::unique(unknown_pids.begin(), unknown_pids.end()), unknown_pids.end());
+  std::vector<std::string> pids;
+  for (const int32_t pid : unknown_pids) pids.push_back(std::to_string(pid));
   std::string out;
   if (!ranks.empty()) out = (ranks.size() == 1 ? "rank " : "ranks ") + format_rank_list(ranks);
-  if (unknown) out += (out.empty() ? "" : " and ") + std::string("an unknown rank");
+  if (unknown)
+    out += (out.empty() ? "" : " and ") + (pids.empty()       ? std::string("an unknown rank")
+                                           : pids.size() == 1 ? "pid " + pids.front()
+                                                              : "pids " + join_capped(pids, ", "));
   return out;
 }
 
@@ -278,6 +291,10 @@ std::string batch_list(std::vector<uint64_t> batches) {
 
 // "rank 3"; "rank ?" when the rank is not known (-1).
 std::string rank_word(int32_t rank) { return rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?"); }
+// A report's process: "rank 3"; "pid 4242" when its rank is not known but its pid is; else "rank ?".
+std::string who_word(int32_t rank, int32_t pid) {
+  return rank < 0 && pid > 0 ? "pid " + std::to_string(pid) : rank_word(rank);
+}
 
 std::string batches_phrase(const std::vector<uint64_t>& batches) {
   if (batches.empty()) return "no batch";
@@ -443,6 +460,10 @@ bool origin_line(const RunSummary& summary, bool any_nonfinite, Analysis* a) {
     const ReportFiles& r = *origins.front();
     why = r.has_json || r.has_text ? "none (" + source_file(r) + " names no call)"
                                    : "unknown (" + r.base_name + " could not be read)";
+  } else if (any_nonfinite && summary.processes && summary.processes->recorded == 1 &&
+             summary.ranks_with_communicators.size() <= 1) {
+    // A one-process job: there is no other rank to have come first.
+    why = "one process in this run: its first inf/nan is the origin";
   } else if (any_nonfinite) {
     why = "not reported (no origin.txt: it needs the coordinator)";
   }
@@ -452,6 +473,7 @@ bool origin_line(const RunSummary& summary, bool any_nonfinite, Analysis* a) {
 
 struct FirstNonfinite {
   int32_t rank = -1;
+  int32_t pid = 0;  // when the rank is not known
   std::optional<uint64_t> batch;
   std::string frame;
   std::string label;
@@ -478,11 +500,18 @@ void first_nonfinite_frame(const json& report, std::string* frame, std::string* 
   }
 }
 
-// The batches whose optimizer step a loss scaler skipped, by rank (step-skipped-rank<R>: "batches").
-std::map<int32_t, std::vector<uint64_t>> skipped_steps(const RunSummary& summary) {
-  std::map<int32_t, std::vector<uint64_t>> skipped;
+// The batches whose optimizer step a loss scaler skipped, by rank (step-skipped-rank<R>: "batches"); an unknown
+// rank's by its pid (step-skipped-pid<P>).
+struct SkippedSteps {
+  int32_t pid = 0;
+  std::vector<uint64_t> batches;
+};
+std::map<std::pair<int32_t, int32_t>, SkippedSteps> skipped_steps(const RunSummary& summary) {
+  std::map<std::pair<int32_t, int32_t>, SkippedSteps> skipped;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kStepSkipped)) {
-    std::vector<uint64_t>& batches = skipped[r->rank];
+    SkippedSteps& steps = skipped[{r->rank, r->rank < 0 ? r->pid : 0}];
+    steps.pid = r->pid;
+    std::vector<uint64_t>& batches = steps.batches;
     if (!r->has_json) continue;
     if (const json* list = member(r->json, "batches"); list != nullptr && list->is_array()) {
       for (const json& b : *list)
@@ -497,6 +526,7 @@ void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis
   for (const ReportFiles* r : reports_of(summary, ReportKind::kNonfinite)) {
     FirstNonfinite f;
     f.rank = r->rank;
+    f.pid = r->pid;
     f.file = source_file(*r);
     if (r->has_json) {
       f.batch = uint_member(r->json, "batch_number");
@@ -525,27 +555,32 @@ void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis
   }
   a->nothing_wrong = false;
   // One group per batch, earliest first.
-  std::vector<std::pair<std::optional<uint64_t>, std::vector<int32_t>>> groups;
+  struct Group {
+    std::optional<uint64_t> batch;
+    std::vector<int32_t> ranks, unknown_pids;
+  };
+  std::vector<Group> groups;
   for (const FirstNonfinite& f : firsts) {
-    if (groups.empty() || groups.back().first != f.batch) groups.emplace_back(f.batch, std::vector<int32_t>{});
-    groups.back().second.push_back(f.rank);
+    if (groups.empty() || groups.back().batch != f.batch) groups.push_back({f.batch, {}, {}});
+    groups.back().ranks.push_back(f.rank);
+    if (f.rank < 0) groups.back().unknown_pids.push_back(f.pid);
   }
   std::vector<std::string> parts;
-  for (const auto& [batch, ranks] : groups)
-    parts.push_back((batch ? "batch " + std::to_string(*batch) : std::string("batch ?")) + " on " +
-                    ranks_phrase(ranks));
+  for (const Group& g : groups)
+    parts.push_back((g.batch ? "batch " + std::to_string(*g.batch) : std::string("batch ?")) + " on " +
+                    ranks_phrase(g.ranks, g.unknown_pids));
   std::string line = "first inf/nan: " + join_capped(parts, ", ");
   const FirstNonfinite& earliest = firsts.front();
   if (!origin_known && !earliest.frame.empty()) {
-    line += "; " + rank_word(earliest.rank) + " saw it in " + earliest.frame +
+    line += "; " + who_word(earliest.rank, earliest.pid) + " saw it in " + earliest.frame +
             (earliest.label.empty() ? "" : " " + earliest.label);
   }
   // In gradients a loss scaler then threw away: what it is for (fp16 loss scaling finds its scale so), not a fault.
-  const std::map<int32_t, std::vector<uint64_t>> skipped = skipped_steps(summary);
+  const auto skipped = skipped_steps(summary);
   const auto was_skipped = [&](const FirstNonfinite& f) {
-    const auto it = skipped.find(f.rank);
+    const auto it = skipped.find({f.rank, f.rank < 0 ? f.pid : 0});
     return f.batch && it != skipped.end() &&
-           std::find(it->second.begin(), it->second.end(), *f.batch) != it->second.end();
+           std::find(it->second.batches.begin(), it->second.batches.end(), *f.batch) != it->second.batches.end();
   };
   if (std::all_of(firsts.begin(), firsts.end(), was_skipped))
     line += "; the loss scaler skipped that batch's optimizer step (see skipped steps)";
@@ -555,9 +590,9 @@ void first_nonfinite_line(const RunSummary& summary, bool origin_known, Analysis
 void skipped_steps_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
   std::vector<std::string> parts;
-  for (const auto& [rank, batches] : skipped_steps(summary)) {
-    items.push_back({{"rank", rank_json(rank)}, {"batches", batches}});
-    parts.push_back(rank_word(rank) + ", " + batches_phrase(batches));
+  for (const auto& [key, steps] : skipped_steps(summary)) {
+    items.push_back({{"rank", rank_json(key.first)}, {"batches", steps.batches}});
+    parts.push_back(who_word(key.first, steps.pid) + ", " + batches_phrase(steps.batches));
   }
   a->fields["skipped_steps"] = std::move(items);
   if (parts.empty()) return;
@@ -831,7 +866,7 @@ void streak_line(const RunSummary& summary, Analysis* a) {
   json items = json::array();
   std::vector<std::string> parts;
   for (const ReportFiles* r : reports_of(summary, ReportKind::kOverflowStreak)) {
-    const std::string who = rank_word(r->rank);
+    const std::string who = who_word(r->rank, r->pid);
     std::vector<uint64_t> batches;
     if (r->has_json) {
       for (const json* b : objects_in(r->json, "batches")) {
@@ -857,6 +892,7 @@ void streak_line(const RunSummary& summary, Analysis* a) {
 
 struct NearWarning {
   int32_t rank = -1;
+  int32_t pid = 0;   // when the rank is not known
   size_t order = 0;  // in the file
   std::optional<uint64_t> batch;
   std::string frame;
@@ -872,7 +908,7 @@ struct NearWarning {
 std::string near_text(const NearWarning& w, bool name_rank) {
   if (!w.text.empty()) return (name_rank ? "rank " + std::to_string(w.rank) + ": " : "") + w.text;
   std::vector<std::string> parts;
-  if (name_rank) parts.push_back(rank_word(w.rank));
+  if (name_rank) parts.push_back(who_word(w.rank, w.pid));
   if (w.batch) parts.push_back("batch " + std::to_string(*w.batch));
   std::string what = w.frame;
   if (!w.label.empty()) what += (what.empty() ? "" : " ") + w.label;
@@ -896,6 +932,7 @@ void near_overflow_line(const RunSummary& summary, Analysis* a) {
       for (const json* w : objects_in(r->json, "warnings")) {
         NearWarning n;
         n.rank = r->rank;
+        n.pid = r->pid;
         n.order = order++;
         n.batch = uint_member(*w, "batch_number");
         n.frame = string_member(*w, "frame");
@@ -911,6 +948,7 @@ void near_overflow_line(const RunSummary& summary, Analysis* a) {
       for (const std::string& line : non_empty_lines(r->text)) {
         NearWarning n;
         n.rank = r->rank;
+        n.pid = r->pid;
         n.order = order++;
         n.text = line;
         n.batch = batch_in_text(line);
@@ -938,15 +976,21 @@ void near_overflow_line(const RunSummary& summary, Analysis* a) {
     return;
   }
   a->nothing_wrong = false;
-  std::vector<int32_t> ranks;
-  for (const NearWarning& w : warnings) ranks.push_back(w.rank);
+  std::vector<int32_t> ranks, unknown_pids;
+  for (const NearWarning& w : warnings) {
+    ranks.push_back(w.rank);
+    if (w.rank < 0) unknown_pids.push_back(w.pid);
+  }
   const auto first = std::min_element(warnings.begin(), warnings.end(), [](const NearWarning& x, const NearWarning& y) {
     return std::make_tuple(x.batch.value_or(kUnknownTime), x.rank < 0, x.rank, x.order) <
            std::make_tuple(y.batch.value_or(kUnknownTime), y.rank < 0, y.rank, y.order);
   });
   std::sort(ranks.begin(), ranks.end());
-  const bool one_rank = ranks.front() == ranks.back();
-  std::string line = "near overflow: " + plural(warnings.size(), "warning", "warnings") + " on " + ranks_phrase(ranks);
+  std::sort(unknown_pids.begin(), unknown_pids.end());
+  const bool one_rank =
+      ranks.front() == ranks.back() && (ranks.front() >= 0 || unknown_pids.front() == unknown_pids.back());
+  std::string line =
+      "near overflow: " + plural(warnings.size(), "warning", "warnings") + " on " + ranks_phrase(ranks, unknown_pids);
   const std::string detail = near_text(*first, !one_rank);
   if (!detail.empty()) line += " (" + std::string(warnings.size() > 1 ? "first: " : "") + detail + ")";
   a->lines.push_back(line);
@@ -1734,6 +1778,7 @@ void load_report(const fs::path& dir, const KindInfo& info, ReportFiles* r, std:
   if (info.rank_key != nullptr) {
     r->rank = r->has_json ? rank_member(r->json, info.rank_key) : -1;
     if (r->rank < 0) r->rank = rank_of_name(r->base_name, info.prefix);
+    if (r->rank < 0 && info.pid_prefix != nullptr) r->pid = std::max(0, rank_of_name(r->base_name, info.pid_prefix));
   }
 }
 
@@ -1900,7 +1945,8 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
       read_no_calls_note(root_of(dir), name, out);
       continue;
     }
-    if (base.starts_with("trace-rank") && (extension == ".txt" || extension == ".jsonl")) {
+    if ((base.starts_with("trace-rank") || base.starts_with("trace-pid")) &&
+        (extension == ".txt" || extension == ".jsonl")) {
       const int32_t rank = rank_of_name(base, "trace-rank");
       TraceFile& trace = traces[rank];
       trace.rank = rank;

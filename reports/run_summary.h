@@ -76,6 +76,7 @@ struct ReportFiles {
   ReportKind kind = ReportKind::kOrigin;
   std::string base_name;     // "mismatch-239016-24"
   int32_t rank = -1;         // per-rank reports: from the JSON, else from the file name; -1 otherwise
+  int32_t pid = 0;           // a report of a process whose rank is not known: from its name "<kind>-pid<P>"
   bool text_exists = false;  // <base>.txt is in the directory
   bool has_text = false;     // ... and was read
   std::string text;          // its contents

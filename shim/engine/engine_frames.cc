@@ -62,6 +62,9 @@ std::mutex g_stop_mutex;
 int32_t rank_of(const recorder::FileHeader* header) {
   return header != nullptr ? __atomic_load_n(&header->global_rank, __ATOMIC_RELAXED) : -1;
 }
+int32_t pid_of(const recorder::FileHeader* header) {
+  return header != nullptr ? header->pid : static_cast<int32_t>(getpid());
+}
 
 // A report file that could not be written ("cannot write <path>: why"), noted in the recorder by file name and cause.
 void note_unwritten(recorder::FileHeader* header, const std::string& error) {
@@ -237,6 +240,7 @@ class FrameThread {
   }
 
   int32_t rank() const { return rank_of(header_); }
+  int32_t pid() const { return pid_of(header_); }
 
   std::string run_dir() {
     std::lock_guard<std::mutex> lock(run_dir_mutex_);
@@ -284,7 +288,7 @@ class FrameThread {
                              " (its gradients held inf/nan; the weights were not changed and the scale was lowered): "
                              "expected with loss scaling, not a failure\n";
     skipped_text_ += line;
-    write(step_skipped_base_name(rank()), skipped_text_,
+    write(report_base_name("step-skipped", rank(), pid()), skipped_text_,
           {{"kind", "step_skipped"}, {"rank", rank()}, {"by", "GradScaler"}, {"batches", skipped_batches_}});
     log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
@@ -293,7 +297,7 @@ class FrameThread {
     std::string text;
     if (batch_start) text += reports::format_trace_batch_start(frame.batch);
     text += reports::format_trace_frame(frame);
-    const std::string stem = run_dir() + "/" + trace_base_name(rank());
+    const std::string stem = run_dir() + "/" + report_base_name("trace", rank(), pid());
     nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
@@ -328,7 +332,7 @@ class FrameThread {
                           {"limit", near.limit},
                           {"fraction", near.limit > 0 ? near.abs_max / near.limit : 0.0},
                           {"dtype", reports::long_dtype_name(near.dtype)}});
-    write(near_overflow_base_name(rank()), near_text_,
+    write(report_base_name("near-overflow", rank(), pid()), near_text_,
           {{"kind", "near_overflow"}, {"rank", rank()}, {"warnings", near_json_}});
     log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
@@ -340,7 +344,7 @@ class FrameThread {
     const uint32_t stack_id = has_stack(last.stack_id) ? last.stack_id : 0;
     if (stack_id != 0) report.first_nonfinite_stack = call_stack(stack_id);
     const std::string text = reports::format_detection_text(report);
-    write(nonfinite_base_name(report.rank), text, reports::detection_json(report));
+    write(report_base_name("nonfinite", report.rank, pid()), text, reports::detection_json(report));
     log(LogLevel::kError, text.c_str());
 
     // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
@@ -352,7 +356,7 @@ class FrameThread {
 
     const std::string message =
         reports::format_nonfinite_abort(detection.batch, last.name, row != nullptr ? row->label : "");
-    write(stop_base_name(report.rank), message,
+    write(report_base_name("stop", report.rank, pid()), message,
           {{"kind", "stop"},
            {"rank", report.rank},
            {"reason", "nonfinite"},
@@ -373,7 +377,7 @@ class FrameThread {
       report.batches.push_back({b.batch, b.first_nonfinite.name, row != nullptr ? row->label : ""});
     }
     const std::string text = reports::format_overflow_streak_text(report);
-    write(overflow_streak_base_name(report.rank), text, reports::overflow_streak_json(report));
+    write(report_base_name("overflow-streak", report.rank, pid()), text, reports::overflow_streak_json(report));
     log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
   }
 
@@ -421,13 +425,9 @@ StepMarkerMatcher* g_marker_matcher = nullptr;  // leaked: job threads may match
 
 }  // namespace
 
-std::string nonfinite_base_name(int32_t rank) { return "nonfinite-rank" + std::to_string(rank); }
-std::string overflow_streak_base_name(int32_t rank) { return "overflow-streak-rank" + std::to_string(rank); }
-std::string near_overflow_base_name(int32_t rank) { return "near-overflow-rank" + std::to_string(rank); }
-
-std::string step_skipped_base_name(int32_t rank) { return "step-skipped-rank" + std::to_string(rank); }
-std::string stop_base_name(int32_t rank) { return "stop-rank" + std::to_string(rank); }
-std::string trace_base_name(int32_t rank) { return "trace-rank" + std::to_string(rank); }
+std::string report_base_name(std::string_view kind, int32_t rank, int32_t pid) {
+  return std::string(kind) + (rank >= 0 ? "-rank" + std::to_string(rank) : "-pid" + std::to_string(pid));
+}
 
 bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr && g_marker_matcher->matches(name); }
 
@@ -446,7 +446,7 @@ void stop_after_batch(uint64_t batch) {
     if (setup != nullptr) {
       const int32_t rank = rank_of(setup->recorder);
       const std::string message = reports::format_abort_after_batch(batch);
-      write_report(stop_run_dir(*setup), stop_base_name(rank), message,
+      write_report(stop_run_dir(*setup), report_base_name("stop", rank, pid_of(setup->recorder)), message,
                    {{"kind", "stop"},
                     {"rank", rank},
                     {"reason", "abort_after_batch"},

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "reports/flight_record_format.h"
 #include "shim/config.h"
@@ -45,12 +46,9 @@ void set_frames_run_dir(const std::string& run_dir);
 // False before start_frames and under any other marker.
 bool step_marker_matches(const char* name);
 
-// File names of the per-rank reports in the run directory (the base; ".txt" and ".json" are added).
-std::string nonfinite_base_name(int32_t rank);        // "nonfinite-rank3"
-std::string overflow_streak_base_name(int32_t rank);  // "overflow-streak-rank3"
-std::string near_overflow_base_name(int32_t rank);    // "near-overflow-rank3"
-std::string step_skipped_base_name(int32_t rank);     // "step-skipped-rank3"
-std::string stop_base_name(int32_t rank);             // "stop-rank3"
-std::string trace_base_name(int32_t rank);            // "trace-rank3" (.txt and .jsonl)
+// File names of the per-rank reports in the run directory (the base; ".txt" and ".json" are added): "<kind>-rank3"
+// ("nonfinite-rank3", "trace-rank3" with .txt and .jsonl); "<kind>-pid4242" for a process whose rank is not known (a
+// one-process job started without a launcher): two such processes in one run directory keep files of their own.
+std::string report_base_name(std::string_view kind, int32_t rank, int32_t pid);
 
 }  // namespace trainscope::engine

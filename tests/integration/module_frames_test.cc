@@ -267,9 +267,20 @@ TEST_F(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
   const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
   EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
   EXPECT_NE(summary.out.find("the loss scaler skipped that batch's optimizer step"), std::string::npos) << summary.out;
-  EXPECT_NE(summary.out.find("skipped steps: rank ?, batch 2 (the loss scaler found inf/nan in the gradients"),
+  // A one-process job without a launcher: no rank, so its process is named by its pid, in the files too.
+  EXPECT_NE(summary.out.find("skipped steps: pid "), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find(", batch 2 (the loss scaler found inf/nan in the gradients"), std::string::npos)
+      << summary.out;
+  EXPECT_NE(summary.out.find("inf/nan origin: one process in this run: its first inf/nan is the origin\n"),
             std::string::npos)
       << summary.out;
+  const std::string summary_lines = summary.out.substr(0, summary.out.find("\n\n"));  // the process sections follow
+  EXPECT_EQ(summary_lines.find("rank ?"), std::string::npos) << summary.out;
+  EXPECT_EQ(summary_lines.find("unknown rank"), std::string::npos) << summary.out;
+  bool named_by_pid = false;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
+    named_by_pid |= entry.path().filename().string().rfind("step-skipped-pid", 0) == 0;
+  EXPECT_TRUE(named_by_pid);
   // GradScaler's own result: the same with and without trainscope.
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";

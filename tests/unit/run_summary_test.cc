@@ -216,6 +216,56 @@ TEST(RunSummary, WithoutAnOriginTheFirstFrameSaysWhere) {
       << text;
 }
 
+// A one-process job started without a launcher has no rank: its reports are named by its pid, and so is it.
+TEST(RunSummary, AProcessWithoutARankIsNamedByItsPid) {
+  RunDir dir;
+  DetectionReport detection;
+  detection.rank = -1;
+  detection.batch_number = 2;
+  detection.frames = {allreduce_frame(40, false, false), allreduce_frame(41, false, true)};
+  write_pair(dir, "nonfinite-pid4242", format_detection_text(detection), detection_json(detection));
+  const json near = {{"kind", "near_overflow"},
+                     {"rank", -1},
+                     {"warnings",
+                      {{{"frame", "comm 3f2a9c ncclAllReduce #39"},
+                        {"label", "output"},
+                        {"batch_number", 2},
+                        {"abs_max", 6.27e4},
+                        {"limit", 65504.0},
+                        {"fraction", 6.27e4 / 65504.0},
+                        {"dtype", "float16"}}}}};
+  write_pair(dir, "near-overflow-pid4242", "near overflow\n", near);
+  write_pair(dir, "step-skipped-pid4242", "skipped\n",
+             {{"kind", "step_skipped"}, {"rank", -1}, {"by", "GradScaler"}, {"batches", {2}}});
+  const RunSummary summary = read(dir);
+  ASSERT_EQ(summary.reports.size(), 3u);
+  for (const ReportFiles& r : summary.reports) {
+    EXPECT_EQ(r.rank, -1) << r.base_name;
+    EXPECT_EQ(r.pid, 4242) << r.base_name;
+  }
+  const std::string text = format_summary_text(summary);
+  EXPECT_TRUE(contains(text,
+                       "  first inf/nan: batch 2 on pid 4242; pid 4242 saw it in comm 3f2a9c ncclAllReduce #41 "
+                       "output; the loss scaler skipped that batch's optimizer step (see skipped steps)\n"))
+      << text;
+  EXPECT_TRUE(contains(
+      text, "  near overflow: 1 warning on pid 4242 (batch 2, comm 3f2a9c ncclAllReduce #39 output 6.27e+04 = "))
+      << text;
+  EXPECT_TRUE(contains(text, "  skipped steps: pid 4242, batch 2 (")) << text;
+  EXPECT_FALSE(contains(text, "rank ?")) << text;
+  EXPECT_FALSE(contains(text, "unknown rank")) << text;
+  EXPECT_TRUE(contains(text, "  inf/nan origin: not reported (no origin.txt: it needs the coordinator)\n")) << text;
+
+  // With its recorder, the run is known to be that one process: no other rank can have come first.
+  RunSummary one = summary;
+  one.processes = recorder::ProcessOverview{};
+  one.processes->recorded = 1;
+  one.processes->exited = 1;
+  EXPECT_TRUE(contains(format_summary_text(one),
+                       "  inf/nan origin: one process in this run: its first inf/nan is the origin\n"))
+      << format_summary_text(one);
+}
+
 TEST(RunSummary, MismatchOnly) {
   RunDir dir;
   const MismatchReport m = count_mismatch();
