@@ -906,7 +906,7 @@ struct NearWarning {
 };
 
 std::string near_text(const NearWarning& w, bool name_rank) {
-  if (!w.text.empty()) return (name_rank ? "rank " + std::to_string(w.rank) + ": " : "") + w.text;
+  if (!w.text.empty()) return (name_rank ? who_word(w.rank, w.pid) + ": " : "") + w.text;
   std::vector<std::string> parts;
   if (name_rank) parts.push_back(who_word(w.rank, w.pid));
   if (w.batch) parts.push_back("batch " + std::to_string(*w.batch));
