@@ -522,13 +522,27 @@ void CoordinatorServer::run() {
   };
 
   // A valid hello, or a message of a rank that said one, came on `fd`. Its accept event is in the monitor's queue
-  // before any of its messages can arrive: read it when the gate has not seen it yet.
+  // before any of its messages can arrive: read it when the gate has not seen it yet. False when the connection
+  // is gone already: its close was among those events, before `rank_by_fd` knew it.
   auto authenticated = [&](int fd, uint64_t now_ns) {
-    if (fd < 0 || s.gate.is_authenticated(fd)) return;
+    if (fd < 0 || s.gate.is_authenticated(fd)) return true;
     // Every event of this connection and of an earlier one on the same number (its close) is queued before this
     // message could come: read them all first, or an old connection's close would be taken for this one's.
     read_monitor_events(now_ns, 1 << 16);
-    s.gate.on_authenticated(fd);  // still unknown: a message of a connection that is gone
+    return s.gate.on_authenticated(fd);  // still unknown: a message of a connection that is gone
+  };
+  // The rank's connection on `fd` carries its messages, and its close is that rank's; unless it closed before its
+  // first message was read (a short job's rank sends everything and leaves in one pass): then its close was
+  // consumed already, and is the rank's now. Counted as connected, it would hold the host's exit for the linger.
+  auto attach = [&](int fd, int32_t rank, uint64_t now_ns) {
+    if (fd < 0) return;
+    if (authenticated(fd, now_ns)) {
+      s.rank_by_fd[fd] = rank;
+    } else if (auto it = s.dropped_connections.find(rank); it == s.dropped_connections.end()) {
+      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
+    } else {
+      it->second.first = std::max(it->second.first, now_ns);  // a late message of the closed one: no coming back
+    }
   };
 
   auto handle = [&](const std::string& id, zmq::message_t& payload, uint64_t now_ns) {
@@ -552,10 +566,8 @@ void CoordinatorServer::run() {
         return;
       }
       s.peers[id] = State::Peer{hello->global_rank, false};
-      const int fd = payload.get(ZMQ_SRCFD);
-      authenticated(fd, now_ns);
-      if (fd >= 0) s.rank_by_fd[fd] = hello->global_rank;
       s.last_message_ns[hello->global_rank] = now_ns;
+      attach(payload.get(ZMQ_SRCFD), hello->global_rank, now_ns);
       s.core.on_hello(*hello, now_ns);
       send_to(id, encode(Welcome{now_ns}));
       // A rank whose hello comes after the job was stopped must stop too, or it waits alone forever.
@@ -578,9 +590,7 @@ void CoordinatorServer::run() {
       return false;
     };
     s.last_message_ns[rank] = now_ns;
-    const int fd = payload.get(ZMQ_SRCFD);
-    authenticated(fd, now_ns);
-    if (fd >= 0) s.rank_by_fd[fd] = rank;  // after a reconnection the descriptor changes
+    attach(payload.get(ZMQ_SRCFD), rank, now_ns);  // after a reconnection the descriptor changes
     if (const auto* batch = std::get_if<FingerprintBatch>(&decoded.message)) {
       if (claimed_rank(batch->rank)) s.core.on_fingerprints(rank, batch->fingerprints, batch->dropped_total, now_ns);
     } else if (const auto* stack = std::get_if<StackDefinition>(&decoded.message)) {

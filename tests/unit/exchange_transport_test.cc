@@ -529,6 +529,73 @@ TEST_F(TransportTest, RankThatDisappearsWithoutGoodbyeIsReportedAsVanished) {
   EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/run/vanished-rank1.txt"));
 }
 
+// The server-side connections on `port` still open (established, or closed by the peer and not yet by this side),
+// from /proc/net/tcp: this process's ZeroMQ threads close theirs when they see the peer's end.
+size_t open_connections_on(uint16_t port) {
+  std::FILE* table = std::fopen("/proc/net/tcp", "r");
+  if (table == nullptr) return 0;
+  char line[512];
+  size_t open = 0;
+  (void)std::fgets(line, sizeof(line), table);  // the header
+  while (std::fgets(line, sizeof(line), table) != nullptr) {
+    unsigned local_port = 0, state = 0;
+    if (std::sscanf(line, " %*d: %*x:%x %*x:%*x %x", &local_port, &state) == 2 && local_port == port &&
+        (state == 0x01 || state == 0x08))
+      ++open;
+  }
+  std::fclose(table);
+  return open;
+}
+
+// A short job's rank says hello and goodbye and closes before the coordinator reads any of it: its close is read
+// with its hello (among the monitor's events), before the connection was the rank's. It must not be counted as
+// connected ever after, or the host rank waits its whole linger at exit (a 0.1 s job took 5.1 s).
+TEST_F(TransportTest, ARankThatLeftBeforeItsHelloWasReadIsNotCountedAsConnected) {
+  std::mutex gate;
+  std::condition_variable changed;
+  bool server_held = false, release = false;
+  CoordinatorServerOptions options = server_options("tcp://127.0.0.1:*");
+  options.log = [&](LogLevel, const std::string& message) {
+    if (message.find("rank 0 (host") == std::string::npos) return;
+    std::unique_lock<std::mutex> lock(gate);
+    server_held = true;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::seconds(20), [&] { return release; });
+  };
+  CoordinatorServer server(std::move(options));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  zmq::context_t context;
+  zmq::socket_t rank0(context, zmq::socket_type::dealer);
+  connect_with_key(rank0, server.endpoint());
+  ASSERT_TRUE(rank0.send(zmq::buffer(raw_hello(0)), zmq::send_flags::none));
+  {
+    std::unique_lock<std::mutex> lock(gate);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(20), [&] { return server_held; }));
+  }
+  // The server's thread is held in rank 0's hello: rank 1 comes, says everything and leaves meanwhile.
+  {
+    zmq::context_t own_context;
+    zmq::socket_t rank1(own_context, zmq::socket_type::dealer);
+    connect_with_key(rank1, server.endpoint());
+    rank1.set(zmq::sockopt::linger, 5000);  // closing its context delivers the two messages first
+    ASSERT_TRUE(rank1.send(zmq::buffer(raw_hello(1)), zmq::send_flags::none));
+    ASSERT_TRUE(rank1.send(zmq::buffer(encode(Goodbye{1, 1, false})), zmq::send_flags::none));
+  }
+  EXPECT_TRUE(wait_until([&] { return open_connections_on(port_of(server.endpoint())) == 1; }));
+  {
+    std::lock_guard<std::mutex> lock(gate);
+    release = true;
+  }
+  changed.notify_all();
+  ASSERT_TRUE(rank0.send(zmq::buffer(encode(Goodbye{0, 2, false})), zmq::send_flags::none));
+  rank0.close();
+  EXPECT_TRUE(wait_until([&] { return server.stats().hellos == 2 && server.stats().connections == 0; }))
+      << server.stats().hellos << " hellos, " << server.stats().connections << " connections";
+  server.stop();
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/run/vanished-rank1.txt"));
+}
+
 // The race of issue 11 ("at call #133 ... Process 1: last call #132" while rank 1's recorder showed #133-#136): a rank
 // frozen (SIGSTOP) keeps its last fingerprints; the coordinator reads its flight recorder, on this host, instead.
 TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
