@@ -407,6 +407,7 @@ void ExchangeClient::run() {
     }
     read_monitor();
     receive_all();
+    if (options_.before_send) options_.before_send();
     if (rejected_.load()) {
       Fingerprint discard;
       while (queue_.pop(discard)) {

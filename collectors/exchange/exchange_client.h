@@ -47,7 +47,7 @@ struct ExchangeClientOptions {
   Hello hello;                       // sent first on every connection; hello.token is the job token
   size_t queue_capacity = 1u << 16;  // fingerprints (rounded up to a power of two)
   size_t max_batch = 1024;           // fingerprints per message (at most kMaxFingerprintsPerBatch)
-  int flush_interval_ms = 20;        // a partial batch waits at most this long
+  int flush_interval_ms = 50;        // a partial batch waits at most this long
   int heartbeat_interval_ms = 1000;
   int reconnect_interval_ms = 100;  // ZMQ_RECONNECT_IVL, backing off to reconnect_interval_max_ms
   int reconnect_interval_max_ms = 5000;
@@ -58,6 +58,10 @@ struct ExchangeClientOptions {
   LogSink log;                        // may be empty
   std::function<void(const Verdict&)> on_verdict;            // may be empty
   std::function<std::vector<HeartbeatCall>()> inside_calls;  // calls in progress, for heartbeats; may be empty
+  // Called on the client's thread before each round of sending, until stop(): the engine reads its flight recorder
+  // into the queue there, so that one thread wakes once per flush interval for both (on a node whose cores are
+  // all busy with the job, each wakeup of ours takes a core from a rank). May be empty.
+  std::function<void()> before_send;
 };
 
 struct ExchangeClientStats {

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -47,7 +46,6 @@ using recorder::FileHeader;
 using recorder::Op;
 using recorder::Record;
 
-constexpr auto kPumpInterval = std::chrono::milliseconds(5);
 // Rank 0 hosts the coordinator: at its exit it waits this long at most for the other ranks to say goodbye.
 constexpr auto kHostLingerLimit = std::chrono::seconds(5);
 
@@ -269,24 +267,25 @@ class Exchange {
     options.log = log_sink();
     options.on_verdict = [this](const exchange::Verdict& verdict) { on_verdict(verdict); };
     options.inside_calls = [this] { return inside_calls(); };
+    // The recorder is read on the client's thread, just before it sends (no thread of its own: one wakeup less
+    // per interval).
+    options.before_send = [this] { pump(); };
     client_ = std::make_unique<exchange::ExchangeClient>(std::move(options));
     if (host_failure_.empty())
       recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kWaiting,
                                       ("not yet accepted by the coordinator at " + plan_.endpoint).c_str());
     client_->start();
-    pump_ = std::thread([this] { pump_loop(); });
     return true;
   }
 
   // Normal exit: what is left in the recorder goes out, then the goodbye.
   void stop(bool stopping_job) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+      // The client's thread reads the recorder no more: from here on, this thread does.
+      std::lock_guard<std::mutex> lock(pump_mutex_);
+      pump_stopped_ = true;
+      drain();
     }
-    wake_.notify_all();
-    if (pump_.joinable()) pump_.join();
-    drain();
     // Records the ring overwrote before this thread read them never reached the coordinator: say how many.
     if (cursor_.dropped() > 0)
       log(LogLevel::kWarn, ("the exchange missed " + std::to_string(cursor_.dropped()) +
@@ -317,7 +316,6 @@ class Exchange {
 
   // Forked child: the threads are not here, the sockets are the parent's. Leak everything.
   void abandon() {
-    pump_.detach();
     (void)client_.release();
     (void)server_.release();
   }
@@ -398,23 +396,19 @@ class Exchange {
     recorder::record_exchange_state(setup_.recorder, recorder::ExchangeState::kRan, "");
   }
 
-  void pump_loop() {
-    name_this_thread("ts-exchange");
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stopping_) {
-      lock.unlock();
-      note_if_welcomed();
-      drain();
-      warn_if_waiting_alone();
-      lock.lock();
-      wake_.wait_for(lock, kPumpInterval, [this] { return stopping_; });
-    }
+  // On the client's thread, before it sends (ExchangeClientOptions::before_send), until stop() takes over.
+  void pump() {
+    std::lock_guard<std::mutex> lock(pump_mutex_);
+    if (pump_stopped_) return;
+    note_if_welcomed();
+    drain();
+    warn_if_waiting_alone();
   }
 
   // Reads whatever the job's threads recorded since the last pass. Order matters to the coordinator: a
-  // communicator's creation goes before its calls, and its end after every call recorded before the end.
+  // communicator's creation goes before its calls, and its end after every call recorded before the end. Under
+  // pump_mutex_.
   void drain() {
-    std::lock_guard<std::mutex> drain_lock(drain_mutex_);
     const FileHeader* header = setup_.recorder;
     if (header == nullptr) return;
     const std::vector<uint16_t> states = discover_comms(header);
@@ -608,11 +602,10 @@ class Exchange {
   CoordinatorPlan plan_;
   std::unique_ptr<exchange::CoordinatorServer> server_;
   std::unique_ptr<exchange::ExchangeClient> client_;
-  std::thread pump_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::mutex drain_mutex_;  // the pump and stop() both drain
+  // The client's thread pumps the recorder into the exchange until stop() sets pump_stopped_ and drains the rest:
+  // what pump_mutex_ guards (the cursor, the stacks defined, the creations, welcomed_) is theirs in turn.
+  std::mutex pump_mutex_;
+  bool pump_stopped_ = false;
   RingCursor cursor_;
   std::unordered_set<uint32_t> defined_stacks_;
   std::vector<uint16_t> comm_states_;
@@ -621,7 +614,7 @@ class Exchange {
   std::vector<PendingCall> pending_;
   std::atomic<bool> aborting_{false};
   std::string host_failure_;  // why this rank could not host the coordinator ("" when it hosts it, or need not)
-  bool welcomed_ = false;     // the pump's (and, after it is joined, stop()'s)
+  bool welcomed_ = false;     // the pump's (and, once it has stopped, stop()'s)
   std::vector<CreatingCall> creating_;  // communicator creations still running when drained (the pump's)
   bool creation_warned_ = false;
 };

@@ -22,6 +22,22 @@ clockid_t thread_cpu_clock(pid_t tid) { return static_cast<clockid_t>((~static_c
 
 bool is_ours(const char* name) { return std::strncmp(name, "ts-", 3) == 0 || std::strncmp(name, "ZMQbg/", 6) == 0; }
 
+// The thread's voluntary context switches, from /proc/self/task/TID/status (0 where it cannot be read).
+uint64_t voluntary_switches(const char* tid) {
+  char path[300];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[4096];
+  const ssize_t got = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (got <= 0) return 0;
+  text[got] = '\0';
+  static constexpr char kKey[] = "\nvoluntary_ctxt_switches:";
+  const char* at = std::strstr(text, kKey);
+  return at == nullptr ? 0 : std::strtoull(at + sizeof(kKey) - 1, nullptr, 10);
+}
+
 }  // namespace
 
 void name_this_thread(const char* name) {
@@ -47,16 +63,19 @@ BackgroundCpu background_cpu() {
     timespec used{};
     if (clock_gettime(thread_cpu_clock(static_cast<pid_t>(std::atoi(entry->d_name))), &used) != 0) continue;
     const uint64_t ns = static_cast<uint64_t>(used.tv_sec) * 1000000000ull + static_cast<uint64_t>(used.tv_nsec);
+    const uint64_t wakeups = voluntary_switches(entry->d_name);
     cpu.ns += ns;
+    cpu.wakeups += wakeups;
     ++cpu.threads;
     std::string kind(name, static_cast<size_t>(got));
     while (!kind.empty() && kind.back() == '\n') kind.pop_back();
     if (kind.rfind("ZMQbg/", 0) == 0) kind = "ZMQbg";
-    auto it = std::find_if(cpu.by_name.begin(), cpu.by_name.end(), [&](const auto& k) { return k.first == kind; });
+    auto it = std::find_if(cpu.by_name.begin(), cpu.by_name.end(), [&](const auto& k) { return k.name == kind; });
     if (it == cpu.by_name.end()) {
-      cpu.by_name.emplace_back(std::move(kind), ns);
+      cpu.by_name.push_back({std::move(kind), ns, wakeups});
     } else {
-      it->second += ns;
+      it->ns += ns;
+      it->wakeups += wakeups;
     }
   }
   closedir(tasks);
@@ -72,11 +91,18 @@ std::string describe_background_cpu(const BackgroundCpu& cpu, uint64_t calls) {
                 static_cast<unsigned long long>(calls));
   std::string line = text;
   for (size_t i = 0; i < cpu.by_name.size(); ++i) {
-    std::snprintf(text, sizeof(text), "%s%s %.2f", i == 0 ? ": " : ", ", cpu.by_name[i].first.c_str(),
-                  static_cast<double>(cpu.by_name[i].second) / per_call);
+    std::snprintf(text, sizeof(text), "%s%s %.2f", i == 0 ? ": " : ", ", cpu.by_name[i].name.c_str(),
+                  static_cast<double>(cpu.by_name[i].ns) / per_call);
     line += text;
   }
   if (!cpu.by_name.empty()) line += " us";
+  std::snprintf(text, sizeof(text), "; %llu wakeups", static_cast<unsigned long long>(cpu.wakeups));
+  line += text;
+  for (size_t i = 0; i < cpu.by_name.size(); ++i) {
+    std::snprintf(text, sizeof(text), "%s%s %llu", i == 0 ? ": " : ", ", cpu.by_name[i].name.c_str(),
+                  static_cast<unsigned long long>(cpu.by_name[i].wakeups));
+    line += text;
+  }
   return line;
 }
 

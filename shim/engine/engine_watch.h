@@ -111,7 +111,7 @@ class WatchBoard {
     uint64_t comm_id;
     WatchedCall* call;
   };
-  static constexpr size_t kMaxSpare = 1024;
+  static constexpr size_t kMaxSpare = 4096;  // a frame interval's worth of calls at 200,000 a second
   using Calls = std::unordered_map<uint64_t, std::unique_ptr<WatchedCall>>;
 
   std::mutex mutex_;

@@ -2,9 +2,9 @@
 # What trainscope costs a whole job: a collective-bound 4-rank C job on the CPU stand-in NCCL (loop_program --mix:
 # all-reduce, broadcast, all-gather, reduce-scatter and a send/recv ring per iteration, 16 floats each) run
 # unwatched and under each configuration, interleaved, REPEATS rounds; prints each configuration's median wall time
-# as a ratio to the unwatched median, the process CPU it adds per call, and the CPU of trainscope's own threads per
-# recorded call (from the engine's exit line, engine_threads.h). A figure, not a test: issue 20's target is 1.02x for
-# the defaults.
+# as a ratio to the unwatched median, the process CPU it adds per call, the CPU of trainscope's own threads per
+# recorded call and their wakeups per second, all ranks together (from the engine's exit line, engine_threads.h). A
+# figure, not a test: issue 20's target is 1.02x for the defaults.
 #
 # Twice: as the machine is, and with its cores kept awake (one SCHED_IDLE spinner per core, which runs only when
 # nothing else would). On a virtual machine a core with nothing to run halts and the hypervisor takes tens of
@@ -54,7 +54,7 @@ settings() {  # $1: a configuration; prints its environment, one VAR=value per l
   esac
 }
 
-run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
+run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call wakeups"
   local dir="$scratch/$1.$RANDOM" timing environment=()
   mapfile -t environment < <(settings "$1")
   local TIMEFORMAT='%3R %3U %3S'
@@ -69,8 +69,11 @@ run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
       --count 16 >/dev/null 2>&1; } 2>&1)
   fi
   # The engine's exit line of each rank: "... used X ms of CPU (N threads), Y us per recorded call (C calls)".
-  local engine=0
+  local engine=0 wakeups=0
   if [ -d "$dir" ]; then
+    # "...; N wakeups: ..." (engine_threads.h): every rank's threads together.
+    wakeups=$({ grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null || true; } |
+      sed -n 's/.*; \([0-9]*\) wakeups.*/\1/p' | awk '{n += $1} END {printf "%.0f", n}')
     engine=$({ grep -rh "trainscope's threads used" "$dir" --include='*.log' 2>/dev/null || true; } |
       sed -n 's/.*used \([0-9.]*\) ms of CPU.*(\([0-9]*\) calls).*/\1 \2/p' |
       awk '{ms += $1; n += $2} END {if (n > 0) printf "%.0f", ms * 1e6 / n; else print 0}')
@@ -81,21 +84,22 @@ run_once() {  # $1: a configuration; prints "wall_ms cpu_ms engine_ns_per_call"
       >"$scratch/lines.$1" || true
   fi
   rm -rf "$dir"
-  awk -v t="$timing" -v e="$engine" 'BEGIN {split(t, f, " "); printf "%.0f %.0f %s\n", f[1] * 1000, (f[2] + f[3]) * 1000, e}'
+  awk -v t="$timing" -v e="$engine" -v w="$wakeups" 'BEGIN {split(t, f, " "); printf "%.0f %.0f %s %s\n", f[1] * 1000, (f[2] + f[3]) * 1000, e, w}'
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 
 measure() {  # $1: plain or awake
-  local wall cpu engine configuration round base_wall base_cpu
-  unset walls cpus engines
-  declare -gA walls=() cpus=() engines=()
+  local wall cpu engine wakeups configuration round base_wall base_cpu
+  unset walls cpus engines rates
+  declare -gA walls=() cpus=() engines=() rates=()
   for ((round = 0; round < repeats; ++round)); do
     for configuration in "${configurations[@]}"; do
-      read -r wall cpu engine < <(run_once "$configuration")
+      read -r wall cpu engine wakeups < <(run_once "$configuration")
       walls[$configuration]+="$wall "
       cpus[$configuration]+="$cpu "
       engines[$configuration]+="$engine "
+      rates[$configuration]+="$(awk -v w="$wakeups" -v t="$wall" 'BEGIN {printf "%.0f", (t > 0 ? w * 1000 / t : 0)}') "
     done
   done
 
@@ -107,10 +111,11 @@ measure() {  # $1: plain or awake
     wall=$(printf '%s\n' ${walls[$configuration]} | median)
     cpu=$(printf '%s\n' ${cpus[$configuration]} | median)
     engine=$(printf '%s\n' ${engines[$configuration]} | median)
+    wakeups=$(printf '%s\n' ${rates[$configuration]} | median)
     awk -v name="$configuration" -v wall="$wall" -v base="$base_wall" -v cpu="$cpu" -v base_cpu="$base_cpu" \
-      -v calls="$((calls * ranks))" -v engine="$engine" -v runs="${walls[$configuration]% }" 'BEGIN {
-        printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call  (runs: %s)\n",
-          name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, runs }'
+      -v calls="$((calls * ranks))" -v engine="$engine" -v wakeups="$wakeups" -v runs="${walls[$configuration]% }" 'BEGIN {
+        printf "  %-10s %7d ms  %.3fx wall; %+.2f us of process CPU per call; trainscope threads %.2f us per recorded call, %d wakeups/s (all ranks)  (runs: %s)\n",
+          name, wall, wall / base, (cpu - base_cpu) * 1000 / calls, engine / 1000, wakeups, runs }'
   done
   for configuration in defaults watch-off; do
     if [ -s "$scratch/lines.$configuration" ]; then
