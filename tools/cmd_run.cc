@@ -3,7 +3,6 @@
 // a plain program), waits for it, stops the coordinator, and prints the run's summary.
 #include <signal.h>
 #include <spawn.h>
-#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "collectors/exchange/coordinator_server.h"
+#include "collectors/exchange/job_secret.h"
 #include "reports/exchange_reports.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/printable.h"
@@ -59,23 +59,6 @@ volatile sig_atomic_t g_child = 0;
 
 void forward_signal(int sig) {
   if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
-}
-
-std::string random_hex(size_t bytes) {
-  std::vector<unsigned char> buffer(bytes);
-  size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = getrandom(buffer.data() + got, bytes - got, 0);
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  std::string hex;
-  char digits[3];
-  for (unsigned char b : buffer) {
-    std::snprintf(digits, sizeof(digits), "%02x", b);
-    hex += digits;
-  }
-  return hex;
 }
 
 bool parse_action(const std::string& text, exchange::VerdictAction* action) {
@@ -211,11 +194,21 @@ int cmd_run(int argc, char** argv) {
   if (library.empty() || !fs::exists(library))
     return usage_error("cannot find libtrainscope.so beside this command; pass --library PATH");
 
+  // The job's token keeps other programs off its coordinator: without randomness there is no run, rather than a
+  // token anyone can compute.
+  std::string token, run_suffix;
+  try {
+    token = exchange::random_hex(16);
+    run_suffix = exchange::random_hex(3);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainscope run: cannot make the job's secret token: %s\n", e.what());
+    return 1;
+  }
   if (run_id.empty()) {
     char stamp[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::gmtime(&now));
-    run_id = std::string("run-") + stamp + "-" + random_hex(3);
+    run_id = std::string("run-") + stamp + "-" + run_suffix;
   }
   // The run id is checked exactly as the preloaded library will check it.
   std::string run_id_entry = "TRAINSCOPE_RUN_ID=" + run_id;
@@ -239,7 +232,6 @@ int cmd_run(int argc, char** argv) {
   }
   if (!made_private.empty()) std::fprintf(stderr, "[trainscope][run] warning: %s\n", made_private.c_str());
 
-  const std::string token = random_hex(16);
   server_options.bind_address = bind;
   server_options.token = token;
   server_options.run_dir = run_dir.string();

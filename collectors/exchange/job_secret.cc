@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 namespace trainscope::exchange {
 
@@ -22,6 +23,17 @@ std::array<uint8_t, 32> derive(std::string_view label, std::span<const uint8_t> 
   crypto_generichash(out.data(), out.size(), message.data(), message.size(),
                      reinterpret_cast<const unsigned char*>(label.data()), label.size());
   return out;
+}
+
+std::string hex_of(std::span<const uint8_t> bytes) {
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (const uint8_t byte : bytes) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", byte);
+    hex += two;
+  }
+  return hex;
 }
 
 }  // namespace
@@ -43,15 +55,14 @@ CurveKeyPair fresh_key_pair() {
 }
 
 std::string token_from_job_key(std::span<const uint8_t> job_key) {
-  const std::array<uint8_t, 32> digest = derive("trainscope job token v1", job_key);
-  std::string hex;
-  hex.reserve(64);
-  for (const uint8_t byte : digest) {
-    char two[3];
-    std::snprintf(two, sizeof(two), "%02x", byte);
-    hex += two;
-  }
-  return hex;
+  return hex_of(derive("trainscope job token v1", job_key));
+}
+
+std::string random_hex(size_t bytes) {
+  ensure_sodium();  // after it, randombytes_buf cannot fail (libsodium aborts rather than return weak bytes)
+  std::vector<uint8_t> buffer(bytes);
+  randombytes_buf(buffer.data(), buffer.size());
+  return hex_of(buffer);
 }
 
 }  // namespace trainscope::exchange

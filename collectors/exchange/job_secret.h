@@ -39,6 +39,10 @@ inline constexpr int kHandshakeFailedEvents =
 // A fresh random key pair for one rank's connection.
 CurveKeyPair fresh_key_pair();
 
+// `bytes` random bytes from the system's randomness source, as hex digits (a job token, a run id's suffix). Throws
+// std::runtime_error when there is none: a token of zeros would be one anyone can compute.
+std::string random_hex(size_t bytes);
+
 // The token the ranks of a job share when TRAINSCOPE_TOKEN is not set: 64 hex digits derived from the job key.
 std::string token_from_job_key(std::span<const uint8_t> job_key);
 

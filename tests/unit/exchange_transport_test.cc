@@ -186,6 +186,18 @@ void serve_with_key(zmq::socket_t& router, const std::string& token = kToken) {
   ASSERT_EQ(zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, keys.secret_key.data(), 32), 0);
 }
 
+// A job's token and a run id's suffix: fresh random bytes every time (a fixed or zero-filled token would let anyone
+// who can compute it feed or pose as the job's coordinator).
+TEST(JobSecret, RandomHexIsFreshAndOfTheAskedLength) {
+  const std::string a = random_hex(16), b = random_hex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, std::string(32, '0'));
+  EXPECT_EQ(random_hex(3).size(), 6u);
+  EXPECT_EQ(random_hex(0), "");
+}
+
 class TransportTest : public ::testing::Test {
  protected:
   CoordinatorServerOptions server_options(const std::string& bind) {
