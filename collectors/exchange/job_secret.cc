@@ -60,7 +60,7 @@ std::string token_from_job_key(std::span<const uint8_t> job_key) {
 
 std::string random_hex(size_t bytes) {
   if (bytes == 0) return "";  // randombytes_buf's buffer must not be null, and an empty vector's may be
-  ensure_sodium();  // after it, randombytes_buf cannot fail (libsodium aborts rather than return weak bytes)
+  ensure_sodium();            // after it, randombytes_buf cannot fail (libsodium aborts rather than return weak bytes)
   std::vector<uint8_t> buffer(bytes);
   randombytes_buf(buffer.data(), buffer.size());
   return hex_of(buffer);
