@@ -483,6 +483,14 @@ void CoordinatorServer::run() {
     }
   };
 
+  // The rank's connection closed: unless it sends again (a new connection) within the grace, it vanished
+  // (settle_disconnects). The grace runs from the first close; a later one, or a late message read from the closed
+  // connection, only moves the time its coming back is counted from.
+  auto connection_closed = [&](int32_t rank, uint64_t now_ns) {
+    const uint64_t report_after = now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull;
+    const auto [it, added] = s.dropped_connections.try_emplace(rank, now_ns, report_after);
+    if (!added) it->second.first = std::max(it->second.first, now_ns);
+  };
   auto read_monitor_events = [&](uint64_t now_ns, int max_events = 1024) {
     for (int i = 0; i < max_events; ++i) {
       zmq::message_t event;
@@ -517,7 +525,7 @@ void CoordinatorServer::run() {
       if (it == s.rank_by_fd.end()) continue;
       const int32_t rank = it->second;
       s.rank_by_fd.erase(it);
-      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
+      connection_closed(rank, now_ns);
     }
   };
 
@@ -538,10 +546,8 @@ void CoordinatorServer::run() {
     if (fd < 0) return;
     if (authenticated(fd, now_ns)) {
       s.rank_by_fd[fd] = rank;
-    } else if (auto it = s.dropped_connections.find(rank); it == s.dropped_connections.end()) {
-      s.dropped_connections[rank] = {now_ns, now_ns + static_cast<uint64_t>(options_.vanish_grace_ms) * 1000000ull};
     } else {
-      it->second.first = std::max(it->second.first, now_ns);  // a late message of the closed one: no coming back
+      connection_closed(rank, now_ns);
     }
   };
 
