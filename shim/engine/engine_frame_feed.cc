@@ -426,7 +426,8 @@ void FrameFeed::drain_backlog() {
       const bool returned = !launch && live_result(header_, front.index) != recorder::kResultPending;
       bool present = false;
       taken_ = watch_board().take_if_complete(front.index, &present);
-      if (!taken_ && !present && (returned || (launch && launch_never_watched()))) {
+      if (!taken_ && !present &&
+          (returned || watch_board().refused(front.index) || (launch && launch_never_watched()))) {
         backlog_.pop_front();
         continue;
       }
@@ -437,7 +438,7 @@ void FrameFeed::drain_backlog() {
     frames::Frame frame = make_frame(*taken_, front.record, front.index, front.batch);
     const bool settled = front.settled;
     const uint64_t position = front.position;
-    watch_board().recycle(std::move(taken_));
+    taken_.reset();  // back to the board
     backlog_.pop_front();
     if (frame.rows.empty()) continue;  // nothing could be taken: no frame
     if (held_.must_hold(settled)) {

@@ -95,7 +95,7 @@ class FrameFeed {
   uint64_t warned_provisional_ = 0;
   RingCursor cursor_;
   std::deque<Pending> backlog_;
-  std::unique_ptr<WatchedCall> taken_;  // the backlog's front, taken from the board, waiting on the GPU
+  WatchBoard::Taken taken_;  // the backlog's front, taken from the board, waiting on the GPU
   // The backlog's front is a watched launch not on the board yet: since when it waits.
   bool launch_missing_ = false;
   std::chrono::steady_clock::time_point launch_missing_since_{};

@@ -163,92 +163,87 @@ void reset_call(WatchedCall* call) {
   call->complete.store(false, std::memory_order_relaxed);
 }
 
+WatchBoard::WatchBoard() : slots_(new Slot[kSlots]) {}
+
+// Only a forked child's fresh board replaces one, and the old one is leaked (abandon_watch_board); a board that is
+// destroyed (a test's) owns its calls: those in slots and the spares.
+WatchBoard::~WatchBoard() {
+  for (size_t i = 0; i < kSlots; ++i) delete slots_[i].call.load(std::memory_order_relaxed);
+  WatchedCall* spare = nullptr;
+  while (spares_.pop(&spare)) delete spare;
+}
+
 WatchedCall* WatchBoard::add(const recorder::Record& record, uint64_t index) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  std::unique_ptr<WatchedCall> call;
-  if (!spare_calls_.empty()) {
-    call = std::move(spare_calls_.back());
-    spare_calls_.pop_back();
-  } else {
-    lock.unlock();  // a new one is allocated outside the lock
-    call = std::make_unique<WatchedCall>();
-    lock.lock();
-  }
-  call->index = index;
-  call->record = record;
-  WatchedCall* raw = call.get();
-  if (calls_.count(index) != 0) {
-    // A record is watched once; a second watch of it (a bug of a caller) must not replace the one on the board, which
-    // may be in use by its thread: it is refused, complete and kept off the board.
+  Slot& slot = slot_of(index);
+  uint64_t holder = 0;
+  if (!slot.holder.compare_exchange_strong(holder, index + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
     counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
-    spare_calls_.push_back(std::move(call));  // unused: kept, not freed under the lock
+    // A record is watched once; a second watch of it (a bug of a caller) must not touch the one on the board, which
+    // may be in use by its thread. Otherwise the slot holds a call kSlots records older that the frame thread has
+    // not taken yet: this one goes unwatched, and the frame thread is told so (refused()).
+    if (holder != index + 1) {
+      uint64_t seen = slot.refused.load(std::memory_order_relaxed);
+      while (seen < index + 1 && !slot.refused.compare_exchange_weak(seen, index + 1, std::memory_order_release,
+                                                                     std::memory_order_relaxed)) {
+      }
+    }
     thread_local WatchedCall refused;
+    refused.input.state = refused.output.state = State::kSkipped;
     refused.complete.store(true, std::memory_order_relaxed);
     return &refused;
   }
-  if (calls_.size() >= kMaxBacklog) {
-    counters_.dropped_backlog.fetch_add(1, std::memory_order_relaxed);
-    call->input.state = call->output.state = State::kSkipped;
-    call->input.skipped_why = call->output.skipped_why = "the frame thread is too far behind";
-    call->complete.store(true, std::memory_order_relaxed);
-  }
-  if (!spare_nodes_.empty()) {
-    Calls::node_type node = std::move(spare_nodes_.back());
-    spare_nodes_.pop_back();
-    node.key() = index;
-    node.mapped() = std::move(call);
-    calls_.insert(std::move(node));
-  } else {
-    calls_[index] = std::move(call);
-  }
-  return raw;
-}
-
-void WatchBoard::recycle(std::unique_ptr<WatchedCall> call) {
-  if (call == nullptr) return;
-  reset_call(call.get());  // outside the lock: a pending GPU result or a launch's buffers are freed here
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (spare_calls_.size() >= kMaxSpare) {
-    lock.unlock();
-    return;  // freed here, outside the lock
-  }
-  spare_calls_.push_back(std::move(call));
-}
-
-std::unique_ptr<WatchedCall> WatchBoard::take_if_complete(uint64_t index, bool* present) {
-  // The map's node is kept for add() to reuse (a free of memory another thread allocated is glibc's slow path); one
-  // beyond kMaxSpare is freed after the lock is released, since the job's threads add under the same lock.
-  Calls::node_type extra;
-  std::unique_ptr<WatchedCall> call;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = calls_.find(index);
-    *present = it != calls_.end();
-    if (!*present || !it->second->complete.load(std::memory_order_acquire)) return nullptr;
-    Calls::node_type node = calls_.extract(it);
-    call = std::move(node.mapped());
-    if (spare_nodes_.size() < kMaxSpare) {
-      spare_nodes_.push_back(std::move(node));
-    } else {
-      extra = std::move(node);
-    }
-  }
+  WatchedCall* call = nullptr;
+  if (!spares_.pop(&call)) call = new WatchedCall();  // the board is not warm yet
+  call->index = index;
+  call->record = record;
+  slot.call.store(call, std::memory_order_release);
   return call;
 }
 
+WatchBoard::Taken WatchBoard::take_if_complete(uint64_t index, bool* present) {
+  const Slot& slot = slot_of(index);
+  *present = slot.holder.load(std::memory_order_acquire) == index + 1;
+  if (!*present) return Taken(nullptr, Release{this});
+  WatchedCall* call = slot.call.load(std::memory_order_acquire);
+  if (call == nullptr || !call->complete.load(std::memory_order_acquire)) return Taken(nullptr, Release{this});
+  return Taken(call, Release{this});
+}
+
+// The slot's mark names the newest refused index; an older one that is not on the board either was refused too
+// (its slot was held from before it until after the newer refusal), unless it is the holder itself.
+bool WatchBoard::refused(uint64_t index) const {
+  const Slot& slot = slot_of(index);
+  return slot.refused.load(std::memory_order_acquire) >= index + 1 &&
+         slot.holder.load(std::memory_order_acquire) != index + 1;
+}
+
+// Frame thread. A pending GPU result or a launch's buffers are freed here, before the slot is free again.
+void WatchBoard::release(WatchedCall* call) {
+  if (call == nullptr) return;
+  Slot& slot = slot_of(call->index);
+  reset_call(call);
+  slot.call.store(nullptr, std::memory_order_relaxed);
+  slot.holder.store(0, std::memory_order_release);
+  if (!spares_.push(call)) delete call;
+}
+
 void WatchBoard::discard_complete_before(uint64_t index) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = calls_.begin(); it != calls_.end();) {
-    if (it->first < index && it->second->complete.load(std::memory_order_acquire)) {
-      it = calls_.erase(it);
-    } else {
-      ++it;
-    }
+  for (size_t i = 0; i < kSlots; ++i) {
+    const uint64_t holder = slots_[i].holder.load(std::memory_order_acquire);
+    if (holder == 0 || holder > index) continue;  // free, or index holder - 1 >= index
+    WatchedCall* call = slots_[i].call.load(std::memory_order_acquire);
+    if (call != nullptr && call->complete.load(std::memory_order_acquire)) release(call);
   }
 }
 
+size_t WatchBoard::size() const {
+  size_t held = 0;
+  for (size_t i = 0; i < kSlots; ++i) held += slots_[i].holder.load(std::memory_order_relaxed) != 0;
+  return held;
+}
+
 bool WatchBoard::park(uint64_t comm_id, WatchedCall* call) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(parked_mutex_);
   if (parked_.size() >= kMaxParked) return false;
   parked_.push_back({comm_id, call});
   counters_.parked.fetch_add(1, std::memory_order_relaxed);
@@ -258,7 +253,7 @@ bool WatchBoard::park(uint64_t comm_id, WatchedCall* call) {
 
 std::vector<WatchedCall*> WatchBoard::unpark(uint64_t comm_id, bool all) {
   std::vector<WatchedCall*> out;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(parked_mutex_);
   // Every call on a communicator comes here while another communicator has calls parked: nothing to take must cost
   // no allocation.
   const size_t taken = all ? parked_.size()
@@ -277,11 +272,6 @@ std::vector<WatchedCall*> WatchBoard::unpark(uint64_t comm_id, bool all) {
   parked_.resize(kept);
   if (!out.empty()) g_parked_count.fetch_sub(static_cast<uint32_t>(out.size()), std::memory_order_relaxed);
   return out;
-}
-
-size_t WatchBoard::size() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return calls_.size();
 }
 
 // Leaked: job threads may still watch while the process exits.

@@ -19,12 +19,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/gpu_stats.h"
 #include "kernels/stats.h"
 #include "reports/flight_record_format.h"
+#include "shim/engine/bounded_queue.h"
 
 namespace trainscope::engine {
 
@@ -81,25 +81,45 @@ struct WatchCounters {
 // The table of watched calls between the job's threads (which add and complete them) and the frame thread (which
 // takes complete ones in record order). A call is added before its record could be read by the frame thread's
 // lookup, except for the short window between the record's append and watch_begin: the frame thread waits then.
+//
+// The job's side takes no lock and, once the board is warm, allocates nothing: a call claims the slot of its record
+// index with one compare-and-swap and its WatchedCall comes from the spares the frame thread handed back. So a frame
+// thread that is preempted (it runs at a lower priority than the job, engine_threads.h) never holds a job's thread
+// up; at worst the job's calls find their slots still taken and go unwatched, counted.
 class WatchBoard {
  public:
-  static constexpr size_t kMaxBacklog = 1u << 16;  // calls added and not yet taken; beyond, watching pauses
+  static constexpr size_t kSlots = 1u << 14;  // calls added and not yet taken (per slot of index % kSlots)
+
+  // A call taken by the frame thread: handed back to the board (its slot freed, the call kept as a spare) when the
+  // handle lets go of it.
+  struct Release {
+    WatchBoard* board = nullptr;
+    void operator()(WatchedCall* call) const { board->release(call); }
+  };
+  using Taken = std::unique_ptr<WatchedCall, Release>;
+
+  WatchBoard();
+  ~WatchBoard();
+  WatchBoard(const WatchBoard&) = delete;
+  WatchBoard& operator=(const WatchBoard&) = delete;
 
   // Job thread: a new watched call (never null: a refused one comes back already complete and skipped).
   WatchedCall* add(const recorder::Record& record, uint64_t index);
-  // Frame thread: the call of record `index`, once complete (nullptr while it is not there or not complete).
+  // Frame thread: the call of record `index`, once complete (empty while it is not there or not complete).
   // `present` says whether it was there at all.
-  std::unique_ptr<WatchedCall> take_if_complete(uint64_t index, bool* present);
-  // Frame thread: a taken call it has finished with, kept for a later add() (up to kMaxSpare), so that once the
-  // board is warm a watched call allocates nothing on the job's thread and frees nothing on the frame thread.
-  void recycle(std::unique_ptr<WatchedCall> call);
-  size_t size();
+  Taken take_if_complete(uint64_t index, bool* present);
+  // Frame thread: whether the call of record `index` was refused (its slot still held by an older call): it will
+  // never be on the board.
+  bool refused(uint64_t index) const;
+  // Calls on the board (added, not yet handed back). Walks every slot: for tests and the closing line.
+  size_t size() const;
   // Frame thread: forgets complete calls below `index` that it will never take (their records were overwritten in
   // the flight recorder before it read them). Incomplete ones stay until their thread has finished with them.
   void discard_complete_before(uint64_t index);
   WatchCounters& counters() { return counters_; }
 
-  // Non-blocking calls whose outputs wait for their communicator's ncclCommGetAsyncError, oldest first.
+  // Non-blocking calls whose outputs wait for their communicator's ncclCommGetAsyncError, oldest first. Only
+  // non-blocking communicators come here, under a lock of their own.
   static constexpr size_t kMaxParked = 4096;  // beyond, a call's output is skipped at once
   // Job thread: parks `call` (incomplete) under `comm_id`; false when the list is full.
   bool park(uint64_t comm_id, WatchedCall* call);
@@ -107,19 +127,23 @@ class WatchBoard {
   std::vector<WatchedCall*> unpark(uint64_t comm_id, bool all = false);
 
  private:
+  struct Slot {
+    std::atomic<uint64_t> holder{0};          // 0: free; else the index + 1 of the call in it
+    std::atomic<WatchedCall*> call{nullptr};  // set by the holder once it has a call
+    std::atomic<uint64_t> refused{0};         // the greatest index + 1 refused here because the slot was taken
+  };
   struct Parked {
     uint64_t comm_id;
     WatchedCall* call;
   };
-  static constexpr size_t kMaxSpare = 4096;  // a frame interval's worth of calls at 200,000 a second
-  using Calls = std::unordered_map<uint64_t, std::unique_ptr<WatchedCall>>;
 
-  std::mutex mutex_;
-  Calls calls_;
-  // Under mutex_: the map's nodes taken off it (their calls moved out) and recycled calls, for add() to reuse.
-  std::vector<Calls::node_type> spare_nodes_;
-  std::vector<std::unique_ptr<WatchedCall>> spare_calls_;
-  std::vector<Parked> parked_;  // under mutex_; its size is mirrored in parked_call_count()
+  Slot& slot_of(uint64_t index) const { return slots_[index % kSlots]; }
+  void release(WatchedCall* call);
+
+  std::unique_ptr<Slot[]> slots_;
+  BoundedQueue<WatchedCall*> spares_{kSlots};  // calls handed back, for add() to reuse
+  std::mutex parked_mutex_;
+  std::vector<Parked> parked_;  // under parked_mutex_; its size is mirrored in parked_call_count()
   WatchCounters counters_;
 };
 
