@@ -321,7 +321,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
       }
     }
     const Record& r = chunk[static_cast<size_t>(slot - chunk_first)];
-    if (r.commit == index + 1 && r.checksum == record_checksum(r)) {
+    if (r.commit == index + 1 && r.checksum == record_checksum(r, h.version)) {
       out->records.push_back(RecordedCall{index, r});
       if (v1) {
         // Version 1 held an int32 redop where redop and site are now (little-endian: redop's bytes first).

@@ -65,7 +65,8 @@ bool latest_recorded_collective(const std::string& path, uint64_t comm_id, Recor
       return false;
     for (uint64_t i = 0; i < count; ++i) {
       const recorder::Record& r = slice[i];
-      if (r.commit != index + i + 1 || r.checksum != recorder::record_checksum(r)) continue;  // torn or overwritten
+      if (r.commit != index + i + 1 || r.checksum != recorder::record_checksum(r, header.version))
+        continue;  // torn or overwritten
       if (r.comm_id != comm_id || !recorder::is_collective(static_cast<recorder::Op>(r.op))) continue;
       if (found && r.seq <= out->seq) continue;
       found = true;

@@ -104,6 +104,27 @@ void patch(const std::string& path, uint64_t offset, const void* bytes, size_t n
   ::close(fd);
 }
 
+// Makes a file written by this version one of an older `version`: its version field, and its records' checksums as
+// that version computed them.
+void make_older(const std::string& path, uint32_t version) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  FileHeader h{};
+  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), static_cast<ssize_t>(sizeof(h)));
+  const uint64_t ring = ring_offset(h);
+  for (uint64_t slot = 0; slot < h.capacity; ++slot) {
+    Record r{};
+    const auto at = static_cast<off_t>(ring + slot * sizeof(Record));
+    ASSERT_EQ(pread(fd, &r, sizeof(r), at), static_cast<ssize_t>(sizeof(r)));
+    if (r.commit == 0) continue;
+    r.checksum = record_checksum(r, version);
+    ASSERT_EQ(pwrite(fd, &r, sizeof(r), at), static_cast<ssize_t>(sizeof(r)));
+  }
+  ASSERT_EQ(pwrite(fd, &version, sizeof(version), offsetof(FileHeader, version)),
+            static_cast<ssize_t>(sizeof(version)));
+  ::close(fd);
+}
+
 uint64_t slot_offset(uint32_t max_comms, uint64_t slot, uint32_t max_sites = kSites) {
   return ring_offset(max_comms, max_sites) + slot * sizeof(Record);
 }
@@ -484,7 +505,7 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   copy_file(good, future);
   const uint32_t version = 7;
   patch(future, offsetof(FileHeader, version), &version, sizeof(version));
-  expect_error(future, "format version 7; this trainscope reads versions 1 to 3");
+  expect_error(future, "format version 7; this trainscope reads versions 1 to 4");
 
   const std::string sites = dir.file("sites.tsrec");
   copy_file(good, sites);
@@ -922,7 +943,7 @@ void write_version1_file(const std::string& path, const std::vector<int32_t>& re
     Record r = sample(i);
     std::memcpy(reinterpret_cast<char*>(&r) + offsetof(Record, redop), &redops[i], sizeof(int32_t));
     r.commit = i + 1;
-    r.checksum = record_checksum(r);
+    r.checksum = record_checksum(r, 1);  // version 1 to 3 files carry the older checksum
     r.result = 0;
     std::memcpy(bytes.data() + kHeaderBytes + kComms * sizeof(CommEntry) + i * sizeof(Record), &r, sizeof(r));
   }
@@ -1047,7 +1068,7 @@ TEST(FlightRecorderV3, HeaderFieldsOfTheLaunchCollector) {
   EXPECT_FALSE(w.count_cuda_error()) << "closed";
   ASSERT_EQ(w.open(launch_options_for(path, 4, 4)), 0);
   const FileHeader* h = w.header();
-  EXPECT_EQ(h->version, 3u);
+  EXPECT_EQ(h->version, kFormatVersion);
   EXPECT_EQ(h->max_names, 4u);
   EXPECT_EQ(h->max_streams, 4u);
   EXPECT_EQ(h->launch_mode, static_cast<uint32_t>(LaunchMode::kNone));
@@ -1194,7 +1215,7 @@ TEST(FlightRecorderV3, ReaderReadsNamesStreamsAndLaunchHeader) {
   w.close(1000);
 
   const RecorderFile f = read_ok(path);
-  EXPECT_EQ(f.header.version, 3u);
+  EXPECT_EQ(f.header.version, kFormatVersion);
   EXPECT_EQ(f.header.launch_mode, static_cast<uint32_t>(LaunchMode::kCompletions));
   EXPECT_EQ(launch_mode_name(f.header.launch_mode), "completions");
   EXPECT_EQ(launch_mode_name(42), "unknown (42)");
@@ -1271,8 +1292,7 @@ TEST(FlightRecorderV3, AVersionTwoFileHasNoLaunchFields) {
   w.append(sample(0));
   w.close(1);
   // Make it a version 2 file whose version 3 bytes hold garbage: nothing of it may be believed.
-  const uint32_t v2 = 2;
-  patch(path, offsetof(FileHeader, version), &v2, sizeof(v2));
+  make_older(path, 2);
   const uint32_t garbage = 77;
   patch(path, offsetof(FileHeader, launch_mode), &garbage, sizeof(garbage));
   patch(path, offsetof(FileHeader, cuda_errors), &garbage, sizeof(garbage));

@@ -8,15 +8,43 @@
 namespace trainscope::recorder {
 namespace {
 
-TEST(RecordFormat, ChecksumCoversEveryImmutableField) {
+TEST(RecordFormat, ChecksumCoversEveryBitOfEveryImmutableFieldInEveryVersion) {
   Record r{};
   r.op = static_cast<uint16_t>(Op::kAllReduce);
-  const uint32_t base = record_checksum(r);
-  for (size_t byte = kChecksummedBegin; byte < kChecksummedEnd; ++byte) {
-    Record changed = r;
-    reinterpret_cast<unsigned char*>(&changed)[byte] ^= 0x10;
-    EXPECT_NE(record_checksum(changed), base) << "byte " << byte;
+  r.count = 1024;
+  for (uint32_t version : {1u, kFormatVersion}) {
+    const uint32_t base = record_checksum(r, version);
+    for (size_t byte = kChecksummedBegin; byte < kChecksummedEnd; ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        Record changed = r;
+        reinterpret_cast<unsigned char*>(&changed)[byte] ^= static_cast<unsigned char>(1u << bit);
+        EXPECT_NE(record_checksum(changed, version), base)
+            << "version " << version << " byte " << byte << " bit " << bit;
+      }
+    }
   }
+}
+
+// A slot torn between two records (a lapping writer): the halves of two different calls must not pass as one.
+TEST(RecordFormat, ARecordMadeOfTwoRecordsHalvesFailsTheChecksum) {
+  Record a{};
+  a.op = static_cast<uint16_t>(Op::kAllReduce);
+  a.seq = 41;
+  a.count = 16;
+  a.start_ns = 1'700'000'000'000'000'000ull;
+  Record b = a;
+  b.seq = 42;
+  b.start_ns += 60'000;
+  a.checksum = record_checksum(a);
+  b.checksum = record_checksum(b);
+  for (size_t cut = kChecksummedBegin + 8; cut < kChecksummedEnd; cut += 8) {
+    Record torn = b;
+    std::memcpy(reinterpret_cast<char*>(&torn) + kChecksummedBegin,
+                reinterpret_cast<const char*>(&a) + kChecksummedBegin, cut - kChecksummedBegin);
+    if (std::memcmp(&torn, &a, kChecksummedEnd) == 0 || std::memcmp(&torn, &b, kChecksummedEnd) == 0) continue;
+    EXPECT_NE(record_checksum(torn), torn.checksum) << "cut at byte " << cut;
+  }
+  EXPECT_NE(record_checksum(a, 1), record_checksum(a)) << "version 4 has a checksum of its own";
 }
 
 TEST(RecordFormat, ChecksumIgnoresMutableFields) {
