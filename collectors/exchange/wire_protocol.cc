@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "collectors/exchange/fingerprint_codec.h"
 #include "reports/printable.h"
 
 namespace trainscope::exchange {
@@ -31,25 +32,6 @@ class ByteWriter {
     }
     put(static_cast<uint32_t>(text.size()));
     out_.insert(out_.end(), text.begin(), text.end());
-  }
-  void put_fingerprint(const Fingerprint& f) {
-    put(f.comm_id);
-    put(f.seq);
-    put(f.count);
-    put(f.record_index);
-    put(f.start_ns);
-    put(f.caller);
-    put(f.aux);
-    put(f.comm_rank);
-    put(f.nranks);
-    put(f.peer);
-    put(f.redop);
-    put(f.result);
-    put(f.stack_id);
-    put(f.op);
-    put(f.dtype);
-    put(f.kind);
-    put(f.flags);
   }
 
  private:
@@ -148,28 +130,9 @@ class ByteReader {
     return count;
   }
 
-  Fingerprint get_fingerprint() {
-    Fingerprint f{};
-    f.comm_id = get<uint64_t>("comm_id");
-    f.seq = get<uint64_t>("seq");
-    f.count = get<uint64_t>("count");
-    f.record_index = get<uint64_t>("record_index");
-    f.start_ns = get<uint64_t>("start_ns");
-    f.caller = get<uint64_t>("caller");
-    f.aux = get<uint64_t>("aux");
-    f.comm_rank = get_in_range<int32_t>("comm_rank", -1, kMaxRanks - 1);
-    f.nranks = get_in_range<int32_t>("nranks", -1, kMaxRanks);
-    f.peer = get<int32_t>("peer");  // a color for splits: any value; the coordinator checks it where it is a rank
-    f.redop = get<int32_t>("redop");
-    f.result = get<int32_t>("result");
-    f.stack_id = get<uint32_t>("stack_id");
-    f.op = get_in_range<uint16_t>("op", 0, static_cast<int64_t>(recorder::Op::kCount) - 1);
-    f.dtype = get<int8_t>("dtype");
-    f.kind = get_in_range<uint8_t>("kind", static_cast<int64_t>(EventKind::kCall),
-                                   static_cast<int64_t>(EventKind::kCommCreating));
-    f.flags = get<uint8_t>("flags");
-    return f;
-  }
+  // The bytes left, for a decoder of its own (fingerprint_codec.h); `used` of them are taken.
+  std::span<const uint8_t> rest() const { return bytes_.subspan(offset_); }
+  void take(size_t used) { offset_ += used; }
 
   bool get_bool(const char* field) { return get_in_range<uint8_t>(field, 0, 1) != 0; }
 
@@ -205,9 +168,16 @@ FingerprintBatch decode_batch(ByteReader& r) {
   m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
   m.batch_number = r.get<uint64_t>("batch_number");
   m.dropped_total = r.get<uint64_t>("dropped_total");
-  const size_t count = r.get_count("fingerprint count", kMaxFingerprintsPerBatch, kFingerprintWireBytes);
-  m.fingerprints.reserve(count);
-  for (size_t i = 0; i < count && !r.failed(); ++i) m.fingerprints.push_back(r.get_fingerprint());
+  const size_t count = r.get_count("fingerprint count", kMaxFingerprintsPerBatch, kMinFingerprintBytes);
+  if (r.failed()) return m;
+  m.fingerprints.resize(count);
+  std::string error;
+  const size_t used = decode_fingerprints(r.rest(), m.fingerprints, &error);
+  if (!error.empty()) {
+    r.fail(error);
+    return m;
+  }
+  r.take(used);
   return m;
 }
 
@@ -334,14 +304,13 @@ std::vector<uint8_t> encode(const Hello& m) {
 void encode_fingerprint_batch(int32_t rank, uint64_t batch_number, uint64_t dropped_total,
                               std::span<const Fingerprint> fingerprints, std::vector<uint8_t>& out) {
   if (fingerprints.size() > kMaxFingerprintsPerBatch) fingerprints = fingerprints.first(kMaxFingerprintsPerBatch);
-  out.reserve(out.size() + kHeaderBytes + 24 + fingerprints.size() * kFingerprintWireBytes);
   const size_t start = begin(out, MessageType::kFingerprintBatch);
   ByteWriter w(out);
   w.put(rank);
   w.put(batch_number);
   w.put(dropped_total);
   w.put(static_cast<uint32_t>(fingerprints.size()));
-  for (const Fingerprint& f : fingerprints) w.put_fingerprint(f);
+  encode_fingerprints(fingerprints, out);
   finish(out, start);
 }
 

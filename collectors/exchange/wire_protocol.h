@@ -25,8 +25,9 @@ inline constexpr uint32_t kWireMagic = 0x43585354;  // "TSXC" in little-endian b
 // 3: a stack definition carries the call site's Python frames and the note saying why they are missing next to its
 // native frames, and the first-inf/nan message names the stack of its call (2: the first-inf/nan message carries
 // the send/recv's communicator rank and peer). A peer of another version is refused by name ("protocol version 2,
-// expected 3"), never misread.
-inline constexpr uint16_t kWireVersion = 3;
+// expected 3"), never misread. 4: a batch's fingerprints are delta-coded (fingerprint_codec.h), 12-20 bytes each
+// instead of 85.
+inline constexpr uint16_t kWireVersion = 4;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kMaxMessageBytes = 4u << 20;  // larger frames are refused before decoding
 
@@ -44,7 +45,6 @@ inline constexpr size_t kMaxReportTextBytes = 1u << 20;
 // (a qualified name of a deep model is long).
 inline constexpr size_t kMaxOpNameBytes = 512;
 inline constexpr int32_t kMaxRanks = 1 << 20;
-inline constexpr size_t kFingerprintWireBytes = 85;  // the fields of Fingerprint, without its padding
 
 enum class MessageType : uint16_t {
   kHello = 1,             // rank -> coordinator, first message of every connection

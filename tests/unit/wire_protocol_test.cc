@@ -101,7 +101,8 @@ TEST(WireProtocolTest, EveryMessageRoundTrips) {
   batch.dropped_total = 2;
   for (uint64_t seq = 1; seq <= 3; ++seq) batch.fingerprints.push_back(sample_fingerprint(seq));
   const auto batch_bytes = encode(batch);
-  EXPECT_EQ(batch_bytes.size(), kHeaderBytes + 24 + 3 * kFingerprintWireBytes);
+  EXPECT_LT(batch_bytes.size(), kHeaderBytes + 24 + 60 + 2 * 8) << "after the first, a fingerprint whose seq and "
+                                                                   "record index moved takes a few bytes";
   const DecodeResult decoded_batch = decode(batch_bytes);
   ASSERT_TRUE(decoded_batch.ok) << decoded_batch.error;
   const auto& got = std::get<FingerprintBatch>(decoded_batch.message);
@@ -231,17 +232,17 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
   poke(huge_count, kHeaderBytes + 20, 0xFFFFFFFFull, 4);
   expect_refused(huge_count, "over the limit");
 
-  // Fields out of range inside a fingerprint: kind, op, nranks.
-  const size_t fingerprint_at = kHeaderBytes + 24;
-  auto bad_kind = encode(batch);
-  poke(bad_kind, fingerprint_at + 83, 9, 1);
-  expect_refused(bad_kind, "kind 9 out of range");
-  auto bad_op = encode(batch);
-  poke(bad_op, fingerprint_at + 80, 500, 2);
-  expect_refused(bad_op, "op 500 out of range");
-  auto bad_nranks = encode(batch);
-  poke(bad_nranks, fingerprint_at + 60, 0x7FFFFFFF, 4);
-  expect_refused(bad_nranks, "nranks");
+  // Fields out of range inside a fingerprint: kind, op, nranks (the encoder checks nothing; the decoder does).
+  const auto with = [&](auto change) {
+    FingerprintBatch b = batch;
+    b.fingerprints.push_back(sample_fingerprint(2));
+    change(b.fingerprints.back());
+    return encode(b);
+  };
+  expect_refused(with([](Fingerprint& f) { f.kind = 9; }), "fingerprint 1: kind 9 out of range");
+  expect_refused(with([](Fingerprint& f) { f.op = 500; }), "fingerprint 1: op 500 out of range");
+  expect_refused(with([](Fingerprint& f) { f.nranks = 0x7FFFFFFF; }), "fingerprint 1: nranks 2147483647 out of range");
+  expect_refused(with([](Fingerprint& f) { f.comm_rank = -2; }), "fingerprint 1: comm_rank -2 out of range");
 
   // Enums of the coordinator's messages.
   auto bad_verdict = encode(Verdict{});
@@ -389,11 +390,13 @@ TEST(WireProtocolTest, MalformedStackDefinitionsAreRefused) {
   expect_refused(trailing, "1 trailing bytes");
 }
 
-TEST(WireProtocolTest, APeerOfVersionTwoIsRefusedByName) {
-  EXPECT_EQ(kWireVersion, 3);
-  for (auto bytes : {encode(sample_stack()), encode(sample_nonfinite()), encode(sample_hello())}) {
-    poke(bytes, 4, 2, 2);
-    expect_refused(bytes, "protocol version 2, expected 3");
+TEST(WireProtocolTest, APeerOfAnOlderVersionIsRefusedByName) {
+  EXPECT_EQ(kWireVersion, 4);
+  FingerprintBatch batch;
+  batch.fingerprints = {sample_fingerprint(1)};
+  for (auto bytes : {encode(sample_stack()), encode(sample_nonfinite()), encode(sample_hello()), encode(batch)}) {
+    poke(bytes, 4, 3, 2);
+    expect_refused(bytes, "protocol version 3, expected 4");
   }
 }
 
@@ -455,6 +458,128 @@ TEST(WireProtocolTest, TokensCompareExactly) {
   EXPECT_FALSE(tokens_equal("abc123", "abc12"));
   EXPECT_FALSE(tokens_equal("abc123", "abc1234"));
   EXPECT_FALSE(tokens_equal("", ""));  // an empty expected token never authenticates anyone
+}
+
+}  // namespace
+}  // namespace trainscope::exchange
+
+namespace trainscope::exchange {
+namespace {
+
+// The delta coding (fingerprint_codec.h): what a rank's calls cost on the wire, and every way its bytes can lie.
+std::vector<uint8_t> batch_of(const std::vector<Fingerprint>& fingerprints) {
+  FingerprintBatch batch;
+  batch.rank = 1;
+  batch.fingerprints = fingerprints;
+  return encode(batch);
+}
+
+TEST(FingerprintCoding, ALoopsCallsTakeAFewBytesEachAndComeBackExactly) {
+  // The whole-job benchmark's loop: all-reduce, broadcast, all-gather, reduce-scatter, then a send and a receive.
+  std::vector<Fingerprint> calls;
+  uint64_t index = 0;
+  for (uint64_t step = 0; step < 200; ++step) {
+    for (int k = 0; k < 6; ++k) {
+      Fingerprint f = sample_fingerprint(step * 4 + static_cast<uint64_t>(k < 4 ? k : 3) + 1);
+      f.op = static_cast<uint16_t>(k == 0   ? recorder::Op::kAllReduce
+                                   : k == 1 ? recorder::Op::kBroadcast
+                                   : k == 2 ? recorder::Op::kAllGather
+                                   : k == 3 ? recorder::Op::kReduceScatter
+                                   : k == 4 ? recorder::Op::kSend
+                                            : recorder::Op::kRecv);
+      if (k >= 4) f.seq = step + 1;
+      f.peer = k == 1 ? 0 : k >= 4 ? 2 : -1;
+      f.count = k == 2 || k == 3 ? 4 : 16;
+      f.caller = 0x401000 + static_cast<uint64_t>(k) * 0x40;
+      f.stack_id = static_cast<uint32_t>(k + 1);
+      f.record_index = index++;
+      f.start_ns = 1700000000000000000ull + index * 61'000 + (index * 7919) % 3000;
+      f.result = k % 2 == 0 ? 0 : -1;
+      calls.push_back(f);
+    }
+  }
+  const std::vector<uint8_t> bytes = batch_of(calls);
+  const double per_call = static_cast<double>(bytes.size() - kHeaderBytes - 24) / static_cast<double>(calls.size());
+  EXPECT_LT(per_call, 20.0) << "the coding's point: against 85 bytes of plain fields";
+  const DecodeResult decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok) << decoded.error;
+  const auto& got = std::get<FingerprintBatch>(decoded.message).fingerprints;
+  ASSERT_EQ(got.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &calls[i], sizeof(Fingerprint)), 0) << "fingerprint " << i;
+  EXPECT_EQ(encode(decoded.message), bytes);
+}
+
+TEST(FingerprintCoding, ExtremeValuesOfEveryFieldComeBackExactly) {
+  Fingerprint low{};
+  low.comm_id = 0;
+  low.seq = ~0ull;
+  low.count = 0;
+  low.start_ns = ~0ull;
+  low.caller = 1ull << 63;
+  low.comm_rank = -1;
+  low.nranks = kMaxRanks;
+  low.peer = INT32_MIN;
+  low.redop = INT32_MAX;
+  low.result = INT32_MIN;
+  low.stack_id = UINT32_MAX;
+  low.op = static_cast<uint16_t>(recorder::Op::kCount) - 1;
+  low.dtype = -128;
+  low.kind = static_cast<uint8_t>(EventKind::kCommCreating);
+  low.flags = 0xff;
+  Fingerprint high = low;
+  high.seq = 0;
+  high.comm_id = ~0ull;
+  high.peer = INT32_MAX;
+  high.redop = INT32_MIN;
+  high.dtype = 127;
+  high.comm_rank = kMaxRanks - 1;
+  const std::vector<uint8_t> bytes = batch_of({low, high, low, sample_fingerprint(5)});
+  const DecodeResult decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok) << decoded.error;
+  const auto& got = std::get<FingerprintBatch>(decoded.message).fingerprints;
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(std::memcmp(&got[0], &low, sizeof(Fingerprint)), 0);
+  EXPECT_EQ(std::memcmp(&got[1], &high, sizeof(Fingerprint)), 0);
+  EXPECT_EQ(std::memcmp(&got[2], &low, sizeof(Fingerprint)), 0);
+  EXPECT_EQ(encode(decoded.message), bytes);
+}
+
+// The payload after the count: byte 0 is the first fingerprint's mask.
+constexpr size_t kFirstFingerprint = kHeaderBytes + 24;
+
+std::vector<uint8_t> with_fingerprint_bytes(const std::vector<uint8_t>& coded) {
+  std::vector<uint8_t> bytes = batch_of({});
+  bytes[kHeaderBytes + 20] = 1;  // one fingerprint
+  bytes.insert(bytes.end(), coded.begin(), coded.end());
+  const auto length = static_cast<uint32_t>(bytes.size() - kHeaderBytes);
+  std::memcpy(bytes.data() + 8, &length, 4);
+  return bytes;
+}
+
+void expect_refused_coding(const std::vector<uint8_t>& coded, const std::string& words) {
+  const DecodeResult decoded = decode(with_fingerprint_bytes(coded));
+  EXPECT_FALSE(decoded.ok);
+  EXPECT_NE(decoded.error.find(words), std::string::npos) << decoded.error;
+}
+
+TEST(FingerprintCoding, BytesThatWouldNotReEncodeTheSameAreRefused) {
+  // Mask bit 13 (kind) with a zigzag difference of 2 (+1): a valid fingerprint of kind 1 and nothing else set.
+  EXPECT_TRUE(decode(with_fingerprint_bytes({0x80, 0x40, 2})).ok)
+      << decode(with_fingerprint_bytes({0x80, 0x40, 2})).error;
+  expect_refused_coding({0x80, 0x40, 0}, "fingerprint 0: kind is in the mask but unchanged");
+  expect_refused_coding({0x80, 0xc0, 0x00, 2}, "overlong field mask");
+  expect_refused_coding({0x80, 0x40, 0x82, 0x00}, "overlong kind");
+  expect_refused_coding({0x80, 0x80, 0x08}, "unknown fields in the mask");
+  expect_refused_coding({0x80, 0x40}, "truncated or overlong kind");
+  expect_refused_coding({0x80}, "truncated or overlong field mask");
+  // op (bit 3) of 70000: beyond uint16_t.
+  expect_refused_coding({0x88, 0x40, 0xe0, 0xc5, 0x08, 2}, "op does not fit its type");
+  // A varint running past 64 bits.
+  expect_refused_coding({0x81, 0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 2}, "overlong seq");
+  // The first fingerprint alone, unchanged against the zeroed one, is kind 0: out of range.
+  expect_refused_coding({0x00}, "kind 0 out of range");
+  EXPECT_EQ(kFirstFingerprint, kHeaderBytes + 24);
 }
 
 }  // namespace
