@@ -35,23 +35,35 @@ bool narrow(Fingerprint& f, uint64_t value) {
   return true;
 }
 
-struct Field {
-  const char* name;
-  uint64_t (*get)(const Fingerprint&);
-  bool (*set)(Fingerprint&, uint64_t);
+template <auto... Members>
+struct FieldList {
+  static constexpr size_t kCount = sizeof...(Members);
+  static void widen_all(const Fingerprint& f, uint64_t* out) {
+    size_t i = 0;
+    ((out[i++] = widen<Members>(f)), ...);
+  }
+  // Stores every value into its field; returns the index of the first that does not fit its type, or -1.
+  static int narrow_all(const uint64_t* values, Fingerprint& f) {
+    int bad = -1;
+    int i = 0;
+    ((!narrow<Members>(f, values[i]) && bad < 0 ? (void)(bad = i) : (void)0, ++i), ...);
+    return bad;
+  }
 };
 
-#define TS_FIELD(name) \
-  Field { #name, widen < &Fingerprint::name>, narrow < &Fingerprint::name> }
-// Mask order: the fields that change from call to call first, so that the common masks fit one or two bytes.
-constexpr Field kFields[] = {
-    TS_FIELD(seq),    TS_FIELD(record_index), TS_FIELD(start_ns), TS_FIELD(op),    TS_FIELD(count),
-    TS_FIELD(caller), TS_FIELD(stack_id),     TS_FIELD(peer),     TS_FIELD(redop), TS_FIELD(flags),
-    TS_FIELD(dtype),  TS_FIELD(comm_id),      TS_FIELD(result),   TS_FIELD(kind),  TS_FIELD(comm_rank),
-    TS_FIELD(nranks), TS_FIELD(aux),
-};
-#undef TS_FIELD
-constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
+// The fields in mask order: those that change from call to call first, so that the common masks fit one or two
+// bytes. Members as template arguments, so that the coding loops unroll over them (a table of function pointers
+// made the encoder the client thread's largest cost).
+using Fields = FieldList<&Fingerprint::seq, &Fingerprint::record_index, &Fingerprint::start_ns, &Fingerprint::op,
+                         &Fingerprint::count, &Fingerprint::caller, &Fingerprint::stack_id, &Fingerprint::peer,
+                         &Fingerprint::redop, &Fingerprint::flags, &Fingerprint::dtype, &Fingerprint::comm_id,
+                         &Fingerprint::result, &Fingerprint::kind, &Fingerprint::comm_rank, &Fingerprint::nranks,
+                         &Fingerprint::aux>;
+constexpr const char* kFieldNames[] = {"seq",      "record_index", "start_ns",  "op",     "count", "caller",
+                                       "stack_id", "peer",         "redop",     "flags",  "dtype", "comm_id",
+                                       "result",   "kind",         "comm_rank", "nranks", "aux"};
+constexpr size_t kFieldCount = Fields::kCount;
+static_assert(kFieldCount == sizeof(kFieldNames) / sizeof(kFieldNames[0]));
 static_assert(kFieldCount == 17 && kMaxFingerprintBytes >= 3 + kFieldCount * 10);
 
 uint64_t zigzag(uint64_t difference) {
@@ -70,6 +82,10 @@ uint8_t* put_varint(uint8_t* at, uint64_t value) {
 
 // A varint of at most 10 bytes whose last byte is not a zero continuation (one encoding per value).
 bool get_varint(std::span<const uint8_t> bytes, size_t* at, uint64_t* value) {
+  if (*at < bytes.size() && bytes[*at] < 0x80) {  // most values: one byte
+    *value = bytes[(*at)++];
+    return true;
+  }
   uint64_t result = 0;
   for (int shift = 0; shift < 64; shift += 7) {
     if (*at >= bytes.size()) return false;
@@ -106,27 +122,29 @@ std::string out_of_range(const Fingerprint& f) {
 void encode_fingerprints(std::span<const Fingerprint> fingerprints, std::vector<uint8_t>& out) {
   size_t used = out.size();
   out.resize(used + fingerprints.size() * kMaxFingerprintBytes);
-  Fingerprint previous{};
+  uint64_t previous[kFieldCount] = {};
   for (const Fingerprint& f : fingerprints) {
+    uint64_t values[kFieldCount];
+    Fields::widen_all(f, values);
     uint64_t differences[kFieldCount];
     uint32_t mask = 0;
     for (size_t i = 0; i < kFieldCount; ++i) {
-      differences[i] = kFields[i].get(f) - kFields[i].get(previous);
+      differences[i] = values[i] - previous[i];
       if (differences[i] != 0) mask |= 1u << i;
+      previous[i] = values[i];
     }
     uint8_t* at = put_varint(out.data() + used, mask);
     for (size_t i = 0; i < kFieldCount; ++i) {
       if ((mask >> i) & 1u) at = put_varint(at, zigzag(differences[i]));
     }
     used = static_cast<size_t>(at - out.data());
-    previous = f;
   }
   out.resize(used);
 }
 
 size_t decode_fingerprints(std::span<const uint8_t> bytes, std::span<Fingerprint> out, std::string* error) {
   size_t at = 0;
-  Fingerprint previous{};
+  uint64_t values[kFieldCount] = {};  // the previous fingerprint's, widened
   for (size_t n = 0; n < out.size(); ++n) {
     const auto fail = [&](const std::string& why) {
       *error = "fingerprint " + std::to_string(n) + ": " + why;
@@ -135,18 +153,18 @@ size_t decode_fingerprints(std::span<const uint8_t> bytes, std::span<Fingerprint
     uint64_t mask = 0;
     if (!get_varint(bytes, &at, &mask)) return fail("truncated or overlong field mask");
     if (mask >> kFieldCount) return fail("unknown fields in the mask " + std::to_string(mask));
-    Fingerprint f = previous;
-    for (size_t i = 0; i < kFieldCount; ++i) {
-      if (((mask >> i) & 1u) == 0) continue;
+    for (uint64_t fields = mask; fields != 0; fields &= fields - 1) {
+      const auto i = static_cast<size_t>(__builtin_ctzll(fields));
       uint64_t coded = 0;
-      if (!get_varint(bytes, &at, &coded)) return fail(std::string("truncated or overlong ") + kFields[i].name);
-      if (coded == 0) return fail(std::string(kFields[i].name) + " is in the mask but unchanged");
-      if (!kFields[i].set(f, kFields[i].get(previous) + unzigzag(coded)))
-        return fail(std::string(kFields[i].name) + " does not fit its type");
+      if (!get_varint(bytes, &at, &coded)) return fail(std::string("truncated or overlong ") + kFieldNames[i]);
+      if (coded == 0) return fail(std::string(kFieldNames[i]) + " is in the mask but unchanged");
+      values[i] += unzigzag(coded);
     }
+    Fingerprint f{};
+    if (const int bad = Fields::narrow_all(values, f); bad >= 0)
+      return fail(std::string(kFieldNames[bad]) + " does not fit its type");
     if (const std::string range = out_of_range(f); !range.empty()) return fail(range);
     out[n] = f;
-    previous = f;
   }
   return at;
 }

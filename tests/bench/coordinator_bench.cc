@@ -43,6 +43,56 @@ uint64_t now_ns() {
           .count());
 }
 
+// One rank's message of 1,024 calls of a collective-bound loop (all-reduce, broadcast, all-gather, reduce-scatter, a
+// send and a receive), as its client encodes it and the coordinator decodes it: time per fingerprint each way and
+// the bytes one takes on the wire (issues 20 and 22).
+std::vector<Fingerprint> loop_calls(size_t n) {
+  std::vector<Fingerprint> calls;
+  constexpr Op kOps[] = {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter, Op::kSend, Op::kRecv};
+  uint64_t seq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = i % 6;
+    Fingerprint f = all_reduce(1, 4, k < 4 ? ++seq : i / 6 + 1, k == 2 || k == 3 ? 4 : 16);
+    f.op = static_cast<uint16_t>(kOps[k]);
+    f.peer = k == 1 ? 0 : k >= 4 ? 2 : -1;
+    f.redop = k == 0 || k == 3 ? 0 : -1;
+    f.caller = 0x401000 + k * 0x40;
+    f.stack_id = static_cast<uint32_t>(k + 1);
+    f.record_index = i;
+    f.start_ns = 1700000000000000000ull + i * 61000 + (i * 7919) % 3000;
+    f.result = k % 2 == 0 ? 0 : -1;
+    calls.push_back(f);
+  }
+  return calls;
+}
+
+void BM_EncodeFingerprints(benchmark::State& state) {
+  const std::vector<Fingerprint> calls = loop_calls(1024);
+  std::vector<uint8_t> encoded;
+  for (auto _ : state) {
+    encoded.clear();
+    trainscope::exchange::encode_fingerprint_batch(1, 7, 0, calls, encoded);
+    benchmark::DoNotOptimize(encoded.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(calls.size()));
+  state.counters["bytes_per_fingerprint"] =
+      static_cast<double>(encoded.size() - trainscope::exchange::kHeaderBytes - 24) / static_cast<double>(calls.size());
+}
+BENCHMARK(BM_EncodeFingerprints);
+
+void BM_DecodeFingerprints(benchmark::State& state) {
+  const std::vector<Fingerprint> calls = loop_calls(1024);
+  std::vector<uint8_t> encoded;
+  trainscope::exchange::encode_fingerprint_batch(1, 7, 0, calls, encoded);
+  for (auto _ : state) {
+    const auto decoded = trainscope::exchange::decode(encoded);
+    if (!decoded.ok) state.SkipWithError(decoded.error.c_str());
+    benchmark::DoNotOptimize(&decoded);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(calls.size()));
+}
+BENCHMARK(BM_DecodeFingerprints);
+
 // Every rank's batch of kCallsPerBatch calls, decoded from the wire as the server does, then fed to the core.
 void BM_CoordinatorIngest(benchmark::State& state) {
   const auto ranks = static_cast<int32_t>(state.range(0));
