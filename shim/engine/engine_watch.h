@@ -84,8 +84,8 @@ struct WatchCounters {
 //
 // The job's side takes no lock and, once the board is warm, allocates nothing: a call claims the slot of its record
 // index with one compare-and-swap and its WatchedCall comes from the spares the frame thread handed back. So a frame
-// thread that is preempted (it runs at a lower priority than the job, engine_threads.h) never holds a job's thread
-// up; at worst the job's calls find their slots still taken and go unwatched, counted.
+// thread that is preempted or starved of CPU on a busy node never holds a job's thread up; at worst the job's calls
+// find their slots still taken and go unwatched, counted.
 class WatchBoard {
  public:
   static constexpr size_t kSlots = 1u << 14;  // calls added and not yet taken (per slot of index % kSlots)
