@@ -6,9 +6,11 @@
 # the same way from Debian's source packages (scripts/manylinux_deps.sh, run by cmake/TrainscopeDependencies.cmake) and
 # linked statically. DESIGN.md ("Packaging") says why this route.
 #
-# Used as -DCMAKE_TOOLCHAIN_FILE=cmake/ManylinuxToolchain.cmake. The Zig binary: TRAINSCOPE_ZIG (an environment or a
-# CMake variable), else the ziglang package of the Python that runs the build (scikit-build-core passes
-# Python_EXECUTABLE), else of python3 on PATH.
+# Used as -DCMAKE_TOOLCHAIN_FILE=cmake/ManylinuxToolchain.cmake. The Zig binary: TS_BUILD_ZIG (an environment
+# variable) or TRAINSCOPE_ZIG (a CMake variable), else the ziglang package of the Python that runs the build
+# (scikit-build-core passes Python_EXECUTABLE), else of python3 on PATH. Where the dependency builds and Zig's cache are
+# kept: TS_BUILD_CACHE_DIR (environment) or TRAINSCOPE_CACHE_DIR (CMake), else ~/.cache/trainscope. (Not TRAINSCOPE_*
+# in the environment: the preloaded library warns about TRAINSCOPE_* names it does not know.)
 # The same system and processor as the build machine's, only an older glibc: not a cross build (CMake runs what it
 # builds).
 if(NOT CMAKE_HOST_SYSTEM_NAME STREQUAL "Linux" OR NOT CMAKE_HOST_SYSTEM_PROCESSOR STREQUAL "x86_64")
@@ -27,8 +29,8 @@ if(_trainscope_in_try_compile)
 endif()
 
 # Looked for at each configure: a pip build runs in a new isolated environment each time, with its own ziglang.
-if(DEFINED ENV{TRAINSCOPE_ZIG})
-  set(TRAINSCOPE_ZIG_PROGRAM "$ENV{TRAINSCOPE_ZIG}")
+if(DEFINED ENV{TS_BUILD_ZIG})
+  set(TRAINSCOPE_ZIG_PROGRAM "$ENV{TS_BUILD_ZIG}")
 elseif(TRAINSCOPE_ZIG)
   set(TRAINSCOPE_ZIG_PROGRAM "${TRAINSCOPE_ZIG}")
 else()
@@ -40,18 +42,19 @@ else()
     find_program(_trainscope_python NAMES python3 python)
   endif()
   execute_process(
-    COMMAND "${_trainscope_python}" -c "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))"
+    COMMAND "${_trainscope_python}" -c
+            "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))"
     OUTPUT_VARIABLE TRAINSCOPE_ZIG_PROGRAM OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 endif()
 if(NOT EXISTS "${TRAINSCOPE_ZIG_PROGRAM}")
-  message(FATAL_ERROR "trainscope: the manylinux build needs Zig, and found none ('${TRAINSCOPE_ZIG_PROGRAM}'): pip adds "
-    "the ziglang package to a `pip wheel .` build; elsewhere set TRAINSCOPE_ZIG to a zig binary")
+  message(FATAL_ERROR "trainscope: the manylinux build needs Zig, and found none ('${TRAINSCOPE_ZIG_PROGRAM}'): "
+    "pip adds the ziglang package to a `pip wheel .` build; elsewhere set TS_BUILD_ZIG to a zig binary")
 endif()
 
 # Where the dependency builds and Zig's own cache (libc++ and the glibc stubs, per target) are kept between builds.
 if(NOT TRAINSCOPE_CACHE_DIR)
-  if(DEFINED ENV{TRAINSCOPE_CACHE_DIR})
-    set(TRAINSCOPE_CACHE_DIR "$ENV{TRAINSCOPE_CACHE_DIR}")
+  if(DEFINED ENV{TS_BUILD_CACHE_DIR})
+    set(TRAINSCOPE_CACHE_DIR "$ENV{TS_BUILD_CACHE_DIR}")
   elseif(DEFINED ENV{XDG_CACHE_HOME})
     set(TRAINSCOPE_CACHE_DIR "$ENV{XDG_CACHE_HOME}/trainscope")
   else()

@@ -26,14 +26,14 @@ ctest --test-dir build-ci --output-on-failure -j "$jobs"
 
 # The manylinux wheel's dependency builds, Zig's own cache, the tools' venv and the Debian 11 root are kept here between
 # runs on the same machine (each keyed by what it is made of); a first run makes them (see README, "Testing").
-export TRAINSCOPE_CACHE_DIR="${TRAINSCOPE_CACHE_DIR:-/var/cache/trainscope}"
+export TS_BUILD_CACHE_DIR="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
 # The wheel's compiler at a stable path (the tools' venv's ziglang, the version pyproject.toml pins, rather than pip's
 # new isolated environment each time) behind ccache: a run on a fresh clone compiles only what changed since the
 # machine's last run.
 tools="$(bash tests/integration/wheel_tools_venv.sh)"
-TRAINSCOPE_ZIG="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')"
-export TRAINSCOPE_ZIG CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-export CCACHE_DIR="$TRAINSCOPE_CACHE_DIR/ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_COMPILERCHECK=content \
+TS_BUILD_ZIG="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')"
+export TS_BUILD_ZIG CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export CCACHE_DIR="$TS_BUILD_CACHE_DIR/ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_COMPILERCHECK=content \
   CCACHE_MAXSIZE=2G
 echo "== $(date -u +%T) the wheel: manylinux_2_28 by pip wheel (Zig), its policy (every ELF, auditwheel), installed into a fresh venv, a stand-in job run through it"
 bash tests/integration/wheel_test.sh build-ci

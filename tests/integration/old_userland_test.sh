@@ -8,7 +8,7 @@
 #   WHEEL: the manylinux wheel (tests/integration/wheel_test.sh keeps it); STANDINS_BUILD_DIR: a build tree made with the
 #   wheel's toolchain and -DTRAINSCOPE_BUILD_STANDINS=ON, holding tests/fakes/lib/libnccl.so.2 and
 #   tests/programs/ts-launch (the stand-ins of the test build need the build machine's glibc).
-# The root is kept in TRAINSCOPE_CACHE_DIR (default /var/cache/trainscope) and made again only when the list below
+# The root is kept in TS_BUILD_CACHE_DIR (default /var/cache/trainscope) and made again only when the list below
 # changes. Needs root (debootstrap, chroot, mounts); elsewhere it says so and exits 0.
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")/../.." && pwd -P)"
@@ -30,7 +30,7 @@ done
 command -v debootstrap >/dev/null || fail "debootstrap is missing (scripts/setup.sh installs it)"
 
 # The root, once per suite and package list.
-cache="${TRAINSCOPE_CACHE_DIR:-/var/cache/trainscope}"
+cache="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
 key="$(printf '%s %s minbase 1\n' "$suite" "$include" | sha256sum | cut -c1-12)"
 root="$cache/chroot/$suite-$key"
 if [ ! -f "$root/.complete" ]; then

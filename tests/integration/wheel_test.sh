@@ -11,7 +11,7 @@
 #   only what changed is compiled; TRAINSCOPE_WHEEL_BUILD_DIR names another) and left in its dist/ (the old-userland
 #   test installs it from there).
 # Needs python3 with venv and pip, and from the package index: scikit-build-core and ziglang (pip's build isolation),
-# auditwheel (a venv kept in TRAINSCOPE_CACHE_DIR, default /var/cache/trainscope).
+# auditwheel (a venv kept in TS_BUILD_CACHE_DIR, default /var/cache/trainscope).
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")/../.." && pwd -P)"
 build_dir="$(cd "$1" && pwd -P)"
@@ -44,7 +44,7 @@ tag="$(basename "$wheel" .whl)"
 tag="${tag##*-}"
 case "$tag" in
   manylinux_*) ;;
-  *) [ "$(uname -m)" != x86_64 ] || [ -n "${TRAINSCOPE_NATIVE_WHEEL:-}" ] || fail "the wheel is tagged $tag, not manylinux" ;;
+  *) [ "$(uname -m)" != x86_64 ] || [ -n "${TS_BUILD_NATIVE_WHEEL:-}" ] || fail "the wheel is tagged $tag, not manylinux" ;;
 esac
 echo "wheel_test: built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in ${wheel_seconds} s"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tools the wheel's tests run, from PyPI into a venv kept in TRAINSCOPE_CACHE_DIR (default /var/cache/trainscope)
+# The tools the wheel's tests run, from PyPI into a venv kept in TS_BUILD_CACHE_DIR (default /var/cache/trainscope)
 # and made again only when their versions change: auditwheel (and pyelftools, which it brings) for the policy checks,
 # and ziglang, the same version as pyproject.toml's build requirement, for builds with cmake/ManylinuxToolchain.cmake
 # outside pip (the stand-ins of the old-userland test). Prints the venv's path.
@@ -9,7 +9,7 @@ source_dir="$(cd "$(dirname "$0")/../.." && pwd -P)"
 zig="$(grep -o 'ziglang==[0-9.]*' "$source_dir/pyproject.toml" | head -n 1)"
 [ -n "$zig" ] || { echo "wheel_tools_venv: pyproject.toml pins no ziglang==VERSION" >&2; exit 1; }
 requirements="auditwheel==6.8.2 $zig"
-cache="${TRAINSCOPE_CACHE_DIR:-/var/cache/trainscope}"
+cache="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
 venv="$cache/venv-$(sha256sum <<<"$requirements $(python3 --version)" | cut -c1-12)"
 if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
