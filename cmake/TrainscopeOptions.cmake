@@ -12,6 +12,12 @@ endif()
 add_library(trainscope_freestanding INTERFACE)
 target_compile_options(trainscope_freestanding INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-fno-exceptions -fno-rtti -fno-threadsafe-statics> -fvisibility=hidden)
+# The manylinux build (cmake/ManylinuxToolchain.cmake): the preloaded library, loaded into every process of the job,
+# is compiled for an older glibc still than the rest (shim/CMakeLists.txt links it for the same one).
+if(TRAINSCOPE_PRELOAD_GLIBC_FLOOR)
+  target_compile_options(trainscope_freestanding INTERFACE
+    --target=${TRAINSCOPE_ZIG_TARGET}.${TRAINSCOPE_PRELOAD_GLIBC_FLOOR})
+endif()
 
 # GCC's -Wmaybe-uninitialized gives false positives inside libstdc++ (std::regex, std::function) once the
 # sanitizers' instrumentation is in; the plain build keeps the warning.

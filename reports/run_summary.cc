@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -1842,8 +1843,22 @@ void scan_trace(const fs::path& dir, TraceFile* trace, std::vector<UnreadableFil
 const char* report_kind_name(ReportKind kind) { return info_of(kind).name; }
 
 std::string signal_name(int signal) {
-  const char* abbreviation = signal > 0 ? sigabbrev_np(signal) : nullptr;
-  return abbreviation != nullptr ? std::string("SIG") + abbreviation : "signal " + std::to_string(signal);
+  // Our own table rather than glibc's sigabbrev_np: that is glibc 2.32's, newer than the wheel's floor (2.28).
+  static constexpr struct {
+    int number;
+    const char* name;
+  } kSignals[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+                  {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+                  {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+                  {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"}, {SIGSTKFLT, "SIGSTKFLT"},
+                  {SIGCHLD, "SIGCHLD"}, {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
+                  {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},
+                  {SIGXFSZ, "SIGXFSZ"}, {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
+                  {SIGIO, "SIGIO"},     {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"}};
+  for (const auto& known : kSignals) {
+    if (known.number == signal) return known.name;
+  }
+  return "signal " + std::to_string(signal);
 }
 
 json job_end_json(const JobEnd& job) {

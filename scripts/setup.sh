@@ -7,7 +7,10 @@ packages=(
   cmake ninja-build g++ make binutils pkg-config
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libzmq3-dev cppzmq-dev libsodium-dev libunwind-dev
+  libzmq3-dev cppzmq-dev libsodium-dev
+  dpkg-dev autoconf automake libtool  # the manylinux wheel's ZeroMQ and libsodium, from their source packages
+  debootstrap  # the wheel's test on Debian 11 (tests/integration/old_userland_test.sh)
+  ccache  # scripts/test.sh: the wheel's compilations, kept between runs
   clang-format clang-14 libclang-rt-14-dev
   chromium  # the HTML report's test loads the page headless (skipped without it)
   python3 python3-venv python3-pip

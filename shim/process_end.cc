@@ -109,7 +109,8 @@ using namespace trainscope::shim;
 
 #define TS_PROCESS_END_EXPORT extern "C" __attribute__((visibility("default")))
 
-TS_PROCESS_END_EXPORT void _exit(int status) noexcept {
+// No noexcept: glibc declares _exit without one (unlike _Exit), and clang holds a definition to its declaration.
+TS_PROCESS_END_EXPORT void _exit(int status) {
   end_recording(/*exec=*/false, status, engine_stop_is_safe_at_exit());
   real_exit("_exit", status);
 }

@@ -23,7 +23,8 @@ constexpr const char* kEnvUsage =
     "Prints the effective value of every TRAINSCOPE_* variable and where it came from (default or environment),\n"
     "and warns about unknown TRAINSCOPE_* names. Exits 2 if a value is invalid, as the preloaded library would.\n"
     "Then says which libraries are used: the one `trainscope run` preloads, the engine it loads, the libraries\n"
-    "bundled beside the engine, and where this command's own ZeroMQ and libsodium were loaded from.\n"
+    "bundled beside the engine, and where this command's own ZeroMQ and libsodium were loaded from; and what the\n"
+    "package was built for (the wheel's manylinux policy and the glibc it needs) beside the glibc found here.\n"
     "\n"
     "  --json   print one JSON object instead of text\n";
 
@@ -157,6 +158,12 @@ int cmd_env(int argc, char** argv) {
                         {"engine", path_or_null(libraries.engine)},
                         {"bundled", libraries.bundled},
                         {"loaded", std::move(loaded)}};
+    const PackagePlatform platform = package_platform();
+    out["platform"] = {
+        {"policy", platform.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(platform.policy)},
+        {"glibc_needed", platform.glibc_needed},
+        {"preload_glibc_needed", platform.preload_glibc_needed},
+        {"glibc_found", platform.glibc_found}};
     // A path is bytes, not necessarily UTF-8: replace what JSON cannot carry instead of throwing.
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
@@ -173,10 +180,21 @@ int cmd_env(int argc, char** argv) {
               libraries.engine.empty() ? "not found" : escaped_whole(libraries.engine).c_str());
   std::string bundled;
   for (const std::string& name : libraries.bundled) bundled += " " + escaped_whole(name);
-  std::printf("  bundled beside the engine:%s\n", bundled.empty() ? " none (the system's are used)" : bundled.c_str());
+  const PackagePlatform platform = package_platform();
+  const char* none = platform.policy.empty() ? " none (the system's are used)"
+                                             : " none (ZeroMQ, libsodium and the C++ runtime are linked in)";
+  std::printf("  bundled beside the engine:%s\n", bundled.empty() ? none : bundled.c_str());
   for (const LoadedLibrary& l : libraries.loaded) {
     std::printf("  loaded by this command: %s => %s\n", escaped_whole(l.name).c_str(), escaped_whole(l.path).c_str());
   }
+  std::printf("\nplatform:\n");
+  if (platform.policy.empty()) {
+    std::printf("  built for its build machine: needs glibc %s or newer\n", platform.glibc_needed.c_str());
+  } else {
+    std::printf("  wheel policy: %s (needs glibc %s or newer; the preloaded library %s)\n", platform.policy.c_str(),
+                platform.glibc_needed.c_str(), platform.preload_glibc_needed.c_str());
+  }
+  std::printf("  glibc found: %s\n", platform.glibc_found.c_str());
   return 0;
 }
 

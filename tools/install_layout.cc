@@ -1,6 +1,7 @@
 // Where the installed (or built) command finds the libraries it works with, and which shared libraries it loaded.
 #include "tools/install_layout.h"
 
+#include <gnu/libc-version.h>
 #include <link.h>
 
 #include <algorithm>
@@ -10,6 +11,14 @@
 #ifndef TRAINSCOPE_LIBDIR_FROM_BINDIR
 #define TRAINSCOPE_LIBDIR_FROM_BINDIR "../lib"
 #endif
+// Set by cmake/TrainscopeInstall.cmake for the manylinux build (cmake/ManylinuxToolchain.cmake); empty otherwise.
+#ifndef TRAINSCOPE_WHEEL_POLICY
+#define TRAINSCOPE_WHEEL_POLICY ""
+#define TRAINSCOPE_GLIBC_FLOOR ""
+#define TRAINSCOPE_PRELOAD_GLIBC_FLOOR ""
+#endif
+#define TRAINSCOPE_STRING_OF(x) #x
+#define TRAINSCOPE_VERSION_TEXT(major, minor) TRAINSCOPE_STRING_OF(major) "." TRAINSCOPE_STRING_OF(minor)
 
 namespace trainscope::tools {
 
@@ -77,6 +86,21 @@ std::vector<std::string> bundled_libraries(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+PackagePlatform package_platform() {
+  PackagePlatform platform;
+  platform.policy = TRAINSCOPE_WHEEL_POLICY;
+  if (platform.policy.empty()) {
+    // Built against the build machine's glibc: its headers' version is the least the files may need.
+    platform.glibc_needed = TRAINSCOPE_VERSION_TEXT(__GLIBC__, __GLIBC_MINOR__);
+    platform.preload_glibc_needed = platform.glibc_needed;
+  } else {
+    platform.glibc_needed = TRAINSCOPE_GLIBC_FLOOR;
+    platform.preload_glibc_needed = TRAINSCOPE_PRELOAD_GLIBC_FLOOR;
+  }
+  platform.glibc_found = gnu_get_libc_version();
+  return platform;
 }
 
 }  // namespace trainscope::tools

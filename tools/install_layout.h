@@ -24,4 +24,13 @@ std::vector<LoadedLibrary> loaded_libraries(const std::vector<std::string>& pref
 // The shared libraries bundled in `dir` (lib*.so.* files), sorted by name, leaving out trainscope's own.
 std::vector<std::string> bundled_libraries(const std::string& dir);
 
+// What this package was built for, and the glibc it runs on.
+struct PackagePlatform {
+  std::string policy;        // the wheel's platform tag (manylinux_2_28_x86_64); empty: built for its build machine
+  std::string glibc_needed;  // the oldest glibc the command and the engine load on (the build machine's, if no policy)
+  std::string preload_glibc_needed;  // the same for the preloaded library
+  std::string glibc_found;           // gnu_get_libc_version() of this process
+};
+PackagePlatform package_platform();
+
 }  // namespace trainscope::tools

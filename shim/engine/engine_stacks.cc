@@ -3,14 +3,9 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#if defined(__SANITIZE_THREAD__)
-// libunwind's thread-exit destructor locks a mutex after ThreadSanitizer has torn the thread down, which crashes
-// TSan builds; there, glibc's unwinder walks the stack instead.
-#include <execinfo.h>
-#else
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-#endif
+// The unwinder of the C++ runtime walks the stack (_Unwind_Backtrace: libgcc's, or LLVM's libunwind linked into the
+// manylinux build): no library of its own to ship, and the same call with either toolchain.
+#include <unwind.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +61,28 @@ std::string describe_frame(uint64_t address) {
   return text;
 }
 
+struct Walk {
+  void** frames;
+  int capacity;
+  int count;
+};
+
+_Unwind_Reason_Code note_frame(_Unwind_Context* context, void* arg) {
+  auto* walk = static_cast<Walk*>(arg);
+  if (walk->count == walk->capacity) return _URC_END_OF_STACK;
+  const uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  walk->frames[walk->count++] = reinterpret_cast<void*>(ip);
+  return _URC_NO_REASON;
+}
+
+// The return addresses of the calling thread's stack, innermost first (this function's own frame included).
+int walk_stack(void** frames, int capacity) {
+  Walk walk{frames, capacity, 0};
+  _Unwind_Backtrace(note_frame, &walk);
+  return walk.count;
+}
+
 // Copies at most `limit` bytes of a C string the shim filled (NUL-terminated there, but never trusted blindly).
 std::string bounded(const char* text, size_t limit) {
   if (text == nullptr) return {};
@@ -79,11 +96,7 @@ std::string bounded(const char* text, size_t limit) {
 void capture_call_site(const CallSiteCapture& site) {
   if (site.site == 0) return;
   void* frames[kMaxFrames];
-#if defined(__SANITIZE_THREAD__)
-  const int n = backtrace(frames, kMaxFrames);
-#else
-  const int n = unw_backtrace(frames, kMaxFrames);
-#endif
+  const int n = walk_stack(frames, kMaxFrames);
   // Our own frames (this function, the engine entry, the NCCL hook) end where the call site begins.
   int first = 0;
   while (first < n && reinterpret_cast<uint64_t>(frames[first]) != site.caller) ++first;

@@ -1,6 +1,6 @@
 // The stacks of NCCL call sites: the Python frames the shim read at a site's first sight and the native stack,
-// captured on the job's thread then (a cheap libunwind walk of return addresses, no symbols), symbolised later on
-// the engine's threads when a report may need them.
+// captured on the job's thread then (the C++ runtime's unwinder walks the return addresses, no symbols), symbolised
+// later on the engine's threads when a report may need them.
 //
 // A call site is the shim's: its id is the site's index + 1 in the flight recorder's site table (one per native
 // return address and Python stack), and the same id is the stack id the exchange sends with each fingerprint.

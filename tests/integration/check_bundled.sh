@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks an installed tree (cmake --install's prefix, or the wheel's site-packages/trainscope) for what it needs of
-# the target machine: the preloaded library needs libc only; the command and the engine reach their libraries through
-# an RPATH of $ORIGIN (no build-tree path, no RUNPATH), link no libstdc++, and every library they load, resolved by
-# the loader with an empty environment, is either inside the tree's lib/ or glibc's.
-# Usage: check_bundled.sh TREE   (TREE holds bin/trainscope and lib/)
+# the target machine: the preloaded library needs glibc only; the command and the engine link no libstdc++, and every
+# library they load, resolved by the loader with an empty environment, is either inside the tree's lib/ or glibc's.
+# A tree with bundled libraries (cmake --install) reaches them through an RPATH of $ORIGIN (no build-tree path, no
+# RUNPATH); one without (the manylinux wheel links its dependencies statically) has no RPATH at all.
+# Usage: check_bundled.sh TREE [LIBRARY...]   (TREE holds bin/trainscope and lib/; each LIBRARY must be bundled)
 set -euo pipefail
 tree="$(cd "$1" && pwd -P)"
 fail() {
@@ -18,20 +19,22 @@ is_glibc() {
   return 1
 }
 
-for f in bin/trainscope lib/libtrainscope.so lib/libtrainscope-engine.so lib/libzmq.so.5 lib/libsodium.so.23 \
-  lib/libunwind.so.8; do
+shift
+for f in bin/trainscope lib/libtrainscope.so lib/libtrainscope-engine.so "${@/#/lib/}"; do
   [ -f "$tree/$f" ] || fail "missing: $f"
 done
+bundled="$(cd "$tree/lib" && ls | grep '^lib.*\.so\.' | grep -vc '^libtrainscope' || true)"
 
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 for name in $(needed "$tree/lib/libtrainscope.so"); do
-  is_glibc "$name" || fail "lib/libtrainscope.so needs $name; it may need libc only"
+  is_glibc "$name" || fail "lib/libtrainscope.so needs $name; it may need glibc only"
 done
 for f in bin/trainscope lib/libtrainscope-engine.so; do
   case "$f" in
     bin/*) want='$ORIGIN/../lib' ;;
     *) want='$ORIGIN' ;;
   esac
+  [ "$bundled" -gt 0 ] || want=""
   rpath="$(readelf -d "$tree/$f" | sed -n 's/.*(RPATH).*\[\(.*\)\]/\1/p')"
   [ "$rpath" = "$want" ] || fail "$f has RPATH '$rpath', expected '$want'"
   ! readelf -d "$tree/$f" | grep -q '(RUNPATH)' || fail "$f has a RUNPATH (it would hide the RPATH)"
@@ -47,4 +50,4 @@ for f in bin/trainscope lib/libtrainscope-engine.so; do
     esac
   done < <(awk '/=>/ {print $1, $2, $3}' <<<"$resolved")
 done
-echo "check_bundled: $tree needs nothing but glibc ($(cd "$tree/lib" && ls | grep -vc '^libtrainscope') libraries bundled)"
+echo "check_bundled: $tree needs nothing but glibc ($bundled libraries bundled)"

@@ -24,7 +24,7 @@ for f in bin/trainscope lib/libtrainscope.so lib/libtrainscope-engine.so; do
   fi
 done
 case "$bundled" in
-  ON | on | 1 | TRUE | true) bash "$(dirname "$0")/check_bundled.sh" "$work/prefix" ;;
+  ON | on | 1 | TRUE | true) bash "$(dirname "$0")/check_bundled.sh" "$work/prefix" libzmq.so.5 libsodium.so.23 ;;
 esac
 # Move the build tree's engine out of the way for the run, so only the installed one can be found.
 mkdir -p "$work/elsewhere"
