@@ -5,6 +5,17 @@
 
 namespace trainscope::frames {
 
+Frame recycled(Frame frame) {
+  std::string name = std::move(frame.name);
+  std::vector<FrameRow> rows = std::move(frame.rows);
+  name.clear();
+  rows.clear();
+  Frame fresh;
+  fresh.name = std::move(name);
+  fresh.rows = std::move(rows);
+  return fresh;
+}
+
 FrameWindow::FrameWindow(FrameWindowOptions options) : options_(std::move(options)) {
   if (options_.max_frames == 0) options_.max_frames = 1;
 }
@@ -47,7 +58,10 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
   // sees the window as it will be with this frame at its end.
   auto keep = [this](Frame kept) {
     window_.push_back(std::move(kept));
-    while (window_.size() > options_.max_frames) window_.pop_front();
+    while (window_.size() > options_.max_frames) {
+      spare_ = std::move(window_.front());
+      window_.pop_front();
+    }
   };
 
   if (traced(frame.batch)) {

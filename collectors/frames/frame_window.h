@@ -48,6 +48,9 @@ struct Frame : reports::Frame {
   std::uint32_t stack_id = 0;
 };
 
+// `frame` as a new Frame{}, but keeping its name's and rows' buffers for the next one.
+Frame recycled(Frame frame);
+
 struct FrameWindowOptions {
   std::uint32_t max_frames = 21;
   std::uint32_t streak_batches = 5;     // 0: no persistent-overflow reports
@@ -102,6 +105,9 @@ class FrameWindow {
   FrameUpdate add_frame(Frame frame);
 
   const std::deque<Frame>& frames() const { return window_; }  // oldest first
+  // The frame that last left the window, for the next frame to be made in its buffers (its name's and rows'
+  // capacity): once the window is full, a frame costs no allocation. Empty when none has left since the last take.
+  Frame take_spare() { return std::move(spare_); }
   bool detected() const { return detected_; }
   std::uint64_t current_batch() const { return batch_; }
   const FrameWindowOptions& options() const { return options_; }
@@ -114,6 +120,7 @@ class FrameWindow {
 
   FrameWindowOptions options_;
   std::deque<Frame> window_;
+  Frame spare_;  // the frame that last left the window (take_spare)
   bool detected_ = false;
   bool aborted_ = false;
   std::uint64_t batch_ = 0;

@@ -24,7 +24,7 @@ bool handed_over_after_append(Op op) { return is_launch(op) || op == Op::kModule
 // "comm 3f2a9c all-reduce #812", "comm 3f2a9c send #5 to rank 2": the communicator, the operation, the call.
 // "comm aada17 all-reduce #29", "comm aada17 send #5 to rank 1". Once per watched call on the frame thread, so
 // written by hand into one buffer: snprintf and the temporaries of concatenation were a tenth of a frame's cost.
-std::string frame_name(const Record& r) {
+void write_frame_name(const Record& r, std::string* name) {
   const Op op = static_cast<Op>(r.op);
   char text[96];
   size_t n = 0;
@@ -59,7 +59,7 @@ std::string frame_name(const Record& r) {
     put(op == Op::kSend ? " to rank " : " from rank ");
     put_int(r.peer);
   }
-  return std::string(text, n);
+  name->assign(text, n);  // into the recycled frame's buffer: no allocation once the window is full
 }
 
 // A device result that has arrived (or failed) is moved into its buffer; false while the GPU is not done.
@@ -130,10 +130,9 @@ bool add_row(const WatchedBuffer& buffer, const std::string& label, frames::Fram
   return false;
 }
 
-frames::Frame make_collective_frame(const WatchedCall& call, uint64_t batch) {
+frames::Frame make_collective_frame(const WatchedCall& call, uint64_t batch, frames::Frame frame) {
   const Record& r = call.record;
-  frames::Frame frame;
-  frame.name = frame_name(r);
+  write_frame_name(r, &frame.name);
   frame.kind = recorder::op_name(static_cast<Op>(r.op));
   frame.rows.reserve(2);
   frame.batch = batch;
@@ -208,11 +207,12 @@ frames::Frame make_module_frame(const WatchedLaunchBuffers& module, const Record
 
 }  // namespace
 
-frames::Frame make_frame(const WatchedCall& call, const Record& record, uint64_t index, uint64_t batch) {
+frames::Frame make_frame(const WatchedCall& call, const Record& record, uint64_t index, uint64_t batch,
+                         frames::Frame reuse) {
   if (call.launch && static_cast<Op>(record.op) == Op::kModuleForward)
     return make_module_frame(*call.launch, record, batch);
   if (call.launch) return make_launch_frame(*call.launch, record, index, batch);
-  return make_collective_frame(call, batch);
+  return make_collective_frame(call, batch, frames::recycled(std::move(reuse)));
 }
 
 reports::DetectionReport detection_report(const frames::Detection& detection, int32_t rank, uint32_t max_frames) {
@@ -435,7 +435,7 @@ void FrameFeed::drain_backlog() {
       launch_missing_ = false;
     }
     if (!ready(*taken_)) return;
-    frames::Frame frame = make_frame(*taken_, front.record, front.index, front.batch);
+    frames::Frame frame = make_frame(*taken_, front.record, front.index, front.batch, window_.take_spare());
     const bool settled = front.settled;
     const uint64_t position = front.position;
     taken_.reset();  // back to the board

@@ -111,7 +111,9 @@ class FrameFeed {
 
 // The frame of a watched call (a collective's or a kernel launch's) in batch `batch`; `record` is the ring's record
 // of a launch (grid, block, stream), unused for a collective (the call's own copy is). No rows: nothing was taken.
-frames::Frame make_frame(const WatchedCall& call, const recorder::Record& record, uint64_t index, uint64_t batch);
+// A collective's frame is made in `reuse`'s buffers (a frame the window let go of: FrameWindow::take_spare).
+frames::Frame make_frame(const WatchedCall& call, const recorder::Record& record, uint64_t index, uint64_t batch,
+                         frames::Frame reuse = {});
 
 // The detection report of `detection` on `rank` (without the stack of its first frame: the caller's to add).
 reports::DetectionReport detection_report(const frames::Detection& detection, int32_t rank, uint32_t max_frames);

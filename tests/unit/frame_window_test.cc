@@ -50,6 +50,38 @@ TEST(FrameWindow, KeepsTheLastKFramesOldestFirst) {
   EXPECT_EQ(FrameWindow().options().max_frames, 21u);
 }
 
+// A frame that leaves the window lends its buffers to the next one: once the window is full, making a frame
+// allocates nothing on the frame thread.
+TEST(FrameWindow, TheFrameThatLeftIsRecycledAsANewFrameWithItsBuffers) {
+  FrameWindowOptions options;
+  options.max_frames = 2;
+  FrameWindow w(options);
+  EXPECT_TRUE(w.take_spare().name.empty()) << "nothing has left yet";
+  const std::string long_name(100, 'n');
+  w.add_frame(frame(long_name, 0));
+  w.add_frame(frame("f1", 0));
+  w.add_frame(frame("f2", 0));
+  Frame left = w.take_spare();
+  EXPECT_EQ(left.name, long_name);
+  const char* name_buffer = left.name.data();
+  const FrameRow* rows_buffer = left.rows.data();
+  left.comm_id = 7;
+  left.starts_batch = 3;
+  left.module = true;
+  const Frame fresh = trainscope::frames::recycled(std::move(left));
+  EXPECT_TRUE(fresh.name.empty());
+  EXPECT_TRUE(fresh.rows.empty());
+  EXPECT_EQ(fresh.name.data(), name_buffer) << "the name's buffer is kept";
+  EXPECT_GE(fresh.rows.capacity(), 2u);
+  EXPECT_EQ(fresh.rows.data(), rows_buffer) << "the rows' buffer is kept";
+  EXPECT_EQ(fresh.comm_id, 0u) << "everything else as a new frame";
+  EXPECT_FALSE(fresh.starts_batch.has_value());
+  EXPECT_FALSE(fresh.module);
+  EXPECT_TRUE(w.take_spare().name.empty()) << "taken once";
+  ASSERT_EQ(w.frames().size(), 2u);
+  EXPECT_EQ(w.frames()[0].name, "f1");
+}
+
 TEST(FrameWindow, DetectsTheFirstNonFiniteFrameOnce) {
   FrameWindowOptions options;
   options.max_frames = 4;
