@@ -446,6 +446,16 @@ void ExchangeClient::run() {
       read_monitor();
     };
     read_monitor();
+    if (!connected && !tcp_connected) {
+      // ZeroMQ retries a refused connection only after its reconnect interval (100 ms, backing off to seconds), longer
+      // than the wait below: a rank that started before its coordinator listened and ends early (a rank that leaves
+      // the loop at once) would go unheard, and the others wait for it forever. Try again now.
+      try {
+        socket.disconnect(options_.endpoint);
+        socket.connect(options_.endpoint);
+      } catch (const zmq::error_t&) {
+      }
+    }
     for (;;) {
       const uint64_t now_ms = monotonic_ms();
       if (connected) unconnected_since_ms = now_ms;

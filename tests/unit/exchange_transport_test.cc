@@ -339,6 +339,38 @@ TEST_F(TransportTest, AStopWithoutCoordinatorSaysTheChecksNeverRan) {
   EXPECT_EQ(client.stats().sent_fingerprints, 0u);
 }
 
+// A rank whose first connection was refused (its coordinator was not listening yet) and that ends early, before
+// ZeroMQ's next attempt (its reconnect interval, here a minute): its stop connects at once, so the coordinator hears
+// its calls and its goodbye instead of waiting for it forever. Whatever the order of the first attempt and the
+// listen, the rank is heard.
+TEST_F(TransportTest, ARankRefusedOnceThatEndsEarlyIsStillHeard) {
+  std::string endpoint;
+  {
+    zmq::context_t context(1);
+    zmq::socket_t probe(context, zmq::socket_type::router);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.bind("tcp://127.0.0.1:*");
+    endpoint = probe.get(zmq::sockopt::last_endpoint);
+  }
+  LogCapture client_log;
+  ExchangeClientOptions options = client_options(endpoint, 0, nullptr, &client_log);
+  options.reconnect_interval_ms = 60000;
+  options.reconnect_interval_max_ms = 60000;
+  options.unreachable_warning_ms = 100;  // said once its first attempt (a refused loopback connect) is long over
+  ExchangeClient client(options);
+  client.start();
+  ASSERT_TRUE(client.push(all_reduce(0, 2, 1, 1024)));
+  ASSERT_TRUE(wait_until([&] { return client_log.contains("not reachable"); }));
+
+  CoordinatorServer server(server_options(endpoint));
+  std::string error;
+  ASSERT_TRUE(server.start(&error)) << error;
+  client.stop();
+  EXPECT_FALSE(client_log.contains("was never reached"));
+  EXPECT_TRUE(wait_until([&] { return server.stats().core.fingerprints >= 1; }));
+  EXPECT_EQ(client.stats().sent_fingerprints, 1u);
+}
+
 TEST_F(TransportTest, MalformedMessagesAreDroppedAndLogged) {
   CoordinatorServer server(server_options("tcp://127.0.0.1:*"));
   std::string error;
