@@ -108,6 +108,15 @@ Fingerprint all_reduce(int32_t rank, int32_t nranks, uint64_t seq, uint64_t coun
   return f;
 }
 
+// A port nobody listens on: bind one, note it, close it.
+std::string unused_tcp_endpoint() {
+  zmq::context_t context(1);
+  zmq::socket_t probe(context, zmq::socket_type::router);
+  probe.set(zmq::sockopt::linger, 0);
+  probe.bind("tcp://127.0.0.1:*");
+  return probe.get(zmq::sockopt::last_endpoint);
+}
+
 // A raw DEALER that holds the job's key (as the job's ranks do), to send hand-made messages to the coordinator.
 void connect_with_key(zmq::socket_t& socket, const std::string& endpoint, const std::string& token = kToken) {
   const CurveKeyPair server = coordinator_key_pair(token);
@@ -319,15 +328,7 @@ TEST_F(TransportTest, ARankNeverTalksToAListenerThatIsNotItsCoordinator) {
 }
 
 TEST_F(TransportTest, AStopWithoutCoordinatorSaysTheChecksNeverRan) {
-  // A port nobody listens on: bind one, note it, close it.
-  std::string endpoint;
-  {
-    zmq::context_t context(1);
-    zmq::socket_t probe(context, zmq::socket_type::router);
-    probe.set(zmq::sockopt::linger, 0);
-    probe.bind("tcp://127.0.0.1:*");
-    endpoint = probe.get(zmq::sockopt::last_endpoint);
-  }
+  const std::string endpoint = unused_tcp_endpoint();
   LogCapture client_log;
   ExchangeClientOptions options = client_options(endpoint, 0, nullptr, &client_log);
   options.unreachable_warning_ms = 600000;  // a short job: the periodic warning is not due
@@ -344,14 +345,7 @@ TEST_F(TransportTest, AStopWithoutCoordinatorSaysTheChecksNeverRan) {
 // its calls and its goodbye instead of waiting for it forever. Whatever the order of the first attempt and the
 // listen, the rank is heard.
 TEST_F(TransportTest, ARankRefusedOnceThatEndsEarlyIsStillHeard) {
-  std::string endpoint;
-  {
-    zmq::context_t context(1);
-    zmq::socket_t probe(context, zmq::socket_type::router);
-    probe.set(zmq::sockopt::linger, 0);
-    probe.bind("tcp://127.0.0.1:*");
-    endpoint = probe.get(zmq::sockopt::last_endpoint);
-  }
+  const std::string endpoint = unused_tcp_endpoint();
   LogCapture client_log;
   ExchangeClientOptions options = client_options(endpoint, 0, nullptr, &client_log);
   options.reconnect_interval_ms = 60000;
