@@ -966,7 +966,7 @@ json tensor_plots_json(const RunSummary& summary) {
   json out = json::array();
   std::set<int32_t> traced;
   for (const TraceFile& trace : summary.traces) {
-    if (std::optional<json> plot = trace_plot(summary.path, trace)) {
+    if (std::optional<json> plot = trace_plot(trace.dir.empty() ? summary.path : trace.dir, trace)) {
       traced.insert(trace.rank);
       out.push_back(std::move(*plot));
     }

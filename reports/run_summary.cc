@@ -1550,6 +1550,82 @@ void unreadable_line(const RunSummary& summary, Analysis* a) {
   a->lines.push_back("could not read: " + join(parts, "; "));
 }
 
+// A run read from several folders: which folder held which ranks, so that a wrong or stale copy shows.
+void folders_line(const RunSummary& summary, Analysis* a) {
+  if (summary.folders.empty()) {
+    a->fields["folders"] = nullptr;
+    return;
+  }
+  json items = json::array();
+  std::vector<std::string> parts;
+  for (const RunSummary::Folder& f : summary.folders) {
+    std::vector<std::string> held;
+    if (!f.ranks.empty()) held.push_back(ranks_phrase(f.ranks));
+    if (f.recorders > f.ranks.size())
+      held.push_back(plural(f.recorders - f.ranks.size(), "recorder", "recorders") + " without a launcher rank");
+    if (f.reports > 0) held.push_back(plural(f.reports, "report", "reports"));
+    if (held.empty()) held.push_back("nothing of the run");
+    parts.push_back(f.path + " (" + join(held, ", ") + ")");
+    items.push_back({{"path", f.path},
+                     {"ranks", f.ranks},
+                     {"recorders", f.recorders},
+                     {"reports", f.reports},
+                     {"run_ids", f.run_ids}});
+  }
+  std::set<std::string> run_ids;
+  for (const RunSummary::Folder& f : summary.folders) run_ids.insert(f.run_ids.begin(), f.run_ids.end());
+  std::string line =
+      "run folders: " + std::to_string(summary.folders.size()) + " read as one run: " + join(parts, "; ");
+  // Copies of one run share its run id: folders of different runs read together would mislead every line above.
+  if (run_ids.size() > 1) {
+    line += "; their recorders name different runs (" +
+            join(std::vector<std::string>(run_ids.begin(), run_ids.end()), ", ") + "): are these copies of one run?";
+  }
+  a->fields["folders"] = std::move(items);
+  a->lines.push_back(line);
+}
+
+// Ranks of the launcher's world with no flight recorder among the folders read: on a job of several hosts, a host
+// whose copy of the run folder is missing. Named with their hosts where the manifest knows them.
+void missing_recorders_line(const RunSummary& summary, Analysis* a) {
+  if (summary.missing_ranks.empty()) {
+    a->fields["missing_recorders"] = nullptr;
+    return;
+  }
+  std::map<std::string, std::vector<int32_t>> by_host;
+  std::set<int32_t> placed;
+  const json* ranks = summary.has_manifest ? member(summary.manifest, "ranks") : nullptr;
+  if (ranks != nullptr && ranks->is_array()) {
+    const std::set<int32_t> missing(summary.missing_ranks.begin(), summary.missing_ranks.end());
+    for (const json& r : *ranks) {
+      const std::optional<uint64_t> rank = uint_member(r, "launcher_rank");
+      const std::string host = string_member(r, "host");
+      if (!rank || host.empty() || !missing.contains(static_cast<int32_t>(*rank))) continue;
+      if (placed.insert(static_cast<int32_t>(*rank)).second) by_host[host].push_back(static_cast<int32_t>(*rank));
+    }
+  }
+  std::vector<std::string> hosts;
+  json hosts_json = json::object();
+  for (const auto& [host, host_ranks] : by_host) {
+    hosts.push_back(ranks_phrase(host_ranks) + " on " + host);
+    hosts_json[host] = host_ranks;
+  }
+  a->fields["missing_recorders"] = {
+      {"world_size", summary.launcher_world}, {"ranks", summary.missing_ranks}, {"hosts", hosts_json}};
+  const bool several = summary.folders.size() > 1;
+  // An unreadable recorder may be one of theirs: its rank cannot be told, so only a readable one is said missing.
+  const size_t unreadable = summary.processes ? summary.processes->unreadable : 0;
+  std::string line = "missing recorders: " + ranks_phrase(summary.missing_ranks) + " of a world of " +
+                     std::to_string(summary.launcher_world) + " left no " + (unreadable > 0 ? "readable " : "") +
+                     "flight recorder in " + (several ? "the folders read" : "this folder");
+  if (!hosts.empty()) line += " (" + join(hosts, "; ") + ", by the manifest)";
+  if (unreadable > 0) line += " (" + plural(unreadable, "recorder file", "recorder files") + " unreadable)";
+  line +=
+      ": on a job of several hosts, copy each host's run folder back and read them together: trainscope report "
+      "DIR1 DIR2 ...";
+  a->lines.push_back(line);
+}
+
 // Every stop was one the user asked for (TRAINSCOPE_ABORT_AFTER_BATCH), and there was one: a job status of 87 is
 // then what was asked for.
 bool only_requested_stops(const RunSummary& summary) {
@@ -1673,6 +1749,8 @@ Analysis analyse(const RunSummary& summary) {
   checks_line(checks, &a);
   job_line(summary, only_requested_stops(summary), &a);
   processes_line(summary, &a);
+  folders_line(summary, &a);
+  missing_recorders_line(summary, &a);
   unwritten_line(summary, &a);
   nccl_calls_line(summary, &a);
   setup_line(summary, &a);
@@ -1842,6 +1920,8 @@ void scan_trace(const fs::path& dir, TraceFile* trace, std::vector<UnreadableFil
 
 const char* report_kind_name(ReportKind kind) { return info_of(kind).name; }
 
+void sort_reports_for_display(std::vector<ReportFiles>* reports) { sort_reports(reports); }
+
 std::string signal_name(int signal) {
   // Our own table rather than glibc's sigabbrev_np: that is glibc 2.32's, newer than the wheel's floor (2.28).
   static constexpr struct {
@@ -1965,6 +2045,7 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
       const int32_t rank = rank_of_name(base, "trace-rank");
       TraceFile& trace = traces[rank];
       trace.rank = rank;
+      trace.dir = dir;
       if (trace.file.empty() || extension == ".txt") trace.file = name;
       continue;
     }
@@ -2023,6 +2104,19 @@ void note_recorders(RunSummary* summary, const recorder::RunDirectory& run, cons
     ++summary->recorders_with_communicators;
     if (file.header.launcher_rank >= 0) summary->ranks_with_communicators.push_back(file.header.launcher_rank);
   }
+  // Only the launcher's world (WORLD_SIZE and the like) says which ranks should have a recorder: a communicator's
+  // size does not (one process may hold every rank of ncclCommInitAll). A world past any sane job is not believed.
+  constexpr int32_t kMaxWorld = 1 << 20;
+  summary->launcher_world = 0;
+  std::set<int32_t> present;
+  for (const recorder::RecorderFile& file : run.files) {
+    if (file.header.launcher_world > 0 && file.header.launcher_world <= kMaxWorld)
+      summary->launcher_world = std::max(summary->launcher_world, file.header.launcher_world);
+    if (file.header.launcher_rank >= 0) present.insert(file.header.launcher_rank);
+  }
+  summary->missing_ranks.clear();
+  for (int32_t rank = 0; rank < summary->launcher_world; ++rank)
+    if (!present.contains(rank)) summary->missing_ranks.push_back(rank);
 }
 
 std::string format_summary_text(const RunSummary& summary) {
@@ -2042,17 +2136,18 @@ json summary_json(const RunSummary& summary) {
 std::string format_report_texts(const RunSummary& summary) {
   std::string out;
   for (const ReportFiles& r : summary.reports) {
+    const std::string where = r.folder.empty() ? "" : r.folder + "/";
     if (r.has_text) {
-      out += "\n=== " + r.text_file() + " ===\n" + r.text;
+      out += "\n=== " + where + r.text_file() + " ===\n" + r.text;
       if (r.text.back() != '\n') out += '\n';
     } else if (r.has_json) {
       const std::string text = string_member(r.json, "text");
-      out += "\n=== " + r.json_file() + " (" + r.text_file() + " " + (r.text_exists ? "unreadable" : "missing") +
-             ") ===\n";
+      out += "\n=== " + where + r.json_file() + " (" + r.text_file() + " " +
+             (r.text_exists ? "unreadable" : "missing") + ") ===\n";
       out += text.empty() ? r.json.dump(2, ' ', false, json::error_handler_t::replace) + "\n" : text;
       if (!out.empty() && out.back() != '\n') out += '\n';
     } else {
-      out += "\n=== " + r.base_name + ": no readable file (see \"could not read\" in the summary) ===\n";
+      out += "\n=== " + where + r.base_name + ": no readable file (see \"could not read\" in the summary) ===\n";
     }
   }
   return out;

@@ -83,6 +83,7 @@ struct ReportFiles {
   bool json_exists = false;  // <base>.json is in the directory
   bool has_json = false;     // ... and was read, parsed, and is an object of this kind
   nlohmann::json json;       // the parsed report; null unless has_json
+  std::string folder;        // the run folder it was read from, set only when a run is read from several
   std::string text_file() const { return base_name + ".txt"; }
   std::string json_file() const { return base_name + ".json"; }
 };
@@ -90,6 +91,7 @@ struct ReportFiles {
 // A per-rank trace (trace-rank<R>.txt / .jsonl); only its batch markers are read, and only from small files.
 struct TraceFile {
   int32_t rank = -1;
+  std::string dir;   // the run folder it is in
   std::string file;  // the text file when there is one, else the .jsonl
   bool batches_known = false;
   std::vector<uint64_t> batches;  // " *** Starting batch number=N ***" markers, in file order, no repeats
@@ -168,6 +170,22 @@ struct RunSummary {
   // coordinator hosted in rank 0, are in their recorders: see processes).
   std::vector<UnwrittenReport> unwritten;
 
+  // A run read from several folders (each host's copy of the run folder, reports/multi_folder_run.h): each folder
+  // and what it held, in the order given. Empty for a run read from one folder.
+  struct Folder {
+    std::string path;
+    std::vector<int32_t> ranks;        // launcher ranks of its readable recorders
+    size_t recorders = 0;              // readable recorders
+    size_t reports = 0;                // report files (text or JSON)
+    std::vector<std::string> run_ids;  // the run ids its recorders were written under (copies of one run share one)
+  };
+  std::vector<Folder> folders;
+  // From the recorders (note_recorders): the launcher's world size, 0 when no recorder says it, and the ranks below it
+  // that have no readable flight recorder in the folders read: on a job of several hosts, the ranks of a host whose
+  // copy of the run folder was not given.
+  int32_t launcher_world = 0;
+  std::vector<int32_t> missing_ranks;
+
   // Nothing of a run's reports in the directory (no report, trace, manifest, job end or no-NCCL-calls note).
   bool empty() const {
     return reports.empty() && traces.empty() && !manifest_exists && nccl_without_calls.empty() && !job;
@@ -177,6 +195,9 @@ struct RunSummary {
 // Reads the report files of `dir`. Returns false (setting `error`) only when the directory cannot be listed; a
 // file that cannot be read lands in `out->unreadable`. `out->processes` is left empty for the caller to fill.
 bool read_run_summary(const std::string& dir, RunSummary* out, std::string* error);
+
+// Puts reports in display order (by kind, then rank / detection time / natural name order), as read_run_summary does.
+void sort_reports_for_display(std::vector<ReportFiles>* reports);
 
 // Whether `name` (a file name, no folder) is one trainscope gives the files of a run directory: a flight recorder
 // (*.tsrec), a rank's log (*.log), the manifest, the job's end, a no-NCCL-calls note, a trace, a report (text or
@@ -193,7 +214,9 @@ std::string format_summary_text(const RunSummary& summary);
 // "desyncs", "vanished", "overflow_streaks", "near_overflow", "stops", "cuda_errors" ([{"rank", "pid", "file",
 // "cuda_errors", "first"}]), "launches" ([{"rank", "pid", "mode", "note"}]), "cross_rank_checks" ({"ran": N,
 // "did_not_run": [{"rank", "pid", "state" (did_not_run or waiting), "why"}]}), "job", "processes", "unwritten",
-// "setup", "traces", "unreadable"}.
+// "setup", "traces", "unreadable", "folders" ([{"path", "ranks", "recorders", "reports", "run_ids"}] when several
+// folders were read as one run, else null), "missing_recorders" ({"world_size", "ranks", "hosts": {host: [ranks]}}
+// or null)}.
 nlohmann::json summary_json(const RunSummary& summary);
 
 // Each report's full text in display order, each after a line "=== <file> ===" (preceded by a blank line).

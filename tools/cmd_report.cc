@@ -1,6 +1,7 @@
-// `trainscope report RUN_DIR [--json] [--summary] [--last N] [--trace FILE] [--html FILE]`: what went wrong in one
+// `trainscope report RUN_DIR... [--json] [--summary] [--last N] [--trace FILE] [--html FILE]`: what went wrong in one
 // run (the summary), then what the flight recorders hold, then every report in full; or the run as a timeline
-// (Chrome trace-event JSON) or as one self-contained page.
+// (Chrome trace-event JSON) or as one self-contained page. A run of several hosts is read from each host's copy of
+// its run folder, as one run.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -10,11 +11,13 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "reports/cuda_error_report.h"
 #include "reports/flight_recorder_reader.h"
 #include "reports/html_report.h"
 #include "reports/json_stream.h"
+#include "reports/multi_folder_run.h"
 #include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "reports/run_output_guard.h"
@@ -26,8 +29,11 @@ namespace trainscope::tools {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trainscope report RUN_DIR [--json] [--summary] [--last N] [--trace FILE] [--html FILE]\n"
-    "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR): *.tsrec flight recorders and reports\n"
+    "usage: trainscope report RUN_DIR... [--json] [--summary] [--last N] [--trace FILE] [--html FILE]\n"
+    "  RUN_DIR    a run directory (one sub-folder of TRAINSCOPE_DIR): *.tsrec flight recorders and reports;\n"
+    "             several (each host's copy of the run folder of a job of several hosts) are read as one run,\n"
+    "             and a folder above them (TRAINSCOPE_DIR, or where the copies were collected) is searched two\n"
+    "             levels down for the copies of one run\n"
     "  --json     print JSON instead of text: {\"summary\", \"reports\", \"manifest\", the recorders' \"ranks\"}\n"
     "  --summary  print only the summary: what went wrong (inf/nan origin, first batch, mismatches, desyncs,\n"
     "             vanished ranks, ...), where and when\n"
@@ -85,7 +91,7 @@ bool parse_last(const char* text, size_t* out) {
 }  // namespace
 
 int cmd_report(int argc, char** argv) {
-  const char* dir = nullptr;
+  std::vector<std::string> args;
   bool as_json = false;
   bool summary_only = false;
   const char* trace_path = nullptr;
@@ -123,11 +129,9 @@ int cmd_report(int argc, char** argv) {
       return usage_error(std::string("unknown option '") + arg +
                          "'; accepted: --json, --summary, --last N, --trace FILE, --html FILE, "
                          "--help");
-    } else if (dir == nullptr) {
-      dir = arg;
-      continue;
     } else {
-      return usage_error(std::string("one RUN_DIR expected, got a second one: '") + arg + "'");
+      args.push_back(arg);
+      continue;
     }
     if (!parse_last(last_value, &options.last)) {
       return usage_error(std::string("--last '") + last_value +
@@ -136,35 +140,30 @@ int cmd_report(int argc, char** argv) {
   }
   if (as_json && (trace_path != nullptr || html_path != nullptr))
     return usage_error("--json cannot be combined with --trace or --html: they write files of their own");
-  if (dir == nullptr) {
+  if (args.empty()) {
     std::fputs(kUsage, stderr);
     return usage_error("missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
   }
+  std::string error;
+  std::vector<std::string> folders;
+  if (!reports::find_run_folders(args, &folders, &error)) return usage_error(error);
 
   // What the run left is what this command reads: a file it writes is never one of them.
   for (const auto& [option, path] : {std::pair{"--trace", trace_path}, std::pair{"--html", html_path}}) {
     if (path == nullptr) continue;
-    const std::string overwrites = reports::output_overwrites_run(dir, path);
-    if (!overwrites.empty()) {
-      return usage_error(std::string(option) + " " + overwrites +
-                         "; choose a path outside the run directory, or a new name in it");
+    for (const std::string& dir : folders) {
+      const std::string overwrites = reports::output_overwrites_run(dir, path);
+      if (!overwrites.empty()) {
+        return usage_error(std::string(option) + " " + overwrites +
+                           "; choose a path outside the run directory, or a new name in it");
+      }
     }
   }
-  recorder::RunDirectory run;
-  std::string error;
-  const bool has_recorders = recorder::read_run_directory(dir, &run, &error);
-  reports::RunSummary summary;
-  std::string summary_error;
-  const bool listed = reports::read_run_summary(dir, &summary, &summary_error);
-  // Neither flight recorders nor reports: not a run directory (the reader's message says why, with a hint).
-  if (!has_recorders && (!listed || summary.empty())) return usage_error(error);
-  if (!listed) summary.unreadable.push_back({".", summary_error});
-  if (has_recorders) {
-    reports::note_recorders(&summary, run, options);
-  } else {
-    run = recorder::RunDirectory{};
-    run.path = dir;
-  }
+  reports::RunRead read;
+  if (!reports::read_run(folders, options, &read, &error)) return usage_error(error);
+  recorder::RunDirectory& run = read.run;
+  reports::RunSummary& summary = read.summary;
+  const bool has_recorders = read.has_recorders;
 
   if (trace_path != nullptr || html_path != nullptr) {
     bool written = true;
@@ -221,7 +220,7 @@ int cmd_report(int argc, char** argv) {
   }
   if (has_recorders && run.files.empty()) {
     std::fprintf(stderr, "trainscope report: none of the %zu *.tsrec files in '%s' could be read\n", run.errors.size(),
-                 reports::printable(dir).c_str());
+                 reports::printable(run.path).c_str());
     // Still a report when the run left reports: the summary says what went wrong.
     if (summary.reports.empty()) return 1;
   }

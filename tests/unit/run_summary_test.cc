@@ -617,12 +617,31 @@ TEST(RunSummary, JsonHasEveryKey) {
   const json j = summary_json(read(dir));
   std::set<std::string> keys;
   for (const auto& item : j.items()) keys.insert(item.key());
-  EXPECT_EQ(keys, (std::set<std::string>{"run",           "run_dir",          "nothing_wrong",      "lines",
-                                         "origin",        "first_nonfinite",  "mismatches",         "desyncs",
-                                         "vanished",      "overflow_streaks", "near_overflow",      "stops",
-                                         "skipped_steps", "cuda_errors",      "launches",           "job",
-                                         "processes",     "unwritten",        "nccl_without_calls", "setup",
-                                         "traces",        "unreadable",       "cross_rank_checks"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"run",
+                                         "run_dir",
+                                         "nothing_wrong",
+                                         "lines",
+                                         "origin",
+                                         "first_nonfinite",
+                                         "mismatches",
+                                         "desyncs",
+                                         "vanished",
+                                         "overflow_streaks",
+                                         "near_overflow",
+                                         "stops",
+                                         "skipped_steps",
+                                         "cuda_errors",
+                                         "launches",
+                                         "job",
+                                         "processes",
+                                         "unwritten",
+                                         "nccl_without_calls",
+                                         "setup",
+                                         "traces",
+                                         "unreadable",
+                                         "cross_rank_checks",
+                                         "folders",
+                                         "missing_recorders"}));
   EXPECT_EQ(j["run"], "run-42");
   EXPECT_EQ(j["lines"][0],
             "inf/nan origin: rank 3 sent inf in all-reduce call #812 in batch 12; ranks 0\u20132 and "
