@@ -1,6 +1,8 @@
 // `trainscope run [options] -- CMD...`: runs a job under trainscope with its own coordinator. It starts the
 // coordinator, sets LD_PRELOAD and the TRAINSCOPE_* variables for the job, runs the command (torchrun, mpirun,
-// a plain program), waits for it, stops the coordinator, and prints the run's summary.
+// a plain program), waits for it, stops the coordinator, and prints the run's summary. On a job of several hosts, one
+// `trainscope run --coordinator HOST:PORT` per host: the host whose address HOST is starts the coordinator there, the
+// others join it, and every host's run folder gets the same name (from --run-id, Slurm or torchrun's rendezvous id).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,6 +33,7 @@
 #include "shim/config.h"
 #include "tools/commands.h"
 #include "tools/install_layout.h"
+#include "tools/multi_node_run.h"
 
 extern char** environ;
 
@@ -44,6 +48,11 @@ constexpr const char* kRunUsage =
     "  --run-id ID            name of the run directory (default: run-<UTC date and time>-<random>)\n"
     "  --bind ADDR            where the coordinator listens (default tcp://127.0.0.1:*, any free port; use\n"
     "                         tcp://0.0.0.0:PORT when ranks on other hosts must reach it)\n"
+    "  --coordinator HOST:PORT  a job of several hosts, one trainscope run per host: the host whose address HOST\n"
+    "                         is starts the coordinator at HOST:PORT, the others join it. Needs TRAINSCOPE_TOKEN,\n"
+    "                         the same on every host; the run id is --run-id, TRAINSCOPE_RUN_ID, Slurm's job and\n"
+    "                         step (slurm-JOB.STEP) or torchrun's --rdzv-id (torchrun-ID), alike on every host\n"
+    "  --join HOST:PORT       as --coordinator, but never start it here (HOST is another host's, or a proxy)\n"
     "  --on-mismatch ACTION   abort|warn (default: TRAINSCOPE_ON_MISMATCH, else abort)\n"
     "  --on-desync ACTION     abort|warn (default: TRAINSCOPE_ON_DESYNC, else abort)\n"
     "  --desync-timeout S     seconds (default: TRAINSCOPE_DESYNC_TIMEOUT, else 300)\n"
@@ -147,6 +156,8 @@ int cmd_run(int argc, char** argv) {
   std::string dir = config.dir;
   std::string run_id;
   std::string bind = "tcp://127.0.0.1:*";
+  bool bind_given = false;
+  std::string coordinator_flag, join_flag;
   std::string library;
   exchange::CoordinatorServerOptions server_options;
   server_options.core.on_mismatch = action_of(config.on_mismatch);
@@ -171,6 +182,11 @@ int cmd_run(int argc, char** argv) {
       run_id = value;
     } else if (flag == "--bind") {
       bind = value;
+      bind_given = true;
+    } else if (flag == "--coordinator") {
+      coordinator_flag = value;
+    } else if (flag == "--join") {
+      join_flag = value;
     } else if (flag == "--library") {
       library = value;
     } else if (flag == "--on-mismatch") {
@@ -194,15 +210,51 @@ int cmd_run(int argc, char** argv) {
   if (library.empty() || !fs::exists(library))
     return usage_error("cannot find libtrainscope.so beside this command; pass --library PATH");
 
+  // Several hosts: this one hosts the coordinator when HOST is one of its addresses, else joins it.
+  const bool several_hosts = !coordinator_flag.empty() || !join_flag.empty();
+  std::string join_address;  // host:port of another host's coordinator; empty: ours
+  if (!coordinator_flag.empty() && !join_flag.empty()) return usage_error("--coordinator and --join: give one of them");
+  if (several_hosts && bind_given)
+    return usage_error("--bind with --coordinator or --join: the coordinator's address is HOST:PORT there");
+  if (several_hosts) {
+    const std::string& address = join_flag.empty() ? coordinator_flag : join_flag;
+    const char* flag = join_flag.empty() ? "--coordinator" : "--join";
+    std::string host, why;
+    uint16_t port = 0;
+    if (!split_host_port(address, &host, &port, &why)) return usage_error(std::string(flag) + " " + why);
+    std::string numeric;
+    const bool local = join_flag.empty() && is_local_address(host, &numeric, &why);
+    if (!why.empty()) return usage_error(std::string(flag) + " '" + address + "': " + why);
+    if (local) {
+      const bool v6 = numeric.find(':') != std::string::npos;
+      bind = "tcp://" + (v6 ? "[" + numeric + "]" : numeric) + ":" + std::to_string(port);
+    } else {
+      join_address = address;
+    }
+  }
+
   // The job's token keeps other programs off its coordinator: without randomness there is no run, rather than a
-  // token anyone can compute.
-  std::string token, run_suffix;
+  // token anyone can compute. The hosts of one job share the one the user set.
+  std::string token = config.token, run_suffix;
+  if (several_hosts && token.empty())
+    return usage_error(
+        "a job of several hosts needs its secret on every host: set TRAINSCOPE_TOKEN (8-128 characters of "
+        "[A-Za-z0-9._-]) to the same value on each, e.g. export TRAINSCOPE_TOKEN=$(openssl rand -hex 16) before the "
+        "launch");
   try {
-    token = exchange::random_hex(16);
+    if (token.empty()) token = exchange::random_hex(16);
     run_suffix = exchange::random_hex(3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainscope run: cannot make the job's secret token: %s\n", e.what());
     return 1;
+  }
+  if (run_id.empty()) run_id = config.run_id;
+  if (run_id.empty() && several_hosts) {
+    run_id = scheduler_run_id(environ, std::vector<std::string>(argv + i, argv + argc));
+    if (run_id.empty())
+      return usage_error(
+          "the hosts of one run need the same run id: pass --run-id ID (the same on every host), or run under Slurm "
+          "(SLURM_JOB_ID) or torchrun with --rdzv-id");
   }
   if (run_id.empty()) {
     char stamp[32];
@@ -243,13 +295,18 @@ int cmd_run(int argc, char** argv) {
     const size_t newline = message.find('\n');
     std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());
   };
-  exchange::CoordinatorServer server(server_options);
-  std::string server_error;
-  if (!server.start(&server_error)) {
-    std::fprintf(stderr, "trainscope run: cannot start the coordinator at %s: %s\n", bind.c_str(),
-                 server_error.c_str());
-    return 1;
+  // Joining another host's coordinator, this host starts none.
+  std::unique_ptr<exchange::CoordinatorServer> server;
+  if (join_address.empty()) {
+    server = std::make_unique<exchange::CoordinatorServer>(server_options);
+    std::string server_error;
+    if (!server->start(&server_error)) {
+      std::fprintf(stderr, "trainscope run: cannot start the coordinator at %s: %s\n", bind.c_str(),
+                   server_error.c_str());
+      return 1;
+    }
   }
+  const std::string coordinator_address = server ? host_port_of(server->endpoint()) : join_address;
 
   // The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
   std::vector<std::string> env;
@@ -285,7 +342,7 @@ int cmd_run(int argc, char** argv) {
   for (const ToolVariable& tool : tools)
     if (!tool.set) env.push_back(tool.prefix + library);
   env.push_back("LD_PRELOAD=" + preload);
-  env.push_back("TRAINSCOPE_COORDINATOR=" + host_port_of(server.endpoint()));
+  env.push_back("TRAINSCOPE_COORDINATOR=" + coordinator_address);
   env.push_back("TRAINSCOPE_TOKEN=" + token);
   env.push_back("TRAINSCOPE_DIR=" + run_dir.parent_path().string());
   env.push_back("TRAINSCOPE_RUN_ID=" + run_id);
@@ -293,8 +350,12 @@ int cmd_run(int argc, char** argv) {
   for (auto& entry : env) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
-  std::fprintf(stderr, "[trainscope][run] run directory %s, coordinator %s\n", run_dir.c_str(),
-               server.endpoint().c_str());
+  if (server)
+    std::fprintf(stderr, "[trainscope][run] run directory %s, coordinator %s\n", run_dir.c_str(),
+                 server->endpoint().c_str());
+  else
+    std::fprintf(stderr, "[trainscope][run] run directory %s, joining the coordinator at %s\n", run_dir.c_str(),
+                 coordinator_address.c_str());
   struct sigaction action {};
   action.sa_handler = forward_signal;
   sigaction(SIGINT, &action, nullptr);
@@ -304,7 +365,7 @@ int cmd_run(int argc, char** argv) {
   const int rc = posix_spawnp(&child, argv[i], nullptr, nullptr, argv + i, envp.data());
   if (rc != 0) {
     std::fprintf(stderr, "trainscope run: cannot start '%s': %s\n", argv[i], std::strerror(rc));
-    server.stop();
+    if (server) server->stop();
     return 127;
   }
   g_child = child;
@@ -313,10 +374,12 @@ int cmd_run(int argc, char** argv) {
   }
   g_child = 0;
   // Let the last goodbyes and any final verdict arrive (bounded), then stop.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (server.stats().connections > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  server.stop();
+  if (server) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (server->stats().connections > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    server->stop();
+  }
   const int code = exit_status(status);
   // How the job ended, for `trainscope report` later: its wait status names the signal that killed it.
   reports::JobEnd job;

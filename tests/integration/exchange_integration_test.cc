@@ -699,5 +699,54 @@ TEST(Exchange, TrainscopeRunAroundAFourRankJob) {
   EXPECT_NE(bad.err.find("accepted abort|warn"), std::string::npos) << bad.err;
 }
 
+// One host of a job of several: `trainscope run --join` starts no coordinator, points its ranks at the other host's
+// (here one `trainscope coordinator`), and names its run folder as every host will (Slurm's job and step).
+TEST_F(ExternalCoordinator, TrainscopeRunJoinsAnotherHostsCoordinator) {
+  const std::string token = "token-0123456789";
+  start(token);
+  TempDir dir;
+  ProcessOptions options = job_for(dir, token);
+  options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
+  options.env["TRAINSCOPE_COORDINATOR"] = std::nullopt;
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.env["SLURM_JOB_ID"] = "4242";
+  options.env["SLURM_STEP_ID"] = "0";
+  std::vector<std::string> argv = {TS_TOOL,  "run",    "--dir", dir.path() + "/runs", "--library",
+                                   TS_SHIM, "--join", "127.0.0.1:" + std::to_string(port_), "--"};
+  for (const auto& arg : scenario("half-count", 0, 2)) argv.push_back(arg);
+  const ProcessResult run = testing::run_process(argv, options);
+  EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
+  EXPECT_NE(run.err.find("joining the coordinator at 127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << run.err;
+  const fs::path run_dir = fs::path(dir.path()) / "runs" / "slurm-4242.0";
+  EXPECT_TRUE(fs::is_directory(run_dir)) << run.err;
+  EXPECT_NE(run.err.find("trainscope: run directory " + run_dir.string()), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("\n  processes: 4 recorded"), std::string::npos) << run.err;
+  // The verdict came from the other host's coordinator: its report is in its folder.
+  bool coordinator_report = false;
+  std::error_code ec;
+  for (const auto& entry : fs::recursive_directory_iterator(coordinator_dir_.path(), ec))
+    if (entry.path().filename().string().rfind("mismatch-", 0) == 0) coordinator_report = true;
+  EXPECT_TRUE(coordinator_report);
+
+  // The hosts of one job share the secret and the run id the user or the scheduler gave: without them, no run.
+  ProcessOptions no_token = options;
+  no_token.env["TRAINSCOPE_TOKEN"] = std::nullopt;
+  const ProcessResult refused = testing::run_process(
+      {TS_TOOL, "run", "--library", TS_SHIM, "--join", "127.0.0.1:" + std::to_string(port_), "--", "true"}, no_token);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("set TRAINSCOPE_TOKEN"), std::string::npos) << refused.err;
+  ProcessOptions no_id = options;
+  no_id.env["SLURM_JOB_ID"] = std::nullopt;
+  const ProcessResult unnamed = testing::run_process(
+      {TS_TOOL, "run", "--library", TS_SHIM, "--join", "127.0.0.1:" + std::to_string(port_), "--", "true"}, no_id);
+  EXPECT_EQ(unnamed.exit_code, 2);
+  EXPECT_NE(unnamed.err.find("the same run id: pass --run-id ID"), std::string::npos) << unnamed.err;
+  const ProcessResult bad_address =
+      testing::run_process({TS_TOOL, "run", "--library", TS_SHIM, "--coordinator", "nohost", "--", "true"}, options);
+  EXPECT_EQ(bad_address.exit_code, 2);
+  EXPECT_NE(bad_address.err.find("accepted HOST:PORT or [IPv6]:PORT"), std::string::npos) << bad_address.err;
+}
+
 }  // namespace
 }  // namespace trainscope
