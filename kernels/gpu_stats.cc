@@ -1,6 +1,6 @@
 // The statistics kernel's launcher: libcuda through dlopen, the embedded fatbin, pooled result slots, event polling.
 #include "kernels/gpu_stats.h"
-#include "reports/thread_fence.h"
+#include "base/thread_fence.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "collectors/launches/launch_event.h"
+#include "base/launch_event.h"
 #include "kernels/stats_kernel_abi.h"
 
 // Generated from the fatbin by kernels/embed_file.cmake (an empty array when TRAINSCOPE_BUILD_KERNELS is OFF).

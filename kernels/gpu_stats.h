@@ -119,7 +119,7 @@ class GpuStats {
 };
 
 // True while this thread is inside trainscope's own driver calls (collectors use it to ignore our launches): the same
-// thread-local as launches::own_cuda_call_active() (collectors/launches/launch_event.h).
+// thread-local as launches::own_cuda_call_active() (base/launch_event.h).
 bool inside_own_launch();
 
 // Whether this build embeds the kernels (TRAINSCOPE_BUILD_KERNELS), and the embedded fatbin's size in bytes.

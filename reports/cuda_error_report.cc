@@ -4,8 +4,8 @@
 #include <set>
 #include <utility>
 
-#include "reports/printable.h"
-#include "reports/private_files.h"
+#include "base/printable.h"
+#include "base/private_files.h"
 #include "reports/recorder_report.h"
 
 namespace trainscope::reports {

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/flight_recorder_reader.h"
 #include "reports/cuda_launches.h"
-#include "reports/flight_recorder_reader.h"
 
 namespace trainscope::reports {
 

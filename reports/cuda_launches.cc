@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "reports/printable.h"
+#include "base/printable.h"
 #include "reports/recorder_report.h"
 
 namespace trainscope::recorder {

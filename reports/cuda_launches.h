@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/flight_recorder_reader.h"
+#include "base/flight_recorder_reader.h"
 
 namespace trainscope::recorder {
 

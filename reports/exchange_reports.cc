@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "reports/private_files.h"
+#include "base/private_files.h"
 #include "reports/recorder_report.h"
 #include "reports/stack_text.h"
 

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/exchange/call_stack.h"
-#include "collectors/exchange/fingerprint.h"
+#include "base/call_stack.h"
+#include "base/fingerprint.h"
 #include "reports/cuda_launches.h"
 
 namespace trainscope::reports {

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/exchange/call_stack.h"
+#include "base/call_stack.h"
 #include "kernels/stats.h"
 
 namespace trainscope::reports {

@@ -17,9 +17,9 @@
 #include <sstream>
 #include <vector>
 
+#include "base/printable.h"
 #include "reports/cuda_error_report.h"
 #include "reports/cuda_launches.h"
-#include "reports/printable.h"
 
 namespace trainscope::recorder {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/flight_recorder_reader.h"
+#include "base/flight_recorder_reader.h"
 #include "reports/json_stream.h"
 
 namespace trainscope::recorder {

@@ -4,7 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "reports/printable.h"
+#include "base/printable.h"
 
 namespace trainscope::reports {
 

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/exchange/call_stack.h"
+#include "base/call_stack.h"
 
 namespace trainscope::reports {
 

@@ -13,7 +13,7 @@ packages=(
   ccache  # scripts/test.sh: the wheel's compilations, kept between runs
   clang-format clang-14 libclang-rt-14-dev
   chromium  # the HTML report's test loads the page headless (skipped without it)
-  nodejs  # checks the HTML report's script (reports/html_page/page.js)
+  nodejs  # checks the HTML report's script (analysis/html_page/page.js)
   python3 python3-venv python3-pip
 )
 

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::shim {
 

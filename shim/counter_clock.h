@@ -17,7 +17,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "reports/thread_fence.h"
+#include "base/thread_fence.h"
 
 namespace trainscope::shim {
 

@@ -9,7 +9,7 @@
 #include <spdlog/details/log_msg.h>
 #include <spdlog/sinks/base_sink.h>
 
-#include "reports/private_files.h"
+#include "base/private_files.h"
 
 namespace trainscope::engine {
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "reports/private_files.h"
+#include "base/private_files.h"
 #include "shim/elf_symbols.h"
 
 namespace trainscope::shim {

@@ -3,7 +3,7 @@
 // A job whose NCCL is linked statically (into libtorch_cuda.so, say) calls no function we can interpose: its run
 // would otherwise look clean. So at exit, a process that registered no communicator looks for a loaded NCCL; if it
 // finds one, it says so in its log and leaves <stem>.no-nccl-calls.json in the run directory, which the run
-// summary reads (reports/run_summary.h). Freestanding: libc only.
+// summary reads (analysis/run_summary.h). Freestanding: libc only.
 #pragma once
 
 #include <cstddef>

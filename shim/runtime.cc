@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reports/printable_escape.h"
-#include "reports/private_files.h"
+#include "base/printable_escape.h"
+#include "base/private_files.h"
 #include "shim/call_site_capture.h"
 #include "shim/call_sites.h"
 #include "shim/comm_registry.h"

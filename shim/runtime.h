@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 #include "shim/config.h"
 #include "shim/engine_api.h"
 #include "shim/identity.h"

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/printable.h"
+#include "base/printable.h"
 #include "tools/commands.h"
 #include "tools/doctor_checks.h"
 #include "tools/doctor_probe.h"

@@ -13,16 +13,16 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/html_report.h"
+#include "analysis/multi_folder_run.h"
+#include "analysis/run_output_guard.h"
+#include "analysis/run_summary.h"
+#include "analysis/run_timeline.h"
+#include "base/flight_recorder_reader.h"
+#include "base/printable.h"
 #include "reports/cuda_error_report.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/html_report.h"
 #include "reports/json_stream.h"
-#include "reports/multi_folder_run.h"
-#include "reports/printable.h"
 #include "reports/recorder_report.h"
-#include "reports/run_output_guard.h"
-#include "reports/run_summary.h"
-#include "reports/run_timeline.h"
 #include "tools/commands.h"
 
 namespace trainscope::tools {

@@ -23,13 +23,13 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
+#include "base/printable.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/job_secret.h"
 #include "reports/exchange_reports.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/printable.h"
 #include "reports/recorder_report.h"
-#include "reports/run_summary.h"
 #include "shim/config.h"
 #include "tools/commands.h"
 #include "tools/install_layout.h"

@@ -32,7 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/exchange/fingerprint.h"
+#include "base/fingerprint.h"
 #include "collectors/exchange/wire_protocol.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"

@@ -35,8 +35,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectors/exchange/call_stack.h"
-#include "collectors/exchange/fingerprint.h"
+#include "base/call_stack.h"
+#include "base/fingerprint.h"
 #include "collectors/exchange/wire_protocol.h"
 #include "reports/frame_report.h"
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "collectors/exchange/fingerprint.h"
+#include "base/fingerprint.h"
 
 namespace trainscope::exchange {
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_reader.h"
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_reader.h"
 
 namespace trainscope::exchange {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "base/printable.h"
 #include "collectors/exchange/fingerprint_codec.h"
-#include "reports/printable.h"
 
 namespace trainscope::exchange {
 namespace {

@@ -16,8 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "collectors/exchange/call_stack.h"
-#include "collectors/exchange/fingerprint.h"
+#include "base/call_stack.h"
+#include "base/fingerprint.h"
 
 namespace trainscope::exchange {
 

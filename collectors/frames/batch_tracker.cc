@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::batch {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::frames {
 

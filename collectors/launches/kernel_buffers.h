@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/launch_event.h"
 #include "collectors/launches/kernel_names.h"
-#include "collectors/launches/launch_event.h"
 #include "kernels/gpu_stats.h"
 
 namespace trainscope::launches {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_fence.h"
 #include "collectors/launches/kernel_buffers.h"
 #include "collectors/launches/kernel_names.h"
-#include "reports/thread_fence.h"
 
 namespace trainscope::launches {
 

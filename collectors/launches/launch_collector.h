@@ -22,8 +22,8 @@
 #include <functional>
 #include <memory>
 
-#include "collectors/launches/launch_event.h"
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
+#include "base/launch_event.h"
 
 namespace trainscope::launches {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "reports/printable.h"
+#include "base/printable.h"
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"

@@ -20,7 +20,7 @@
 // differ by that race). The stop itself: engine_frames.h's stop_after_batch (reports first, then exit 87).
 #pragma once
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 #include "shim/config.h"
 
 namespace trainscope::engine {

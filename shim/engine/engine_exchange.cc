@@ -21,14 +21,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/flight_recorder_reader.h"
+#include "base/printable.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/job_secret.h"
 #include "kernels/cuda_devices.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/printable.h"
 #include "reports/recorder_report.h"
-#include "reports/run_summary.h"
+#include "reports/unwritten_report.h"
 #include "shim/engine/engine_frames.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 #include "reports/frame_report.h"
 #include "shim/config.h"
 #include "shim/engine_api.h"

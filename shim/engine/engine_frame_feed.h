@@ -21,10 +21,10 @@
 #include <memory>
 #include <string>
 
+#include "base/flight_record_format.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
 #include "collectors/frames/held_frames.h"
-#include "reports/flight_record_format.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_watch.h"
 

@@ -17,11 +17,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/printable.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
-#include "reports/printable.h"
 #include "reports/recorder_report.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frame_feed.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 #include "shim/config.h"
 
 namespace trainscope::engine {

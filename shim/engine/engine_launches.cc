@@ -21,13 +21,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/flight_recorder_reader.h"
+#include "base/flight_recorder_writer.h"
+#include "base/launch_event.h"
+#include "base/printable.h"
 #include "collectors/launches/launch_collector.h"
-#include "collectors/launches/launch_event.h"
 #include "kernels/gpu_stats.h"
 #include "reports/cuda_error_report.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/flight_recorder_writer.h"
-#include "reports/printable.h"
 #include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"

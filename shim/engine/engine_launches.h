@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 #include "shim/config.h"
 
 namespace trainscope::launches {

@@ -7,8 +7,8 @@
 #include <memory>
 #include <mutex>
 
-#include "reports/printable.h"
-#include "reports/private_files.h"
+#include "base/printable.h"
+#include "base/private_files.h"
 #include "shim/fd_file_sink.h"
 
 namespace trainscope::engine {

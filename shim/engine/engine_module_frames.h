@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/flight_record_format.h"
 #include "kernels/stats.h"
-#include "reports/flight_record_format.h"
 
 namespace trainscope::engine {
 

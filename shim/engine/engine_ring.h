@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "reports/flight_record_format.h"
-#include "reports/thread_fence.h"
+#include "base/flight_record_format.h"
+#include "base/thread_fence.h"
 
 namespace trainscope::engine {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "collectors/exchange/call_stack.h"
+#include "base/call_stack.h"
 #include "shim/engine_api.h"
 
 namespace trainscope::engine {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_record_format.h"
 #include "kernels/gpu_stats.h"
 #include "kernels/stats.h"
-#include "reports/flight_record_format.h"
 #include "shim/engine/bounded_queue.h"
 
 namespace trainscope::engine {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 #include "shim/engine/engine_frame_feed.h"
 #include "shim/engine/engine_watch.h"
 

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "base/flight_recorder_writer.h"
 #include "collectors/launches/launch_collector.h"
-#include "reports/flight_recorder_writer.h"
 
 namespace trainscope::launches {
 namespace {

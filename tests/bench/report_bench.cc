@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 
 extern char** environ;
 

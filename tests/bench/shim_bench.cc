@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 
 namespace {
 

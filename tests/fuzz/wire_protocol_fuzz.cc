@@ -1,6 +1,6 @@
 // libFuzzer target for the exchange's message decoder: it must never crash, hang or over-allocate on any input,
 // and whatever it accepts must re-encode to the same bytes, except where escaping changed a string from a peer
-// (reports/printable.h): then its re-encoding is a fixed point (escaping is idempotent).
+// (base/printable.h): then its re-encoding is a fixed point (escaping is idempotent).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_recorder_reader.h"
 #include "integration_helpers.h"
-#include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {
@@ -711,8 +711,9 @@ TEST_F(ExternalCoordinator, TrainscopeRunJoinsAnotherHostsCoordinator) {
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
   options.env["SLURM_JOB_ID"] = "4242";
   options.env["SLURM_STEP_ID"] = "0";
-  std::vector<std::string> argv = {TS_TOOL,  "run",    "--dir", dir.path() + "/runs", "--library",
-                                   TS_SHIM, "--join", "127.0.0.1:" + std::to_string(port_), "--"};
+  std::vector<std::string> argv = {TS_TOOL,     "run",   "--dir",  dir.path() + "/runs",
+                                   "--library", TS_SHIM, "--join", "127.0.0.1:" + std::to_string(port_),
+                                   "--"};
   for (const auto& arg : scenario("half-count", 0, 2)) argv.push_back(arg);
   const ProcessResult run = testing::run_process(argv, options);
   EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;

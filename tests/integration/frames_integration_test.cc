@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_recorder_reader.h"
 #include "integration_helpers.h"
-#include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {

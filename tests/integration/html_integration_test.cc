@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/html_report.h"
 #include "integration_helpers.h"
-#include "reports/html_report.h"
 #include "support/subprocess.h"
 
 namespace trainscope {

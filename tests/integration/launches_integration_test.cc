@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_reader.h"
 #include "integration_helpers.h"
 #include "python_helpers.h"
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "reports/flight_recorder_reader.h"
+#include "base/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {

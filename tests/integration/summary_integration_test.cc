@@ -20,10 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_reader.h"
 #include "integration_helpers.h"
 #include "python_helpers.h"
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_reader.h"
 #include "support/subprocess.h"
 
 namespace trainscope {

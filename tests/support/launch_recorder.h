@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 #include "tests/support/rank_recorder.h"
 
 namespace trainscope::testing {

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_writer.h"
 
 namespace trainscope::testing {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "auto_period_reference.h"
+#include "base/flight_record_format.h"
 #include "collectors/frames/batch_tracker.h"
-#include "reports/flight_record_format.h"
 
 namespace {
 

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
 #include "reports/cuda_error_report.h"
 #include "reports/cuda_launches.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/run_summary.h"
 #include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 

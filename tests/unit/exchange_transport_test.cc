@@ -29,11 +29,11 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "base/flight_recorder_writer.h"
 #include "collectors/exchange/accepted_sockets.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/job_secret.h"
-#include "reports/flight_recorder_writer.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::exchange {

@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-#include "collectors/launches/launch_event.h"
+#include "base/launch_event.h"
 
 namespace trainscope::launches {
 

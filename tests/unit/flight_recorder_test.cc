@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "reports/flight_recorder_reader.h"
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_reader.h"
+#include "base/flight_recorder_writer.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::recorder {

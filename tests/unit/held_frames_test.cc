@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/flight_record_format.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
-#include "reports/flight_record_format.h"
 
 namespace {
 

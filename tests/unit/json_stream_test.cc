@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/printable.h"
 #include "reports/json_stream.h"
-#include "reports/printable.h"
 
 namespace trainscope::reports {
 namespace {

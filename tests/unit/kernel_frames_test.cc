@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_recorder_writer.h"
 #include "collectors/launches/kernel_buffers.h"
 #include "collectors/launches/launch_collector.h"
-#include "reports/flight_recorder_writer.h"
 #include "reports/frame_report.h"
 #include "shim/engine/engine_frame_feed.h"
 #include "shim/engine/engine_kernel_frames.h"

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/flight_recorder_reader.h"
+#include "base/flight_recorder_writer.h"
 #include "collectors/launches/kernel_buffers.h"
 #include "collectors/launches/kernel_names.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/flight_recorder_writer.h"
 #include "support/subprocess.h"
 #include "tests/unit/fake_cuda_queries.h"
 #include "tests/unit/synthetic_api_calls.h"

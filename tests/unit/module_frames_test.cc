@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/flight_recorder_writer.h"
 #include "kernels/stats.h"
-#include "reports/flight_recorder_writer.h"
 #include "reports/frame_report.h"
 #include "shim/engine/engine_frame_feed.h"
 #include "shim/engine/engine_module_frames.h"

@@ -1,7 +1,7 @@
 // A run of several hosts read as one: each host's copy of the run folder, written here by the real recorder and report
-// writers, merged by reports/multi_folder_run.h and by `trainscope report DIR1 DIR2`; the ranks whose recorders are in
+// writers, merged by analysis/multi_folder_run.h and by `trainscope report DIR1 DIR2`; the ranks whose recorders are in
 // none of the folders are named, with their hosts where the manifest knows them.
-#include "reports/multi_folder_run.h"
+#include "analysis/multi_folder_run.h"
 
 #include <sys/stat.h>
 
@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/run_summary.h"
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_writer.h"
 #include "reports/exchange_reports.h"
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_writer.h"
-#include "reports/run_summary.h"
 #include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/printable.h"
+#include "base/printable.h"
 
 namespace trainscope::reports {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/private_files.h"
+#include "base/private_files.h"
 #include "support/subprocess.h"
 
 namespace trainscope::files {

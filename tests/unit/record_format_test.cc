@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::recorder {
 namespace {

@@ -21,12 +21,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
+#include "base/flight_recorder_writer.h"
 #include "reports/cuda_error_report.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/flight_recorder_writer.h"
 #include "reports/json_stream.h"
 #include "reports/recorder_report.h"
-#include "reports/run_summary.h"
 #include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 

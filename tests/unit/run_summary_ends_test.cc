@@ -17,13 +17,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/run_summary.h"
+#include "base/flight_record_format.h"
+#include "base/flight_recorder_reader.h"
+#include "base/flight_recorder_writer.h"
 #include "reports/exchange_reports.h"
-#include "reports/flight_record_format.h"
-#include "reports/flight_recorder_reader.h"
-#include "reports/flight_recorder_writer.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
-#include "reports/run_summary.h"
 #include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/run_summary.h"
+#include "analysis/run_summary.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::reports {

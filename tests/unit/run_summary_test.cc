@@ -16,11 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collectors/exchange/fingerprint.h"
+#include "analysis/run_summary.h"
+#include "base/fingerprint.h"
+#include "base/flight_record_format.h"
 #include "reports/exchange_reports.h"
-#include "reports/flight_record_format.h"
 #include "reports/frame_report.h"
-#include "reports/run_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/tensor_stats.h"
 

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/flight_recorder_reader.h"
-#include "reports/run_summary.h"
-#include "reports/run_timeline.h"
+#include "analysis/run_summary.h"
+#include "analysis/run_timeline.h"
+#include "base/flight_recorder_reader.h"
 #include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 

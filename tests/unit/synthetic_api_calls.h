@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "collectors/launches/launch_event.h"
+#include "base/launch_event.h"
 
 namespace trainscope::launches {
 

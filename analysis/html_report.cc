@@ -1,5 +1,5 @@
 // The self-contained HTML page of a run: static HTML for the text, inline JavaScript for the timeline and the plots.
-#include "reports/html_report.h"
+#include "analysis/html_report.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,13 +17,13 @@
 #include <utility>
 #include <vector>
 
-#include "reports/flight_record_format.h"
-#include "reports/html_page_assets.h"
+#include "analysis/html_page_assets.h"
+#include "analysis/run_timeline.h"
+#include "base/flight_record_format.h"
+#include "base/printable.h"
+#include "base/private_files.h"
 #include "reports/json_members.h"
-#include "reports/printable.h"
-#include "reports/private_files.h"
 #include "reports/recorder_report.h"
-#include "reports/run_timeline.h"
 
 namespace trainscope::reports {
 namespace {

@@ -1,8 +1,8 @@
 // Writes one process's flight recorder file: freestanding (libc only), lock-free append, crash-safe commits.
-#include "reports/flight_recorder_writer.h"
+#include "base/flight_recorder_writer.h"
 
-#include "reports/private_files.h"
-#include "reports/thread_fence.h"
+#include "base/private_files.h"
+#include "base/thread_fence.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // The run as Chrome trace-event JSON (run_timeline.h): tracks per rank, a slice per recorded call, instants for the
 // reports' verdicts. Two passes over the records: the first finds the run's start and end and each process's tracks,
 // the second writes the events a batch at a time.
-#include "reports/run_timeline.h"
+#include "analysis/run_timeline.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -17,10 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/private_files.h"
 #include "collectors/launches/kernel_names.h"
 #include "reports/cuda_launches.h"
 #include "reports/json_members.h"
-#include "reports/private_files.h"
 #include "reports/recorder_report.h"
 
 namespace trainscope::reports {

@@ -53,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reports/recorder_report.h"
+#include "reports/unwritten_report.h"
 
 namespace trainscope::reports {
 
@@ -120,13 +121,6 @@ struct UnreadableFile {
   std::string error;  // "empty file", "truncated JSON: ends after 120 bytes", ...
 };
 
-// A report that could not be written, and why.
-struct UnwrittenReport {
-  std::string report;  // its file name in the run directory ("mismatch-3f2a9c-5.json")
-  std::string cause;   // strerror's text ("No space left on device"); "" when not known
-  std::string by;      // who tried: "the coordinator", "rank 2", "trainscope run"
-};
-
 // How the job that `trainscope run` started ended: its wait status. Written to the run directory as kJobEndFile.
 struct JobEnd {
   int32_t pid = 0;          // the process `trainscope run` started (the launcher, or the job's only process)
@@ -140,12 +134,6 @@ nlohmann::json job_end_json(const JobEnd& job);
 
 // "SIGKILL", "SIGTERM", "SIGSEGV"; "signal 77" for a number without a name.
 std::string signal_name(int signal);
-
-// A failed write as the coordinator logs it: "coordinator: cannot write <path>: <why>", "coordinator: cannot write
-// <a> or <b>", "coordinator: cannot create <dir>: <why>". Sets `out->report` to the file's name (a temporary's name
-// mapped back to its report's: ".mismatch-3f2a9c-5.812.0.part-json" -> "mismatch-3f2a9c-5.json"), `out->cause` to
-// why ("" when the message does not say) and `out->by` to "the coordinator". False for any other message.
-bool parse_coordinator_write_error(std::string_view message, UnwrittenReport* out);
 
 struct RunSummary {
   std::string path;  // as given
@@ -170,7 +158,7 @@ struct RunSummary {
   // coordinator hosted in rank 0, are in their recorders: see processes).
   std::vector<UnwrittenReport> unwritten;
 
-  // A run read from several folders (each host's copy of the run folder, reports/multi_folder_run.h): each folder
+  // A run read from several folders (each host's copy of the run folder, analysis/multi_folder_run.h): each folder
   // and what it held, in the order given. Empty for a run read from one folder.
   struct Folder {
     std::string path;

@@ -4,7 +4,7 @@
 //
 // The page is static HTML (summary, the table of where each rank was at the end, every report's text, HTML-escaped:
 // the files are untrusted) with inline CSS and one inline script that draws, as SVG, the timeline from the trace
-// events of reports/run_timeline.h and the plots from per-rank series, both embedded as JSON blocks
+// events of analysis/run_timeline.h and the plots from per-rank series, both embedded as JSON blocks
 // (<script type="application/json">, every '<' written as \u003c so no text from a file can close the block). The
 // script copes with any event list (missing or ill-typed fields are skipped), bounds what it draws (slices thinner
 // than a pixel are merged per track), records its own errors in <body data-errors> and sets
@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/flight_recorder_reader.h"
-#include "reports/run_summary.h"
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
 
 namespace trainscope::reports {
 

@@ -1,5 +1,5 @@
 // Reads flight recorder files back, validating every size and offset so a hostile or broken file only errs.
-#include "reports/flight_recorder_reader.h"
+#include "base/flight_recorder_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

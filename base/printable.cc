@@ -1,8 +1,8 @@
 // Control characters escaped in strings from outside this process (printable.h; the escaping itself is
 // printable_escape.h, shared with the preloaded shim).
-#include "reports/printable.h"
+#include "base/printable.h"
 
-#include "reports/printable_escape.h"
+#include "base/printable_escape.h"
 
 namespace trainscope::reports {
 

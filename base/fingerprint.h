@@ -1,6 +1,6 @@
 // The fixed-size summary of one NCCL call that ranks exchange out of band, and the events around it.
 //
-// A Fingerprint is derived from a flight-recorder Record (reports/flight_record_format.h) by the engine's
+// A Fingerprint is derived from a flight-recorder Record (base/flight_record_format.h) by the engine's
 // background thread: the job's threads pay nothing extra for the exchange. Everything the coordinator compares
 // across ranks (what counts as a mismatch, DESIGN.md) is in here, plus what a report needs to point back at the
 // call (record index, call site, start time).
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::exchange {
 

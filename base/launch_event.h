@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::launches {
 

@@ -1,12 +1,12 @@
 // Compares what `trainscope report` would write with the run directory's own entries, by device and inode.
-#include "reports/run_output_guard.h"
+#include "analysis/run_output_guard.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "reports/printable.h"
-#include "reports/run_summary.h"
+#include "analysis/run_summary.h"
+#include "base/printable.h"
 
 namespace trainscope::reports {
 namespace {

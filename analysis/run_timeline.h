@@ -31,8 +31,8 @@
 #include <string>
 #include <string_view>
 
-#include "reports/flight_recorder_reader.h"
-#include "reports/run_summary.h"
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
 
 namespace trainscope::reports {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/flight_record_format.h"
+#include "base/flight_record_format.h"
 
 namespace trainscope::recorder {
 

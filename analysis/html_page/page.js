@@ -1,4 +1,4 @@
-// The HTML report's script (reports/html_report.cc embeds it at build time: cmake/EmbedText.cmake): draws
+// The HTML report's script (analysis/html_report.cc embeds it at build time: cmake/EmbedText.cmake): draws
 // #timeline from #ts-timeline and #plots from #ts-plots. Every input is checked; an error anywhere is recorded
 // (data-errors, shown on the page) and the rest still drawn.
 "use strict";

@@ -1,5 +1,5 @@
 // Private files and folders that never follow a link nor replace what trainscope did not create (private_files.h).
-#include "reports/private_files.h"
+#include "base/private_files.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "reports/flight_recorder_reader.h"
+#include "analysis/run_summary.h"
+#include "base/flight_recorder_reader.h"
 #include "reports/recorder_report.h"
-#include "reports/run_summary.h"
 
 namespace trainscope::reports {
 

@@ -1,4 +1,4 @@
-#include "reports/multi_folder_run.h"
+#include "analysis/multi_folder_run.h"
 
 #include <algorithm>
 #include <filesystem>

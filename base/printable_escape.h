@@ -1,4 +1,4 @@
-// The escaping behind reports/printable.h, header-only and freestanding (no libstdc++, no allocation), so that the
+// The escaping behind base/printable.h, header-only and freestanding (no libstdc++, no allocation), so that the
 // preloaded shim escapes what it logs exactly as the reports and the engine do:
 //
 //   escape_printable(text, len, PrintableForm::kLine, [&](const char* piece, size_t n) { ...append...; });
