@@ -17,6 +17,8 @@ jobs="$(nproc)"
 echo "== $(date -u +%T) format check (clang-format)"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.cc' -o -name '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
+echo "== $(date -u +%T) layer check (every #include goes down the layers of docs/layers.md)"
+python3 scripts/check_layers.py
 
 echo "== $(date -u +%T) build (RelWithDebInfo, -Werror)"
 mkdir -p build-ci
