@@ -14,72 +14,6 @@ constexpr char kPrefix[] = "TRAINSCOPE_";
 constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
 constexpr int32_t kMaxLogRank = (int32_t{1} << 24) - 1;
 
-// Constant-initialised at compile time, so reading it needs no guard and works before any constructor runs.
-constexpr ConfigVarInfo kVars[kConfigVarCount] = {
-    {"TRAINSCOPE_ENABLE", "1", "1|0|true|false|yes|no|on|off",
-     "0 makes the shim a pure pass-through that records and changes nothing."},
-    {"TRAINSCOPE_DIR", "./trainscope-runs", "a path (non-empty, shorter than 4096 bytes)",
-     "Directory below which one sub-directory per run is created."},
-    {"TRAINSCOPE_RUN_ID", "", "1-96 characters of [A-Za-z0-9._-], not . or ..",
-     "Name of the run's sub-directory; empty derives it from the launcher's job identity (TORCHELASTIC_RUN_ID, "
-     "SLURM_JOB_ID/SLURM_STEP_ID, MPI job id, MASTER_ADDR/MASTER_PORT)."},
-    {"TRAINSCOPE_RECORDER_RECORDS", "65536",
-     "an integer from 16 to 16777216, optionally suffixed K (x1024) or M (x1048576)",
-     "Capacity, in records, of each process's flight recorder ring."},
-    {"TRAINSCOPE_LOG_LEVEL", "info", "trace|debug|info|warn|warning|error|critical|off",
-     "Least severe level of the messages that are logged."},
-    {"TRAINSCOPE_LOG_RANKS", "main", "main|all|a list of ranks and inclusive ranges such as 0,3,5-7",
-     "Ranks that log to stderr (main is global rank 0); every rank always logs to its own file."},
-    {"TRAINSCOPE_COORDINATOR", "auto", "auto|off|HOST:PORT",
-     "Where the exchange's coordinator runs: auto hosts it in global rank 0 at MASTER_ADDR, port MASTER_PORT+3; off "
-     "records locally only; HOST:PORT joins one started elsewhere (trainscope run, trainscope coordinator)."},
-    {"TRAINSCOPE_TOKEN", "", "8-128 characters of [A-Za-z0-9._-]",
-     "The job's secret for the exchange; empty derives it from the world communicator's unique id."},
-    {"TRAINSCOPE_ON_MISMATCH", "abort", "abort|warn",
-     "abort stops every rank once a collective's shapes disagree (after the report is on disk); warn reports and "
-     "goes on."},
-    {"TRAINSCOPE_ON_DESYNC", "abort", "abort|warn",
-     "What a certain desync (a member left or vanished while others wait) or a vanished rank does."},
-    {"TRAINSCOPE_DESYNC_TIMEOUT", "300", "seconds from 1 to 604800, optionally suffixed s, m or h",
-     "A rank alive but silent this long while others wait for it is reported as a warning (and again while stuck)."},
-    {"TRAINSCOPE_WATCH", "collectives",
-     "off, or a comma-separated list of collectives, modules, modules:REGEX, backward (with modules) and "
-     "kernels:REGEX (REGEX: POSIX extended, to the end of the value: an item with one comes last)",
-     "collectives computes abs min, abs max and inf/nan counts of each watched collective's send buffer (before the "
-     "call) and receive buffer (after it) and keeps them as frames; kernels:REGEX does the same for every CUDA kernel "
-     "launch whose demangled name matches (its buffers after the launch); modules makes every torch.nn.Module forward "
-     "of a PyTorch process a frame named like the model (its parameters, inputs and outputs), modules:REGEX those "
-     "whose qualified name or class matches, and with backward their gradients too (grad_output, grad_input: "
-     "frames of their own); off watches nothing."},
-    {"TRAINSCOPE_WATCH_EVERY", "1", "an integer from 1 to 1000000000",
-     "Watch every K-th collective of each communicator (sampling); 1 watches them all."},
-    {"TRAINSCOPE_WATCH_MIN_BYTES", "0", "a byte count, optionally suffixed K, M or G (x1024, x1048576, x1073741824)",
-     "Watch only collectives whose buffers hold at least this many bytes."},
-    {"TRAINSCOPE_MAX_FRAMES", "21", "an integer from 1 to 100000",
-     "Frames (watched calls) of each rank shown in an inf/nan report, the newest last."},
-    {"TRAINSCOPE_STEP_MARKER", "auto", "auto|nvtx:REGEX|collective:REGEX|every:N (REGEX: POSIX extended)",
-     "Where a training batch starts: auto learns the period of the job's collective sequence; nvtx: an NVTX range "
-     "push whose name matches; collective: the first call of a matching NCCL function after a non-matching one; "
-     "every: every N collectives of the first communicator."},
-    {"TRAINSCOPE_ON_NONFINITE", "report", "report|abort",
-     "report writes the inf/nan report for the first detection and goes on (fp16 loss scaling meets inf on "
-     "purpose); abort stops the job once the reports are on disk."},
-    {"TRAINSCOPE_OVERFLOW_STREAK", "5", "an integer from 0 to 1000000 (0: off)",
-     "Consecutive batches with inf/nan that are reported as a persistent overflow."},
-    {"TRAINSCOPE_NEAR_OVERFLOW", "0.9", "a fraction from 0 to 1, such as 0.9 (0: off)",
-     "Warn once per frame when a finite abs max reaches this fraction of its type's largest finite value."},
-    {"TRAINSCOPE_TRACE_BATCHES", "", "batch numbers and inclusive ranges such as 1,3,10-12",
-     "Batches whose frames are all printed and written as they complete (trace mode)."},
-    {"TRAINSCOPE_ABORT_AFTER_BATCH", "", "a batch number from 0 to 281474976710656",
-     "Stop the job once this batch has ended."},
-    {"TRAINSCOPE_LAUNCHES", "on", "on|calls|off",
-     "on records every CUDA kernel and graph launch, synchronisation and the first CUDA error (CUPTI callbacks) and "
-     "learns which launches finished (CUPTI activity); calls records the calls only; off sees no launch."},
-    {"TRAINSCOPE_KERNEL_DTYPE", "",
-     "float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8|uint8|int32|uint32|int64|uint64",
-     "Element type of a watched kernel's buffers when its demangled name does not say; empty skips those buffers."},
-};
-
 // Must match launcher_identity() in identity.cc: the config library cannot depend on the shim's objects.
 constexpr const char* kLauncherRankVars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
 
@@ -609,31 +543,162 @@ bool parse_kernel_dtype(const char* value, Config* out, const char**) {
   return false;
 }
 
+bool append(char* out, size_t out_len, size_t* used, const char* text) {
+  const int n = snprintf(out + *used, out_len - *used, "%s", text);
+  if (n < 0 || static_cast<size_t>(n) >= out_len - *used) {
+    *used = out_len - 1;
+    return false;
+  }
+  *used += static_cast<size_t>(n);
+  return true;
+}
+
+bool append_number(char* out, size_t out_len, size_t* used, uint64_t v) {
+  char number[24];
+  snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(v));
+  return append(out, out_len, used, number);
+}
+
+// A list of ranges as parse_range_list reads it: "0,3,5-7".
+template <typename Range>
+bool append_ranges(char* out, size_t out_len, size_t* used, const Range* ranges, int count, int capacity) {
+  for (int i = 0; i < count && i < capacity; ++i) {
+    char item[48];
+    const auto first = static_cast<long long>(ranges[i].first);
+    const auto last = static_cast<long long>(ranges[i].last);
+    if (first == last) {
+      snprintf(item, sizeof(item), "%s%lld", i > 0 ? "," : "", first);
+    } else {
+      snprintf(item, sizeof(item), "%s%lld-%lld", i > 0 ? "," : "", first, last);
+    }
+    if (!append(out, out_len, used, item)) return false;
+  }
+  return true;
+}
+
+// The printers of config_vars.h: each writes its variable's effective value in the canonical accepted form.
+bool text_enable(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.enable ? "1" : "0");
+}
+bool text_dir(const Config& c, char* out, size_t len, size_t* used) { return append(out, len, used, c.dir); }
+bool text_run_id(const Config& c, char* out, size_t len, size_t* used) { return append(out, len, used, c.run_id); }
+bool text_recorder_records(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.recorder_records);
+}
+bool text_log_level(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, log_level_name(c.log_level));
+}
+bool text_log_ranks(const Config& c, char* out, size_t len, size_t* used) {
+  if (c.log_ranks_mode == LogRanksMode::kMain) return append(out, len, used, "main");
+  if (c.log_ranks_mode == LogRanksMode::kAll) return append(out, len, used, "all");
+  return append_ranges(out, len, used, c.log_rank_ranges, c.log_rank_range_count, kMaxLogRankRanges);
+}
+bool text_coordinator(const Config& c, char* out, size_t len, size_t* used) {
+  if (c.coordinator_mode == CoordinatorMode::kAuto) return append(out, len, used, "auto");
+  if (c.coordinator_mode == CoordinatorMode::kOff) return append(out, len, used, "off");
+  char port[8];
+  snprintf(port, sizeof(port), ":%u", static_cast<unsigned>(c.coordinator_port));
+  return append(out, len, used, c.coordinator_host) && append(out, len, used, port);
+}
+// A secret of the job: say whether it is set, never print it.
+bool text_token(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.token[0] != '\0' ? "(set)" : "");
+}
+bool text_on_mismatch(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.on_mismatch == VerdictPolicy::kAbort ? "abort" : "warn");
+}
+bool text_on_desync(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.on_desync == VerdictPolicy::kAbort ? "abort" : "warn");
+}
+bool text_desync_timeout(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.desync_timeout_seconds);
+}
+// The canonical order: collectives, modules without a regex, then the one item with a regex (a value with both
+// regexes cannot be written back in one value; parse_watch never makes one).
+bool text_watch(const Config& c, char* out, size_t len, size_t* used) {
+  if (!config_watches_anything(c)) return append(out, len, used, "off");
+  bool ok = true;
+  const char* separator = "";
+  const auto item = [&](const char* text) {
+    ok = ok && append(out, len, used, separator) && append(out, len, used, text);
+    separator = ",";
+  };
+  if (c.watch != WatchMode::kOff) item("collectives");
+  if (c.watch_modules && c.watch_modules_regex[0] == '\0') item("modules");
+  if (c.watch_modules && c.watch_module_backward) item("backward");
+  if (c.watch_modules_regex[0] != '\0') {
+    item("modules:");
+    ok = ok && append(out, len, used, c.watch_modules_regex);
+  } else if (c.watch_kernels[0] != '\0') {
+    item("kernels:");
+    ok = ok && append(out, len, used, c.watch_kernels);
+  }
+  return ok;
+}
+bool text_watch_every(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.watch_every);
+}
+bool text_watch_min_bytes(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.watch_min_bytes);
+}
+bool text_max_frames(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.max_frames);
+}
+bool text_step_marker(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.step_marker);
+}
+bool text_on_nonfinite(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.on_nonfinite == NonfinitePolicy::kAbort ? "abort" : "report");
+}
+bool text_overflow_streak(const Config& c, char* out, size_t len, size_t* used) {
+  return append_number(out, len, used, c.overflow_streak);
+}
+bool text_near_overflow(const Config& c, char* out, size_t len, size_t* used) {
+  char number[32];
+  snprintf(number, sizeof(number), "%g", c.near_overflow);
+  for (char* p = number; *p != '\0'; ++p) {
+    if (*p == ',') *p = '.';  // the job's locale may print a decimal comma
+  }
+  return append(out, len, used, number);
+}
+bool text_trace_batches(const Config& c, char* out, size_t len, size_t* used) {
+  return append_ranges(out, len, used, c.trace_batch_ranges, c.trace_batch_range_count, kMaxTraceBatchRanges);
+}
+bool text_abort_after_batch(const Config& c, char* out, size_t len, size_t* used) {
+  if (!c.abort_after_batch_set) return true;
+  return append_number(out, len, used, c.abort_after_batch);
+}
+bool text_launches(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used,
+                c.launches == LaunchesMode::kOn      ? "on"
+                : c.launches == LaunchesMode::kCalls ? "calls"
+                                                     : "off");
+}
+bool text_kernel_dtype(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.kernel_dtype);
+}
+
+// The tables derived from config_vars.h, indexed by ConfigVar. Constant-initialised at compile time, so reading
+// them needs no guard and works before any constructor runs.
+constexpr ConfigVarInfo kVars[kConfigVarCount] = {
+#define TRAINSCOPE_CONFIG_VAR_INFO(suffix, id, default_text, accepted, parser, printer, description) \
+  {"TRAINSCOPE_" #suffix, default_text, accepted, description},
+    TRAINSCOPE_CONFIG_VARS(TRAINSCOPE_CONFIG_VAR_INFO)
+#undef TRAINSCOPE_CONFIG_VAR_INFO
+};
+
 using ParseFn = bool (*)(const char* value, Config* out, const char** reason);
 constexpr ParseFn kParsers[kConfigVarCount] = {
-    parse_enable,
-    parse_dir,
-    parse_run_id,
-    parse_recorder_records,
-    parse_log_level,
-    parse_log_ranks,
-    parse_coordinator,
-    parse_token,
-    parse_on_mismatch,
-    parse_on_desync,
-    parse_desync_timeout,
-    parse_watch,
-    parse_watch_every,
-    parse_watch_min_bytes,
-    parse_max_frames,
-    parse_step_marker,
-    parse_on_nonfinite,
-    parse_overflow_streak,
-    parse_near_overflow,
-    parse_trace_batches,
-    parse_abort_after_batch,
-    parse_launches,
-    parse_kernel_dtype,
+#define TRAINSCOPE_CONFIG_VAR_PARSER(suffix, id, default_text, accepted, parser, printer, description) parser,
+    TRAINSCOPE_CONFIG_VARS(TRAINSCOPE_CONFIG_VAR_PARSER)
+#undef TRAINSCOPE_CONFIG_VAR_PARSER
+};
+
+using PrintFn = bool (*)(const Config& config, char* out, size_t out_len, size_t* used);
+constexpr PrintFn kPrinters[kConfigVarCount] = {
+#define TRAINSCOPE_CONFIG_VAR_PRINTER(suffix, id, default_text, accepted, parser, printer, description) printer,
+    TRAINSCOPE_CONFIG_VARS(TRAINSCOPE_CONFIG_VAR_PRINTER)
+#undef TRAINSCOPE_CONFIG_VAR_PRINTER
 };
 
 void write_error(char* error, size_t error_len, const ConfigVarInfo& var, const char* value, const char* reason) {
@@ -703,56 +768,18 @@ size_t escaped_width(unsigned char c) {
   return (c >= 0x20 && c < 0x7f) ? 1 : 4;
 }
 
-bool append(char* out, size_t out_len, size_t* used, const char* text) {
-  const int n = snprintf(out + *used, out_len - *used, "%s", text);
-  if (n < 0 || static_cast<size_t>(n) >= out_len - *used) {
-    *used = out_len - 1;
-    return false;
-  }
-  *used += static_cast<size_t>(n);
-  return true;
-}
-
 }  // namespace
 
 const ConfigVarInfo* config_vars() { return kVars; }
 
 void config_defaults(Config* out) {
+  // Zero is every enum's first value, an empty string, an empty list and "not set": the defaults of the variables
+  // whose default text is empty. The others are their default text, parsed as if it had been set.
   memset(out, 0, sizeof(*out));
-  out->enable = true;
-  memcpy(out->dir, kVars[kVarDir].default_text, strlen(kVars[kVarDir].default_text) + 1);
-  out->run_id[0] = '\0';
-  out->recorder_records = 65536;
-  out->log_level = LogLevel::kInfo;
-  out->log_ranks_mode = LogRanksMode::kMain;
-  out->log_rank_range_count = 0;
-  for (ValueSource& source : out->source) source = ValueSource::kDefault;
-  out->launcher_has_rank = false;
-  out->coordinator_mode = CoordinatorMode::kAuto;
-  out->coordinator_host[0] = '\0';
-  out->coordinator_port = 0;
-  out->token[0] = '\0';
-  out->on_mismatch = VerdictPolicy::kAbort;
-  out->on_desync = VerdictPolicy::kAbort;
-  out->desync_timeout_seconds = 300;
-  out->watch = WatchMode::kCollectives;
-  out->watch_kernels[0] = '\0';
-  out->watch_modules = false;
-  out->watch_module_backward = false;
-  out->watch_modules_regex[0] = '\0';
-  out->watch_every = 1;
-  out->watch_min_bytes = 0;
-  out->max_frames = 21;
-  out->step_marker_form = StepMarkerForm::kAuto;
-  memcpy(out->step_marker, "auto", 5);
-  out->on_nonfinite = NonfinitePolicy::kReport;
-  out->overflow_streak = 5;
-  out->near_overflow = 0.9;
-  out->trace_batch_range_count = 0;
-  out->abort_after_batch_set = false;
-  out->abort_after_batch = 0;
-  out->launches = LaunchesMode::kOn;
-  out->kernel_dtype[0] = '\0';
+  for (int i = 0; i < kConfigVarCount; ++i) {
+    const char* reason = nullptr;
+    if (kVars[i].default_text[0] != '\0') kParsers[i](kVars[i].default_text, out, &reason);
+  }
 }
 
 bool config_traces_batch(const Config& config, uint64_t batch) {
@@ -870,131 +897,9 @@ const char* log_level_name(LogLevel level) {
 bool config_value_text(const Config& config, ConfigVar var, char* out, size_t out_len) {
   if (out == nullptr || out_len == 0) return false;
   out[0] = '\0';
+  if (var < 0 || var >= kConfigVarCount) return false;
   size_t used = 0;
-  switch (var) {
-    case kVarEnable:
-      return append(out, out_len, &used, config.enable ? "1" : "0");
-    case kVarDir:
-      return append(out, out_len, &used, config.dir);
-    case kVarRunId:
-      return append(out, out_len, &used, config.run_id);
-    case kVarRecorderRecords: {
-      char number[24];
-      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(config.recorder_records));
-      return append(out, out_len, &used, number);
-    }
-    case kVarLogLevel:
-      return append(out, out_len, &used, log_level_name(config.log_level));
-    case kVarLogRanks:
-      if (config.log_ranks_mode == LogRanksMode::kMain) return append(out, out_len, &used, "main");
-      if (config.log_ranks_mode == LogRanksMode::kAll) return append(out, out_len, &used, "all");
-      for (int i = 0; i < config.log_rank_range_count && i < kMaxLogRankRanges; ++i) {
-        const RankRange& range = config.log_rank_ranges[i];
-        char item[32];
-        if (range.first == range.last) {
-          snprintf(item, sizeof(item), "%s%d", i > 0 ? "," : "", static_cast<int>(range.first));
-        } else {
-          snprintf(item, sizeof(item), "%s%d-%d", i > 0 ? "," : "", static_cast<int>(range.first),
-                   static_cast<int>(range.last));
-        }
-        if (!append(out, out_len, &used, item)) return false;
-      }
-      return true;
-    case kVarCoordinator: {
-      if (config.coordinator_mode == CoordinatorMode::kAuto) return append(out, out_len, &used, "auto");
-      if (config.coordinator_mode == CoordinatorMode::kOff) return append(out, out_len, &used, "off");
-      char port[8];
-      snprintf(port, sizeof(port), ":%u", static_cast<unsigned>(config.coordinator_port));
-      return append(out, out_len, &used, config.coordinator_host) && append(out, out_len, &used, port);
-    }
-    case kVarToken:
-      // A secret of the job: say whether it is set, never print it.
-      return append(out, out_len, &used, config.token[0] != '\0' ? "(set)" : "");
-    case kVarOnMismatch:
-      return append(out, out_len, &used, config.on_mismatch == VerdictPolicy::kAbort ? "abort" : "warn");
-    case kVarOnDesync:
-      return append(out, out_len, &used, config.on_desync == VerdictPolicy::kAbort ? "abort" : "warn");
-    case kVarDesyncTimeout: {
-      char number[16];
-      snprintf(number, sizeof(number), "%u", static_cast<unsigned>(config.desync_timeout_seconds));
-      return append(out, out_len, &used, number);
-    }
-    case kVarWatch: {
-      // The canonical order: collectives, modules without a regex, then the one item with a regex (a value with
-      // both regexes cannot be written back in one value; parse_watch never makes one).
-      if (!config_watches_anything(config)) return append(out, out_len, &used, "off");
-      bool ok = true;
-      const char* separator = "";
-      const auto item = [&](const char* text) {
-        ok = ok && append(out, out_len, &used, separator) && append(out, out_len, &used, text);
-        separator = ",";
-      };
-      if (config.watch != WatchMode::kOff) item("collectives");
-      if (config.watch_modules && config.watch_modules_regex[0] == '\0') item("modules");
-      if (config.watch_modules && config.watch_module_backward) item("backward");
-      if (config.watch_modules_regex[0] != '\0') {
-        item("modules:");
-        ok = ok && append(out, out_len, &used, config.watch_modules_regex);
-      } else if (config.watch_kernels[0] != '\0') {
-        item("kernels:");
-        ok = ok && append(out, out_len, &used, config.watch_kernels);
-      }
-      return ok;
-    }
-    case kVarLaunches:
-      return append(out, out_len, &used,
-                    config.launches == LaunchesMode::kOn      ? "on"
-                    : config.launches == LaunchesMode::kCalls ? "calls"
-                                                              : "off");
-    case kVarKernelDtype:
-      return append(out, out_len, &used, config.kernel_dtype);
-    case kVarWatchEvery:
-    case kVarWatchMinBytes:
-    case kVarMaxFrames:
-    case kVarOverflowStreak: {
-      const uint64_t v = var == kVarWatchEvery      ? config.watch_every
-                         : var == kVarWatchMinBytes ? config.watch_min_bytes
-                         : var == kVarMaxFrames     ? config.max_frames
-                                                    : config.overflow_streak;
-      char number[24];
-      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(v));
-      return append(out, out_len, &used, number);
-    }
-    case kVarStepMarker:
-      return append(out, out_len, &used, config.step_marker);
-    case kVarOnNonfinite:
-      return append(out, out_len, &used, config.on_nonfinite == NonfinitePolicy::kAbort ? "abort" : "report");
-    case kVarNearOverflow: {
-      char number[32];
-      snprintf(number, sizeof(number), "%g", config.near_overflow);
-      for (char* c = number; *c != '\0'; ++c) {
-        if (*c == ',') *c = '.';  // the job's locale may print a decimal comma
-      }
-      return append(out, out_len, &used, number);
-    }
-    case kVarTraceBatches:
-      for (int i = 0; i < config.trace_batch_range_count && i < kMaxTraceBatchRanges; ++i) {
-        const BatchRange& range = config.trace_batch_ranges[i];
-        char item[48];
-        if (range.first == range.last) {
-          snprintf(item, sizeof(item), "%s%llu", i > 0 ? "," : "", static_cast<unsigned long long>(range.first));
-        } else {
-          snprintf(item, sizeof(item), "%s%llu-%llu", i > 0 ? "," : "", static_cast<unsigned long long>(range.first),
-                   static_cast<unsigned long long>(range.last));
-        }
-        if (!append(out, out_len, &used, item)) return false;
-      }
-      return true;
-    case kVarAbortAfterBatch: {
-      if (!config.abort_after_batch_set) return true;
-      char number[24];
-      snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(config.abort_after_batch));
-      return append(out, out_len, &used, number);
-    }
-    case kConfigVarCount:
-      break;
-  }
-  return false;
+  return kPrinters[var](config, out, out_len, &used);
 }
 
 void escape_value(const char* value, size_t len, char* out, size_t out_len) {

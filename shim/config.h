@@ -1,4 +1,4 @@
-// TRAINSCOPE_* configuration: the table of variables, the parser, and the parsed result.
+// TRAINSCOPE_* configuration: the parsed result, its parser, and access to the table of variables (config_vars.h).
 //
 // Freestanding (libc only, no allocation, no exceptions): the preloaded shim parses the environment at load,
 // and `trainscope env` uses the same code so the two can never disagree.
@@ -7,39 +7,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shim/config_vars.h"
+
 namespace trainscope {
 
 enum class LogLevel : uint8_t { kTrace = 0, kDebug, kInfo, kWarn, kError, kCritical, kOff };
 enum class LogRanksMode : uint8_t { kMain = 0, kAll, kList };
 enum class ValueSource : uint8_t { kDefault = 0, kEnvironment };
 
-// Index of each known variable in config_vars() and Config::source.
-enum ConfigVar : int {
-  kVarEnable = 0,
-  kVarDir,
-  kVarRunId,
-  kVarRecorderRecords,
-  kVarLogLevel,
-  kVarLogRanks,
-  kVarCoordinator,
-  kVarToken,
-  kVarOnMismatch,
-  kVarOnDesync,
-  kVarDesyncTimeout,
-  kVarWatch,
-  kVarWatchEvery,
-  kVarWatchMinBytes,
-  kVarMaxFrames,
-  kVarStepMarker,
-  kVarOnNonfinite,
-  kVarOverflowStreak,
-  kVarNearOverflow,
-  kVarTraceBatches,
-  kVarAbortAfterBatch,
-  kVarLaunches,
-  kVarKernelDtype,
-  kConfigVarCount,
-};
+// Index of each known variable in config_vars() and Config::source, in config_vars.h's order.
+#define TRAINSCOPE_CONFIG_VAR_ID(suffix, id, default_text, accepted, parser, printer, description) id,
+enum ConfigVar : int { TRAINSCOPE_CONFIG_VARS(TRAINSCOPE_CONFIG_VAR_ID) kConfigVarCount };
+#undef TRAINSCOPE_CONFIG_VAR_ID
 
 inline constexpr int kMaxLogRankRanges = 64;
 inline constexpr size_t kMaxPath = 4096;
@@ -143,13 +122,13 @@ struct ConfigVarInfo {
   const char* name;          // "TRAINSCOPE_LOG_LEVEL"
   const char* default_text;  // "info"
   const char* accepted;      // "trace|debug|info|warn|error|critical|off"
-  const char* description;   // one sentence for `trainscope env` and the README
+  const char* description;   // one sentence for `trainscope env --json` and docs/configuration.md
 };
 
 // The known variables, indexed by ConfigVar.
 const ConfigVarInfo* config_vars();
 
-// Fills `out` with the defaults.
+// Fills `out` with the defaults: zero, then every non-empty default text of config_vars.h parsed.
 void config_defaults(Config* out);
 
 // Parses every known TRAINSCOPE_* variable in `env` (an environ-style NULL-terminated array). Returns true on

@@ -3,7 +3,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,58 @@ nlohmann::ordered_json path_or_null(const std::string& path) {
   return path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(path);
 }
 
+// docs/configuration.md's reference table, generated from config_vars.h by the hidden option --markdown (printed)
+// or --markdown=FILE (written between FILE's two marker lines); CmdEnv.DocsTableIsGenerated fails while they differ.
+constexpr char kTableBegin[] =
+    "<!-- Generated from shim/config_vars.h by `trainscope env --markdown=docs/configuration.md`: do not edit. -->\n";
+constexpr char kTableEnd[] = "<!-- End of the generated table. -->\n";
+
+// A table cell: a | would end it.
+std::string cell(const char* text) {
+  std::string out;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c == '|') out += '\\';
+    out += *c;
+  }
+  return out;
+}
+
+std::string markdown_table() {
+  std::string out = "| Variable | Default | Accepted values | Meaning |\n|---|---|---|---|\n";
+  const ConfigVarInfo* vars = config_vars();
+  for (int i = 0; i < kConfigVarCount; ++i) {
+    const std::string default_text = vars[i].default_text[0] != '\0' ? "`" + cell(vars[i].default_text) + "`" : "none";
+    out += "| `" + std::string(vars[i].name) + "` | " + default_text + " | " + cell(vars[i].accepted) + " | " +
+           cell(vars[i].description) + " |\n";
+  }
+  return out;
+}
+
+// Replaces what lies between the marker lines of `path` with the generated table.
+int write_markdown(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string doc = text.str();
+  const size_t begin = doc.find(kTableBegin);
+  const size_t end = begin == std::string::npos ? std::string::npos : doc.find(kTableEnd, begin);
+  if (!in || end == std::string::npos) {
+    std::fprintf(stderr, "trainscope env: %s has no generated table between the lines\n%s...\n%s",
+                 escaped(path).c_str(), kTableBegin, kTableEnd);
+    return 1;
+  }
+  const size_t body = begin + std::strlen(kTableBegin);
+  doc.replace(body, end - body, markdown_table());
+  std::ofstream out(path, std::ios::trunc);
+  out << doc;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "trainscope env: cannot write %s\n", escaped(path).c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_env(int argc, char** argv) {
@@ -104,6 +158,11 @@ int cmd_env(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (std::strcmp(argv[i], "--markdown") == 0) {  // hidden: docs/configuration.md's table
+      std::fputs(markdown_table().c_str(), stdout);
+      return 0;
+    } else if (std::strncmp(argv[i], "--markdown=", 11) == 0) {
+      return write_markdown(argv[i] + 11);
     } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(kEnvUsage, stdout);
       return 0;

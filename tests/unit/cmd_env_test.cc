@@ -12,6 +12,8 @@
 #include "shim/config.h"
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,41 @@ TEST(CmdEnv, HostileValuesCannotReachTheTerminal) {
   for (const std::string* text : {&bad.err, &odd.out, &odd.err}) {
     for (const char c : *text) EXPECT_NE(c, '\x1b');
   }
+}
+
+// docs/configuration.md's table is generated from shim/config_vars.h: it can never drift from the code.
+TEST(CmdEnv, DocsTableIsGenerated) {
+  const std::string path = std::string(TRAINSCOPE_SOURCE_DIR) + "/docs/configuration.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin_line =
+      "<!-- Generated from shim/config_vars.h by `trainscope env --markdown=docs/configuration.md`: do not edit. -->\n";
+  const size_t begin = doc.find(begin_line);
+  ASSERT_NE(begin, std::string::npos) << path << " lost its generated table's first marker line";
+  const size_t body = begin + begin_line.size();
+  const size_t end = doc.find("<!-- End of the generated table. -->\n", body);
+  ASSERT_NE(end, std::string::npos) << path << " lost its generated table's last marker line";
+  const RunResult r = run_tool({"env", "--markdown"}, {"PATH=/usr/bin:/bin"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(doc.substr(body, end - body), r.out)
+      << "docs/configuration.md's table differs from shim/config_vars.h; regenerate it from the source directory with "
+         "build/tools/trainscope env --markdown=docs/configuration.md";
+}
+
+TEST(CmdEnv, MarkdownTableHasEveryVariable) {
+  const RunResult r = run_tool({"env", "--markdown"}, {"PATH=/usr/bin:/bin"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("| Variable | Default | Accepted values | Meaning |\n|---|---|---|---|\n", 0), 0u) << r.out;
+  const trainscope::ConfigVarInfo* vars = trainscope::config_vars();
+  for (int i = 0; i < trainscope::kConfigVarCount; ++i) {
+    EXPECT_NE(r.out.find(std::string("| `") + vars[i].name + "` | "), std::string::npos) << vars[i].name;
+  }
+  // A | of an accepted value is escaped: it would end the cell.
+  EXPECT_NE(r.out.find("| `info` | trace\\|debug\\|info"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| `TRAINSCOPE_RUN_ID` | none | "), std::string::npos) << r.out;
 }
 
 TEST(CmdEnv, Json) {

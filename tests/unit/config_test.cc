@@ -94,6 +94,33 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c->log_rank_range_count, 0);
   EXPECT_FALSE(c->launcher_has_rank);
   for (int i = 0; i < kConfigVarCount; ++i) EXPECT_EQ(c->source[i], ValueSource::kDefault);
+  // The defaults are config_vars.h's default texts parsed: these are the values the shim had when each was written
+  // out by hand, field by field.
+  EXPECT_EQ(c->coordinator_mode, CoordinatorMode::kAuto);
+  EXPECT_STREQ(c->coordinator_host, "");
+  EXPECT_EQ(c->coordinator_port, 0);
+  EXPECT_STREQ(c->token, "");
+  EXPECT_EQ(c->on_mismatch, VerdictPolicy::kAbort);
+  EXPECT_EQ(c->on_desync, VerdictPolicy::kAbort);
+  EXPECT_EQ(c->desync_timeout_seconds, 300u);
+  EXPECT_EQ(c->watch, WatchMode::kCollectives);
+  EXPECT_STREQ(c->watch_kernels, "");
+  EXPECT_FALSE(c->watch_modules);
+  EXPECT_STREQ(c->watch_modules_regex, "");
+  EXPECT_FALSE(c->watch_module_backward);
+  EXPECT_EQ(c->watch_every, 1u);
+  EXPECT_EQ(c->watch_min_bytes, 0u);
+  EXPECT_EQ(c->max_frames, 21u);
+  EXPECT_EQ(c->step_marker_form, StepMarkerForm::kAuto);
+  EXPECT_STREQ(c->step_marker, "auto");
+  EXPECT_EQ(c->on_nonfinite, NonfinitePolicy::kReport);
+  EXPECT_EQ(c->overflow_streak, 5u);
+  EXPECT_EQ(c->near_overflow, 0.9);
+  EXPECT_EQ(c->trace_batch_range_count, 0);
+  EXPECT_FALSE(c->abort_after_batch_set);
+  EXPECT_EQ(c->abort_after_batch, 0u);
+  EXPECT_EQ(c->launches, LaunchesMode::kOn);
+  EXPECT_STREQ(c->kernel_dtype, "");
 }
 
 TEST(Config, EmptyEnvironmentGivesDefaults) {
