@@ -14,6 +14,7 @@ packages=(
   clang-format clang-14 libclang-rt-14-dev
   chromium  # the HTML report's test loads the page headless (skipped without it)
   python3 python3-venv python3-pip
+  iproute2 util-linux  # the multi-host test bed: ip, tc, bridges, veth (iproute2); unshare, nsenter (util-linux)
 )
 
 missing=()
