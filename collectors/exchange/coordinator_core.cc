@@ -825,11 +825,55 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   report.last_call = info.last_call;
   if (info.has_last_call) report.last_stack = stack_of(rank, info.last_call.stack_id);
   report.flight_recorder_path = info.hello.flight_recorder_path;
+  if (!info.hello.host_id.empty() && !options_.own_host_id.empty() && info.hello.host_id != options_.own_host_id)
+    report.flight_recorder_elsewhere = info.hello.host.empty() ? info.hello.host_id : info.hello.host;
   // A rank that had ended all its communicators leaves nobody waiting: worth a report, not a stop.
-  emit_verdict(VerdictKind::kVanished, has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn, 0, 0,
-               std::move(report));
-  info.vanished = true;
-  member_gone(rank, now_ns);
+  vanished_waiting_.push_back({std::move(report), has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn});
+  info.vanished = true;  // what its going means to its communicators comes after its verdict, at the next tick()
+}
+
+std::string CoordinatorCore::host_key(int32_t rank) const {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || !it->second->has_hello) return {};
+  const Hello& hello = it->second->hello;
+  if (hello.host.empty() && hello.host_id.empty()) return {};
+  return hello.host + "|" + hello.host_id.substr(0, hello.host_id.find('/'));
+}
+
+void CoordinatorCore::emit_vanished(uint64_t now_ns) {
+  // Ranks of one host that vanished together are one verdict; it names the host lost when every rank known there is
+  // gone and some other host still has a live rank (a job that ended everywhere at once lost no host).
+  std::vector<std::pair<reports::VanishedReport, VerdictAction>> waiting;
+  waiting.swap(vanished_waiting_);
+  std::set<std::string> reported_hosts;
+  for (auto& [report, action] : waiting) {
+    const std::string key = host_key(report.global_rank);
+    if (!key.empty() && reported_hosts.count(key) != 0) continue;  // told with the first rank of its host
+    std::vector<int32_t> on_host;
+    bool all_gone = true;
+    bool other_host_alive = false;
+    for (const auto& [rank, info] : ranks_) {
+      const bool same = !key.empty() && host_key(rank) == key;
+      if (same) {
+        on_host.push_back(rank);
+        all_gone &= info->vanished;
+      } else if (info->has_hello && !info->vanished && !info->said_goodbye) {
+        other_host_alive = true;
+      }
+    }
+    std::sort(on_host.begin(), on_host.end());
+    VerdictAction group_action = action;
+    if (all_gone && on_host.size() >= 2 && other_host_alive) {
+      report.host_ranks_lost = on_host;
+      reported_hosts.insert(key);
+      for (const auto& [other, other_action] : waiting)
+        if (host_key(other.global_rank) == key && other_action == VerdictAction::kAbort)
+          group_action = VerdictAction::kAbort;
+    }
+    emit_verdict(VerdictKind::kVanished, group_action, 0, 0, std::move(report));
+  }
+  // Then the desyncs their going makes certain, after the verdict that says why.
+  for (const auto& [report, action] : waiting) member_gone(report.global_rank, now_ns);
 }
 
 void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns) {
@@ -1046,6 +1090,7 @@ void CoordinatorCore::resolve_peer_ranks() {
 
 std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
   if (unresolved_peers_ > 0) resolve_peer_ranks();
+  if (!vanished_waiting_.empty()) emit_vanished(now_ns);
   // Mismatches whose missing members did not come within the grace period are reported as they are.
   for (size_t i = 0; i < mismatches_waiting_.size();) {
     const auto [id, seq] = mismatches_waiting_[i];
