@@ -56,13 +56,16 @@ bed_start() {
 }
 
 bed_cleanup() {
-  local pid
+  local status=$? pid
   for pid in "${bed_holders[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  # Every process of a host dies with its pid 1: waiting for the bed's children (launches, holders, proxies) is bounded.
+  wait 2>/dev/null || true
   if [ -n "${TS_BED_KEEP:-}" ]; then
     echo "bed kept in $bed"
   else
-    rm -rf "$bed"
+    rm -rf "$bed" || echo "could not remove $bed" >&2
   fi
+  exit "$status"
 }
 
 # Host k: its namespaces around a holder process (pid 1 there), its name, address and run folder.
@@ -71,7 +74,7 @@ bed_start_host() {
   mkdir -p "$bed/host$k"
   mkfifo "$bed/ready$k"
   unshare --net --uts --pid --mount --fork --mount-proc --propagation private \
-    sh -c "echo ready > '$bed/ready$k'; exec sleep 100000" &
+    sh -c "echo ready > '$bed/ready$k'; exec sleep 100000" 2>>"$bed/holders.log" &
   local outer=$!
   local line=""
   read -r -t 10 line <"$bed/ready$k" || true
