@@ -842,38 +842,53 @@ std::string CoordinatorCore::host_key(int32_t rank) const {
 
 void CoordinatorCore::emit_vanished(uint64_t now_ns) {
   // Ranks of one host that vanished together are one verdict; it names the host lost when every rank known there is
-  // gone and some other host still has a live rank (a job that ended everywhere at once lost no host).
+  // gone and some other host still has a live rank (a job that ended everywhere at once lost no host). One pass over
+  // the ranks: a whole job vanishing at once must not cost ranks squared.
   std::vector<std::pair<reports::VanishedReport, VerdictAction>> waiting;
   waiting.swap(vanished_waiting_);
-  std::set<std::string> reported_hosts;
-  for (auto& [report, action] : waiting) {
-    const std::string key = host_key(report.global_rank);
-    if (!key.empty() && reported_hosts.count(key) != 0) continue;  // told with the first rank of its host
-    std::vector<int32_t> on_host;
+  struct HostRanks {
+    std::vector<int32_t> ranks;
     bool all_gone = true;
-    bool other_host_alive = false;
-    for (const auto& [rank, info] : ranks_) {
-      const bool same = !key.empty() && host_key(rank) == key;
-      if (same) {
-        on_host.push_back(rank);
-        all_gone &= info->vanished;
-      } else if (info->has_hello && !info->vanished && !info->said_goodbye) {
-        other_host_alive = true;
-      }
+    size_t live = 0;
+    bool abort = false;  // one of its vanished ranks' verdicts stops the job
+    bool reported = false;
+  };
+  std::unordered_map<std::string, HostRanks> hosts;
+  size_t live_total = 0;
+  for (const auto& [rank, info] : ranks_) {
+    const bool live = info->has_hello && !info->vanished && !info->said_goodbye;
+    live_total += live ? 1 : 0;
+    const std::string key = host_key(rank);
+    if (key.empty()) continue;
+    HostRanks& host = hosts[key];
+    host.ranks.push_back(rank);
+    host.all_gone &= info->vanished;
+    host.live += live ? 1 : 0;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(waiting.size());
+  for (const auto& [report, action] : waiting) {
+    keys.push_back(host_key(report.global_rank));
+    if (!keys.back().empty() && action == VerdictAction::kAbort) hosts[keys.back()].abort = true;
+  }
+  std::vector<int32_t> gone;
+  gone.reserve(waiting.size());
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    auto& [report, action] = waiting[i];
+    gone.push_back(report.global_rank);
+    HostRanks* host = keys[i].empty() ? nullptr : &hosts[keys[i]];
+    if (host != nullptr && host->reported) continue;  // told with the first rank of its host
+    VerdictAction host_action = action;
+    if (host != nullptr && host->all_gone && host->ranks.size() >= 2 && live_total > host->live) {
+      std::sort(host->ranks.begin(), host->ranks.end());
+      report.host_ranks_lost = host->ranks;
+      host->reported = true;
+      if (host->abort) host_action = VerdictAction::kAbort;
     }
-    std::sort(on_host.begin(), on_host.end());
-    VerdictAction group_action = action;
-    if (all_gone && on_host.size() >= 2 && other_host_alive) {
-      report.host_ranks_lost = on_host;
-      reported_hosts.insert(key);
-      for (const auto& [other, other_action] : waiting)
-        if (host_key(other.global_rank) == key && other_action == VerdictAction::kAbort)
-          group_action = VerdictAction::kAbort;
-    }
-    emit_verdict(VerdictKind::kVanished, group_action, 0, 0, std::move(report));
+    emit_verdict(VerdictKind::kVanished, host_action, 0, 0, std::move(report));
   }
   // Then the desyncs their going makes certain, after the verdict that says why.
-  for (const auto& [report, action] : waiting) member_gone(report.global_rank, now_ns);
+  for (int32_t rank : gone) member_gone(rank, now_ns);
 }
 
 void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns) {

@@ -558,6 +558,22 @@ TEST(CoordinatorHostsTest, AllRanksOfOneHostVanishingTogetherIsAHostLost) {
   EXPECT_EQ(reports::vanished_json(report)["host_ranks_lost"], nlohmann::json::array({4, 5}));
 }
 
+TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
+  CoordinatorCore core;
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    Hello hello;
+    hello.global_rank = rank;
+    hello.world_size = 4;
+    hello.host = rank < 2 ? "host0" : "host1";
+    core.on_hello(hello, kT0);
+  }
+  for (int32_t rank = 0; rank < 4; ++rank) core.on_disconnect(rank, false, kT0 + kSecond);
+  const auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 4u);  // one per rank, as on one host
+  for (const CoreVerdict& verdict : verdicts)
+    EXPECT_TRUE(std::get<reports::VanishedReport>(verdict.report).host_ranks_lost.empty());
+}
+
 TEST(CoordinatorHostsTest, HostIdentityIsBootIdAndNamespaces) {
   const std::string id = host_identity();
   ASSERT_FALSE(id.empty()) << "this test runs where /proc tells the boot id";
