@@ -121,6 +121,8 @@ case "$scenario" in
     check "the report across hosts is the one on one host" equals "$(cat "$bed/across-hosts.txt")" "$single"
     ;;
   node_killed | link_cut)
+    # After a cut, host 2's ranks wait in the stand-in's collective for ranks that left (as NCCL would, until its own
+    # timeout): the bed's cleanup ends them.
     for ((k = 0; k < bed_hosts; ++k)); do bed_launch "$k" "" "$programs/loop_program" --iterations 0 --pace-ms 2; done
     check "every rank joined" bed_wait_all_joined 20
     since=$(now_ns)
