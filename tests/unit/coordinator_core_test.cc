@@ -558,8 +558,8 @@ TEST(CoordinatorHostsTest, AllRanksOfOneHostVanishingTogetherIsAHostLost) {
   EXPECT_EQ(reports::vanished_json(report)["host_ranks_lost"], nlohmann::json::array({4, 5}));
 }
 
-TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
-  CoordinatorCore core;
+// Ranks 0 and 1 on host0, 2 and 3 on host1 (host names only: no host identity).
+void hellos_from_two_hosts(CoordinatorCore& core) {
   for (int32_t rank = 0; rank < 4; ++rank) {
     Hello hello;
     hello.global_rank = rank;
@@ -567,6 +567,11 @@ TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
     hello.host = rank < 2 ? "host0" : "host1";
     core.on_hello(hello, kT0);
   }
+}
+
+TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
+  CoordinatorCore core;
+  hellos_from_two_hosts(core);
   for (int32_t rank = 0; rank < 4; ++rank) core.on_disconnect(rank, false, kT0 + kSecond);
   const auto verdicts = core.tick(kT0 + kSecond);
   ASSERT_EQ(verdicts.size(), 4u);  // one per rank, as on one host
@@ -586,13 +591,7 @@ TEST(CoordinatorHostsTest, HostIdentityIsBootIdAndNamespaces) {
 
 TEST(CoordinatorHostsTest, OneRankOfAHostVanishingIsNoHostLost) {
   CoordinatorCore core;
-  for (int32_t rank = 0; rank < 4; ++rank) {
-    Hello hello;
-    hello.global_rank = rank;
-    hello.world_size = 4;
-    hello.host = rank < 2 ? "host0" : "host1";
-    core.on_hello(hello, kT0);
-  }
+  hellos_from_two_hosts(core);
   core.on_disconnect(3, false, kT0 + kSecond);
   auto verdicts = core.tick(kT0 + kSecond);
   ASSERT_EQ(verdicts.size(), 1u);
