@@ -8,6 +8,9 @@
 // --pace-ms N: each iteration starts N ms after the previous one started (a step's compute, for jobs that run across
 // the multi-host test bed for a known time at a known collective rate).
 //
+// --half-count-rank R --at N: at iteration N (0-based), rank R all-reduces half the count: a mismatch in a job that
+// is already running (the stand-in NCCL then blocks, as NCCL would; trainscope stops the job).
+//
 // --nofile N lowers the process's soft descriptor limit to N at its start (`ulimit -n N`); --open-files N --after
 // FILE: rank 0, after its first all-reduce, waits (at most 60 s) for FILE to exist, then opens N files at once, as a
 // checkpoint or a data loader would, says how many it could, and exits 3 after its loop if any failed.
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
   std::string after;
   bool mix = false;
   long pace_ms = 0;
+  int fault_rank = -1;
+  long fault_at = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atol(argv[++i]);
@@ -76,13 +81,19 @@ int main(int argc, char** argv) {
       open_count = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
       after = argv[++i];
+    } else if (std::strcmp(argv[i], "--half-count-rank") == 0 && i + 1 < argc) {
+      fault_rank = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--at") == 0 && i + 1 < argc) {
+      fault_at = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--pace-ms") == 0 && i + 1 < argc) {
       pace_ms = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--mix") == 0) {
       mix = true;
     } else {
       std::fprintf(stderr,
-                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--mix] [--pace-ms N] [--nofile N] "
+                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--mix] [--pace-ms N] "
+                   "[--half-count-rank R --at N] "
+                   "[--nofile N] "
                    "[--open-files N --after FILE]\n");
       return 2;
     }
@@ -107,7 +118,8 @@ int main(int argc, char** argv) {
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
       }
     }
-    tsprog::check(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
+    const size_t n = job.rank == fault_rank && it == fault_at ? count / 2 : count;
+    tsprog::check(ncclAllReduce(buf.data(), buf.data(), n, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
     if (mix) {
       tsprog::check(ncclBroadcast(buf.data(), buf.data(), count, ncclFloat32, 0, comm, nullptr), "broadcast");
       tsprog::check(ncclAllGather(buf.data(), gathered.data(), count, ncclFloat32, comm, nullptr), "allgather");

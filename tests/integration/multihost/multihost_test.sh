@@ -79,38 +79,52 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-run_healthy() { # EXTRA_ENV
+host_env=("" "" "") # extra environment of each host's ranks (slow_link: host 2 reaches the coordinator by the proxy)
+launch_all() { # PROGRAM ARGS...: the job on every host
   local k
-  for ((k = 0; k < bed_hosts; ++k)); do bed_launch "$k" "$1" "$programs/loop_program" --iterations 500 --pace-ms 2; done
+  for ((k = 0; k < bed_hosts; ++k)); do bed_launch "$k" "${host_env[k]}" "$@"; done
+}
+expect_all() { # STATUS WHAT: every host's ranks end with STATUS
+  local k
   for ((k = 0; k < bed_hosts; ++k)); do
     bed_wait "$k"
-    check "host$k's ranks end with status 0" equals "$bed_status" 0
-done
-  check "no verdict on a healthy job" no_verdict_files
+    check "$2: host$k's ranks end with status $1" equals "$bed_status" "$1"
+  done
 }
 
-run_mismatch() { # EXTRA_ENV; rank 4 (host 2) all-reduces half the count at step 5
-  local k summary
-  for ((k = 0; k < bed_hosts; ++k)); do
-    bed_launch "$k" "$1" "$programs/scenario_program" --steps 20 --fault half-count --rank 4 --step 5
-  done
-  for ((k = 0; k < bed_hosts; ++k)); do
-    bed_wait "$k"
-    check "host$k's ranks stop with 86" equals "$bed_status" 86
-done
-  summary=$(mismatch_summary "$bed/host0/runs/job" 2>"$bed/latency") || true
-  echo "figure: mismatch verdict $(cut -d' ' -f2 "$bed/latency") ms after the last rank's call"
-  echo "$summary" >"$bed/across-hosts.txt"
+run_healthy() {
+  launch_all "$programs/loop_program" --iterations 500 --pace-ms 2
+  expect_all 0 healthy
+  check "healthy: no verdict" no_verdict_files
+}
+
+# Rank 4 (host 2) all-reduces half the count at step 5, milliseconds after the start: host 2's ranks may still be
+# connecting. The report's first lines go to $bed/across-hosts.txt.
+run_mismatch_at_start() {
+  rm -rf "$bed"/host*/runs
+  launch_all "$programs/scenario_program" --steps 20 --fault half-count --rank 4 --step 5
+  expect_all 86 "mismatch at the start"
+  mismatch_summary "$bed/host0/runs/job" >"$bed/across-hosts.txt" 2>"$bed/latency" || true
+  echo "figure: mismatch at the start: verdict $(cut -d' ' -f2 "$bed/latency") ms after the last rank's call"
+}
+
+# The same fault 2 s into a job paced at one all-reduce every 2 ms, every rank long connected.
+run_mismatch_while_running() {
+  rm -rf "$bed"/host*/runs
+  launch_all "$programs/loop_program" --iterations 3000 --pace-ms 2 --half-count-rank 4 --at 1000
+  expect_all 86 "mismatch while running"
+  mismatch_summary "$bed/host0/runs/job" >/dev/null 2>"$bed/latency" || true
+  echo "figure: mismatch while running: verdict $(cut -d' ' -f2 "$bed/latency") ms after the last rank's call"
 }
 
 bed_start
 case "$scenario" in
   healthy)
-    run_healthy ""
+    run_healthy
     for ((k = 0; k < bed_hosts; ++k)); do check "host$k's folder holds its own ranks' recorders only" own_recorders_only "$k"; done
     ;;
   mismatch)
-    run_mismatch ""
+    run_mismatch_at_start
     # The same job on one host (host 0, 6 ranks): the same report.
     mkdir -p "$bed/single"
     bed_in 0 env -i PATH="$PATH" LD_LIBRARY_PATH="$nccl_dir" LD_PRELOAD="$shim" TRAINSCOPE_DIR="$bed/single/runs" \
@@ -119,6 +133,7 @@ case "$scenario" in
       >"$bed/single.log" 2>&1 || true
     single=$(mismatch_summary "$bed/single/runs/job" 2>/dev/null) || true
     check "the report across hosts is the one on one host" equals "$(cat "$bed/across-hosts.txt")" "$single"
+    run_mismatch_while_running
     ;;
   node_killed | link_cut)
     # After a cut, host 2's ranks wait in the stand-in's collective for ranks that left (as NCCL would, until its own
@@ -163,26 +178,10 @@ done
     bed_in 2 python3 "$here/delay_proxy.py" 127.0.0.1 39503 10.77.0.1 29503 100 >"$bed/proxy" &
     read -r -t 10 line <"$bed/proxy" || true
     check "the delay proxy listens" equals "${line:-}" listening
-    proxy=TRAINSCOPE_COORDINATOR=127.0.0.1:39503
-    for ((k = 0; k < bed_hosts; ++k)); do
-      bed_launch "$k" "$([ "$k" = 2 ] && echo "$proxy")" "$programs/loop_program" --iterations 500 --pace-ms 2
-    done
-    for ((k = 0; k < bed_hosts; ++k)); do
-    bed_wait "$k"
-    check "healthy: host$k's ranks end with status 0" equals "$bed_status" 0
-done
-    check "healthy: no verdict" no_verdict_files
-    rm -rf "$bed"/host*/runs
-    for ((k = 0; k < bed_hosts; ++k)); do
-      bed_launch "$k" "$([ "$k" = 2 ] && echo "$proxy")" "$programs/scenario_program" --steps 20 --fault half-count \
-        --rank 4 --step 5
-    done
-    for ((k = 0; k < bed_hosts; ++k)); do
-    bed_wait "$k"
-    check "faulty: host$k's ranks stop with 86" equals "$bed_status" 86
-done
-    mismatch_summary "$bed/host0/runs/job" >/dev/null 2>"$bed/latency" || true
-    echo "figure: mismatch verdict with host2 100 ms away: $(cut -d' ' -f2 "$bed/latency") ms after the last rank's call"
+    host_env[2]=TRAINSCOPE_COORDINATOR=127.0.0.1:39503
+    run_healthy
+    run_mismatch_at_start
+    run_mismatch_while_running
     ;;
   *)
     echo "unknown scenario '$scenario'" >&2
