@@ -1224,6 +1224,7 @@ nlohmann::json CoordinatorCore::manifest() const {
     ranks.push_back({{"rank", rank},
                      {"launcher_rank", h->launcher_rank},
                      {"host", h->host},
+                     {"host_id", h->host_id},
                      {"pid", h->pid},
                      {"gpu", gpu},
                      {"driver_version", h->driver_version},

@@ -556,6 +556,7 @@ TEST(CoordinatorHostsTest, AllRanksOfOneHostVanishingTogetherIsAHostLost) {
             std::string::npos)
       << text;
   EXPECT_EQ(reports::vanished_json(report)["host_ranks_lost"], nlohmann::json::array({4, 5}));
+  EXPECT_EQ(core.manifest()["ranks"][4]["host_id"], "boot-a/3/3");  // which ranks share a host, for a reader
 }
 
 // Ranks 0 and 1 on host0, 2 and 3 on host1 (host names only: no host identity).
