@@ -270,6 +270,9 @@ std::string format_desync_text(const DesyncReport& report) {
     }
     out += "; " + std::string(laggard_state_text(m.state)) + "; process " +
            (m.process_gone ? "gone" : "still running") + "\n";
+    if (!m.flight_recorder_elsewhere.empty())
+      out += "    flight recorder on " + m.flight_recorder_elsewhere +
+             ", not on the coordinator's host: its last calls there are unknown here\n";
     out += launches_text(m.launches);
   }
   if (!report.note.empty()) out += "Note: " + report.note + "\n";
@@ -316,6 +319,7 @@ nlohmann::json desync_json(const DesyncReport& report) {
                             {"pid", m.pid},
                             {"state", laggard_state_text(m.state)},
                             {"process_gone", m.process_gone}};
+    if (!m.flight_recorder_elsewhere.empty()) entry["flight_recorder_elsewhere"] = m.flight_recorder_elsewhere;
     if (m.has_last_call) {
       entry["last_call"] = {{"seq", m.last_seq}, {"op", op_text(m.last_op)}, {"start_ns", m.last_call_ns}};
       if (m.last_call_from_recorder) {
@@ -364,6 +368,14 @@ std::string desync_base_name(const DesyncReport& report) {
 std::string format_vanished_text(const VanishedReport& report) {
   std::string out = "Rank " + std::to_string(report.global_rank) +
                     " vanished: its connection to the coordinator dropped without a goodbye.\n";
+  if (!report.host_ranks_lost.empty()) {
+    out += "Host lost: " + (report.host.empty() ? std::string("unknown") : report.host) + ", ranks ";
+    for (size_t i = 0; i < report.host_ranks_lost.size(); ++i) {
+      if (i > 0) out += i + 1 == report.host_ranks_lost.size() ? " and " : ", ";
+      out += std::to_string(report.host_ranks_lost[i]);
+    }
+    out += " vanished together\n";
+  }
   out += "Host: " + (report.host.empty() ? std::string("unknown") : report.host) + ", pid " +
          std::to_string(report.pid) + "\n";
   out += "Time: " + recorder::utc_date_time(report.time_ns) + "\n";
@@ -375,9 +387,16 @@ std::string format_vanished_text(const VanishedReport& report) {
   } else {
     out += "Last call: none seen\n";
   }
-  out += "Flight recorder: " +
-         (report.flight_recorder_path.empty() ? std::string("unknown") : report.flight_recorder_path) +
-         " (its last calls survive the process: trainscope report <run directory>)\n";
+  if (!report.flight_recorder_elsewhere.empty()) {
+    out += "Flight recorder: " +
+           (report.flight_recorder_path.empty() ? std::string("unknown") : report.flight_recorder_path) + " on " +
+           report.flight_recorder_elsewhere +
+           " (not on the coordinator's host: copy that host's run directory, then trainscope report <run directory>)\n";
+  } else {
+    out += "Flight recorder: " +
+           (report.flight_recorder_path.empty() ? std::string("unknown") : report.flight_recorder_path) +
+           " (its last calls survive the process: trainscope report <run directory>)\n";
+  }
   return out;
 }
 
@@ -394,7 +413,11 @@ nlohmann::json vanished_json(const VanishedReport& report) {
           {"time_ns", report.time_ns},
           {"last_call", std::move(last_call)},
           {"last_call_communicator", report.has_last_call ? recorder::hex_id(report.last_call.comm_id) : ""},
-          {"flight_recorder", report.flight_recorder_path}};
+          {"flight_recorder", report.flight_recorder_path},
+          {"flight_recorder_elsewhere", report.flight_recorder_elsewhere.empty()
+                                            ? nlohmann::json(nullptr)
+                                            : nlohmann::json(report.flight_recorder_elsewhere)},
+          {"host_ranks_lost", report.host_ranks_lost}};
 }
 
 std::string vanished_base_name(const VanishedReport& report) {

@@ -80,6 +80,9 @@ struct MissingRank {
   bool last_call_returned = true;
   LaggardState state = LaggardState::kUnknown;
   bool process_gone = false;
+  // Its flight recorder is on another host than the coordinator's (that host's name): its last calls there were not
+  // read, and the last call above is the last one its fingerprints told. Empty: read where it could be, or unknown.
+  std::string flight_recorder_elsewhere;
   // As WaitingRank's: what its GPU streams were doing (a kernel that never finished keeps a rank from arriving).
   bool launches_read = false;
   std::vector<recorder::StreamLastLaunch> launches;
@@ -115,6 +118,12 @@ struct VanishedReport {
   exchange::Fingerprint last_call{};
   exchange::CallStack last_stack{};  // the stack of the last call, when its site's stack is known
   std::string flight_recorder_path;
+  // The recorder is on another host than the coordinator's (another machine, container or mount namespace): the path
+  // is that host's, named so nobody looks for it here. Empty: the coordinator's host, or not known.
+  std::string flight_recorder_elsewhere;
+  // Every rank the coordinator knew on this rank's host vanished together (a node lost, or its link cut): all of
+  // them, sorted, this rank among them. Empty: only some of the host's ranks went, or the host held this rank alone.
+  std::vector<int32_t> host_ranks_lost;
 };
 
 std::string format_mismatch_text(const MismatchReport& report);

@@ -15,6 +15,7 @@ packages=(
   chromium  # the HTML report's test loads the page headless (skipped without it)
   nodejs  # checks the HTML report's script (analysis/html_page/page.js)
   python3 python3-venv python3-pip
+  iproute2 util-linux  # the multi-host test bed: ip, tc, bridges, veth (iproute2); unshare, nsenter (util-linux)
 )
 
 missing=()

@@ -69,6 +69,8 @@ bash tests/bench/whole_job.sh build-ci 8000 5 || echo "whole-job figures failed 
 echo "-- host statistics per core beside memcpy and a plain read (GB/s)"
 build-ci/tests/bench/stats_host_bench --benchmark_min_time=0.1 --benchmark_format=console ||
   echo "statistics figures failed (not a test)"
+echo "-- trainscope's network traffic per rank on the multi-host bed (3 namespaced hosts x 2 ranks; skipped without root)"
+bash tests/bench/multihost_traffic.sh build-ci || echo "multi-host traffic figures failed or skipped (not a test)"
 echo "-- the coordinator: ingest rate and verdict latency with simulated ranks"
 build-ci/tests/bench/coordinator_bench --benchmark_min_time=0.2 --benchmark_format=console ||
   echo "coordinator figures failed (not a test)"

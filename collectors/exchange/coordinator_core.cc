@@ -825,11 +825,70 @@ void CoordinatorCore::on_disconnect(int32_t rank, bool clean, uint64_t now_ns) {
   report.last_call = info.last_call;
   if (info.has_last_call) report.last_stack = stack_of(rank, info.last_call.stack_id);
   report.flight_recorder_path = info.hello.flight_recorder_path;
+  if (!info.hello.host_id.empty() && !options_.own_host_id.empty() && info.hello.host_id != options_.own_host_id)
+    report.flight_recorder_elsewhere = info.hello.host.empty() ? info.hello.host_id : info.hello.host;
   // A rank that had ended all its communicators leaves nobody waiting: worth a report, not a stop.
-  emit_verdict(VerdictKind::kVanished, has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn, 0, 0,
-               std::move(report));
-  info.vanished = true;
-  member_gone(rank, now_ns);
+  vanished_waiting_.push_back({std::move(report), has_live_comm(rank) ? options_.on_desync : VerdictAction::kWarn});
+  info.vanished = true;  // what its going means to its communicators comes after its verdict, at the next tick()
+}
+
+std::string CoordinatorCore::host_key(int32_t rank) const {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || !it->second->has_hello) return {};
+  const Hello& hello = it->second->hello;
+  if (hello.host.empty() && hello.host_id.empty()) return {};
+  return hello.host + "|" + hello.host_id.substr(0, hello.host_id.find('/'));
+}
+
+void CoordinatorCore::emit_vanished(uint64_t now_ns) {
+  // Ranks of one host that vanished together are one verdict; it names the host lost when every rank known there is
+  // gone and some other host still has a live rank (a job that ended everywhere at once lost no host). One pass over
+  // the ranks: a whole job vanishing at once must not cost ranks squared.
+  std::vector<std::pair<reports::VanishedReport, VerdictAction>> waiting;
+  waiting.swap(vanished_waiting_);
+  struct HostRanks {
+    std::vector<int32_t> ranks;
+    bool all_gone = true;
+    size_t live = 0;
+    bool abort = false;  // one of its vanished ranks' verdicts stops the job
+    bool reported = false;
+  };
+  std::unordered_map<std::string, HostRanks> hosts;
+  size_t live_total = 0;
+  for (const auto& [rank, info] : ranks_) {
+    const bool live = info->has_hello && !info->vanished && !info->said_goodbye;
+    live_total += live ? 1 : 0;
+    const std::string key = host_key(rank);
+    if (key.empty()) continue;
+    HostRanks& host = hosts[key];
+    host.ranks.push_back(rank);
+    host.all_gone &= info->vanished;
+    host.live += live ? 1 : 0;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(waiting.size());
+  for (const auto& [report, action] : waiting) {
+    keys.push_back(host_key(report.global_rank));
+    if (!keys.back().empty() && action == VerdictAction::kAbort) hosts[keys.back()].abort = true;
+  }
+  std::vector<int32_t> gone;
+  gone.reserve(waiting.size());
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    auto& [report, action] = waiting[i];
+    gone.push_back(report.global_rank);
+    HostRanks* host = keys[i].empty() ? nullptr : &hosts[keys[i]];
+    if (host != nullptr && host->reported) continue;  // told with the first rank of its host
+    VerdictAction host_action = action;
+    if (host != nullptr && host->all_gone && host->ranks.size() >= 2 && live_total > host->live) {
+      std::sort(host->ranks.begin(), host->ranks.end());
+      report.host_ranks_lost = host->ranks;
+      host->reported = true;
+      if (host->abort) host_action = VerdictAction::kAbort;
+    }
+    emit_verdict(VerdictKind::kVanished, host_action, 0, 0, std::move(report));
+  }
+  // Then the desyncs their going makes certain, after the verdict that says why.
+  for (int32_t rank : gone) member_gone(rank, now_ns);
 }
 
 void CoordinatorCore::on_nonfinite(const NonfiniteMessage& message, uint64_t now_ns) {
@@ -1046,6 +1105,7 @@ void CoordinatorCore::resolve_peer_ranks() {
 
 std::vector<CoreVerdict> CoordinatorCore::tick(uint64_t now_ns) {
   if (unresolved_peers_ > 0) resolve_peer_ranks();
+  if (!vanished_waiting_.empty()) emit_vanished(now_ns);
   // Mismatches whose missing members did not come within the grace period are reported as they are.
   for (size_t i = 0; i < mismatches_waiting_.size();) {
     const auto [id, seq] = mismatches_waiting_[i];
@@ -1164,6 +1224,7 @@ nlohmann::json CoordinatorCore::manifest() const {
     ranks.push_back({{"rank", rank},
                      {"launcher_rank", h->launcher_rank},
                      {"host", h->host},
+                     {"host_id", h->host_id},
                      {"pid", h->pid},
                      {"gpu", gpu},
                      {"driver_version", h->driver_version},

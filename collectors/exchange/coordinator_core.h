@@ -58,6 +58,9 @@ struct CoordinatorOptions {
   size_t max_stacks_per_rank = 4096;
   uint32_t max_mismatch_reports_per_comm = 4;      // later ones on the same communicator are counted, not reported
   uint64_t nonfinite_grace_ns = 1'000'000'000ull;  // a stop on inf/nan waits this long for other ranks' firsts
+  // The coordinator's own host identity (host_identity.h): a vanished rank whose hello names another one has its
+  // flight recorder on that host, and the report says so. Empty: not known, nothing said.
+  std::string own_host_id;
 };
 
 // The origin of the first non-finite value, as the coordinator knew it when it stopped the job: every rank's first
@@ -109,8 +112,13 @@ class CoordinatorCore {
   void on_heartbeat(const Heartbeat& heartbeat, uint64_t now_ns);
   // stopping_job: the rank stops the job on the user's request; from then on desyncs and vanished ranks are expected.
   void on_goodbye(int32_t rank, uint64_t now_ns, bool stopping_job = false);
-  // clean: the connection closed after a goodbye (same as on_goodbye); otherwise the rank vanished.
+  // clean: the connection closed after a goodbye (same as on_goodbye); otherwise the rank vanished. Its verdict
+  // comes from the next tick(): ranks of one host that vanish before it are one verdict, which names the host lost
+  // when every rank known on that host is among them.
   void on_disconnect(int32_t rank, bool clean, uint64_t now_ns);
+  // The key of the host a rank said hello from (its host name and boot id; namespaced "hosts" of one machine differ
+  // by name), empty when it said none.
+  std::string host_key(int32_t rank) const;
   // A rank's first frame with inf/nan (`message.rank` is the authenticated sender). Only the first report of each
   // rank is kept. Its call's stack (message.stack_id) is attached once the rank defined it: a definition that comes
   // after the first changes nonfinite_generation(), so the origin report is rewritten with the stack. With stop_job,
@@ -186,6 +194,9 @@ class CoordinatorCore {
   std::vector<CoreVerdict> ready_;
   std::vector<std::pair<uint64_t, uint64_t>> mismatches_waiting_;  // (comm id, seq) in their grace period
   std::vector<uint64_t> desyncs_waiting_;                          // comm ids whose certain desync waits
+  // Vanished ranks whose verdict the next tick() gives, with the action it takes (in the order they vanished).
+  std::vector<std::pair<reports::VanishedReport, VerdictAction>> vanished_waiting_;
+  void emit_vanished(uint64_t now_ns);
   bool job_stopping_ = false;  // an abort verdict went out: the ranks' exits are expected, not vanishings
   std::map<int32_t, reports::FirstNonfinite> nonfinite_firsts_;  // by global rank, the first report only
   std::map<int32_t, uint32_t> nonfinite_stack_ids_;  // the stack id each first named, while its stack is not known

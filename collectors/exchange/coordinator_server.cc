@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "collectors/exchange/accepted_sockets.h"
+#include "collectors/exchange/host_identity.h"
 #include "collectors/exchange/job_secret.h"
 #include "collectors/exchange/recorder_tail.h"
 
@@ -119,7 +120,9 @@ bool CoordinatorServer::start(std::string* error) {
   ConnectionGateOptions gate_options;
   gate_options.hello_deadline_ns = static_cast<uint64_t>(options_.hello_deadline_ms) * 1000000ull;
   gate_options.max_unauthenticated = options_.max_unauthenticated;
-  auto state = std::make_unique<State>(options_.core, gate_options);
+  CoordinatorOptions core_options = options_.core;
+  if (core_options.own_host_id.empty()) core_options.own_host_id = host_identity();
+  auto state = std::make_unique<State>(core_options, gate_options);
   try {
     state->router.set(zmq::sockopt::linger, 500);  // verdicts in flight at stop get half a second
     state->router.set(zmq::sockopt::router_mandatory, 1);
@@ -127,7 +130,7 @@ bool CoordinatorServer::start(std::string* error) {
     state->router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxMessageBytes));
     state->router.set(zmq::sockopt::sndhwm, 10000);
     state->router.set(zmq::sockopt::rcvhwm, 100000);
-    state->router.set(zmq::sockopt::heartbeat_ivl, 1000);
+    state->router.set(zmq::sockopt::heartbeat_ivl, options_.heartbeat_interval_ms);
     state->router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
     state->router.set(zmq::sockopt::heartbeat_ttl, options_.heartbeat_timeout_ms);
     // A backstop only: the hello deadline closes a connection first, and counts it (ConnectionGate).
@@ -256,18 +259,26 @@ void CoordinatorServer::run() {
   // A desync's missing ranks as their own flight recorders have them, where those are readable from here: a rank
   // frozen (SIGSTOP, a hang of its own) keeps its last fingerprints, and the coordinator alone would name a call it
   // had long passed, and the wrong call for the divergence.
-  char own_host[256] = "";
-  if (gethostname(own_host, sizeof(own_host) - 1) != 0) own_host[0] = '\0';
+  // Only where the rank's host identity is the coordinator's does its path name the same file: a rank on another
+  // machine, container or mount namespace has its recorder there, and the report says so instead of guessing.
+  const std::string own_host_id = host_identity();
+  const auto readable_here = [&](const Hello* hello) {
+    return hello != nullptr && same_host_identity(hello->host_id, own_host_id);
+  };
+  const auto elsewhere = [&](const Hello* hello) -> std::string {
+    if (hello == nullptr || hello->host_id.empty() || own_host_id.empty() || hello->host_id == own_host_id) return {};
+    return hello->host.empty() ? hello->host_id : hello->host;
+  };
   auto read_missing_from_recorders = [&](CoreVerdict& verdict) {
     auto* desync = std::get_if<reports::DesyncReport>(&verdict.report);
-    if (desync == nullptr || desync->point_to_point || desync->missing.empty() || own_host[0] == '\0') return;
+    if (desync == nullptr || desync->point_to_point || desync->missing.empty()) return;
     bool corrected = false;
     uint64_t first_not_reached = UINT64_MAX;  // by some missing rank
     for (reports::MissingRank& m : desync->missing) {
       const Hello* hello = s.core.hello_of(m.global_rank);
+      m.flight_recorder_elsewhere = elsewhere(hello);
       RecordedCall call;
-      if (hello != nullptr && hello->host == own_host &&
-          latest_recorded_collective(hello->flight_recorder_path, desync->comm_id, &call) &&
+      if (readable_here(hello) && latest_recorded_collective(hello->flight_recorder_path, desync->comm_id, &call) &&
           (!m.has_last_call || call.seq > m.last_seq)) {
         m.has_last_call = true;
         m.last_seq = call.seq;
@@ -302,11 +313,10 @@ void CoordinatorServer::run() {
   // not a missing collective call).
   auto read_launches_from_recorders = [&](CoreVerdict& verdict) {
     auto* desync = std::get_if<reports::DesyncReport>(&verdict.report);
-    if (desync == nullptr || own_host[0] == '\0') return;
+    if (desync == nullptr) return;
     const auto read = [&](int32_t global_rank, bool* launches_read, std::vector<recorder::StreamLastLaunch>* out) {
       const Hello* hello = s.core.hello_of(global_rank);
-      *launches_read =
-          hello != nullptr && hello->host == own_host && recorded_last_launches(hello->flight_recorder_path, out);
+      *launches_read = readable_here(hello) && recorded_last_launches(hello->flight_recorder_path, out);
     };
     for (reports::WaitingRank& w : desync->waiting) read(w.global_rank, &w.launches_read, &w.launches);
     for (reports::MissingRank& m : desync->missing) read(m.global_rank, &m.launches_read, &m.launches);
@@ -616,12 +626,21 @@ void CoordinatorServer::run() {
   };
 
   auto settle_disconnects = [&](uint64_t now_ns) {
+    // A host lost drops all its ranks' connections within a heartbeat of each other: once one of them is due, the
+    // others of its host that dropped too are settled with it, so the core tells them as one lost host.
+    std::set<std::string> due_hosts;
+    for (const auto& [rank, times] : s.dropped_connections) {
+      if (now_ns >= times.second && s.last_message_ns[rank] <= times.first) {
+        const std::string key = s.core.host_key(rank);
+        if (!key.empty()) due_hosts.insert(key);
+      }
+    }
     for (auto it = s.dropped_connections.begin(); it != s.dropped_connections.end();) {
       const auto [dropped_at, report_after] = it->second;
       const uint64_t last = s.last_message_ns[it->first];
       if (last > dropped_at) {
         it = s.dropped_connections.erase(it);  // it came back
-      } else if (now_ns >= report_after) {
+      } else if (now_ns >= report_after || (!due_hosts.empty() && due_hosts.count(s.core.host_key(it->first)) != 0)) {
         s.core.on_disconnect(it->first, false, now_ns);  // a rank that said goodbye is ignored by the core
         it = s.dropped_connections.erase(it);
       } else {

@@ -49,10 +49,15 @@ struct CoordinatorServerOptions {
   std::string token;         // the job token every hello must present
   std::string run_dir;       // reports and manifest.json go here (created 0700 when missing)
   CoordinatorOptions core;
-  int tick_interval_ms = 50;         // how often timeouts are checked when no message arrives
-  int vanish_grace_ms = 500;         // a dropped connection that does not come back in time is a vanished rank (the
-                                     // kernel tells of a dead process at once; a network blip reconnects in 100 ms)
-  int heartbeat_timeout_ms = 15000;  // ZeroMQ-level: a silent connection is closed (then counted as a drop)
+  int tick_interval_ms = 50;  // how often timeouts are checked when no message arrives
+  int vanish_grace_ms = 500;  // a dropped connection that does not come back in time is a vanished rank (the
+                              // kernel tells of a dead process at once; a network blip reconnects in 100 ms)
+  // ZeroMQ-level pings to every rank: a connection that leaves one unanswered for heartbeat_timeout_ms is closed (then
+  // counted as a drop), so a host whose link was cut is a vanished host within about interval + timeout + vanish
+  // grace (2-2.5 s), not when TCP gives up. The ranks do not ping back on their own (that would double the idle
+  // traffic): they see a cut link by TCP_USER_TIMEOUT on their answers and heartbeats.
+  int heartbeat_interval_ms = 250;
+  int heartbeat_timeout_ms = 1500;
   size_t max_peers = 1u << 16;
   int hello_deadline_ms = 5000;     // accept to valid hello; ZeroMQ's own handshake limit is a second more
   size_t max_unauthenticated = 64;  // connections without a valid hello at once (or the rank count, when larger)

@@ -209,9 +209,7 @@ void ExchangeClient::run() {
     socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxMessageBytes));
     socket.set(zmq::sockopt::reconnect_ivl, options_.reconnect_interval_ms);
     socket.set(zmq::sockopt::reconnect_ivl_max, options_.reconnect_interval_max_ms);
-    socket.set(zmq::sockopt::heartbeat_ivl, 1000);
-    socket.set(zmq::sockopt::heartbeat_timeout, 10000);
-    socket.set(zmq::sockopt::heartbeat_ttl, 10000);
+    socket.set(zmq::sockopt::tcp_maxrt, options_.link_timeout_ms);
     // A listener that never completes the handshake (a program that is not a coordinator) is left in bounded time.
     socket.set(zmq::sockopt::handshake_ivl, options_.handshake_timeout_ms);
     // The coordinator's public key comes from the job's secret: only the job's own coordinator can complete the

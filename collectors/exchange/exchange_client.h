@@ -48,7 +48,11 @@ struct ExchangeClientOptions {
   size_t queue_capacity = 1u << 16;  // fingerprints (rounded up to a power of two)
   size_t max_batch = 1024;           // fingerprints per message (at most kMaxFingerprintsPerBatch)
   int flush_interval_ms = 50;        // a partial batch waits at most this long
-  int heartbeat_interval_ms = 1000;
+  int heartbeat_interval_ms = 1000;  // the calls the rank is inside, for desync reports
+  // TCP_USER_TIMEOUT (ZMQ_TCP_MAXRT): data the coordinator has not acknowledged this long (the answers to its pings
+  // every 250 ms, the heartbeats) closes the connection, so a cut link is seen within about 2.5 s, whatever TCP would
+  // wait. The coordinator pings; the rank only answers (CoordinatorServerOptions::heartbeat_interval_ms).
+  int link_timeout_ms = 1500;
   int reconnect_interval_ms = 100;  // ZMQ_RECONNECT_IVL, backing off to reconnect_interval_max_ms
   int reconnect_interval_max_ms = 5000;
   int unreachable_warning_ms = 3000;  // no connection for this long: one warning

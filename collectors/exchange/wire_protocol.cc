@@ -160,6 +160,7 @@ Hello decode_hello(ByteReader& r) {
   m.nccl_version = r.get_string("nccl_version", kMaxShortStringBytes);
   m.kernel_release = r.get_string("kernel_release", kMaxShortStringBytes);
   m.flight_recorder_path = r.get_string("flight_recorder_path", kMaxPathBytes);
+  m.host_id = r.get_string("host_id", kMaxShortStringBytes);
   return m;
 }
 
@@ -297,6 +298,7 @@ std::vector<uint8_t> encode(const Hello& m) {
   w.put_string(m.nccl_version, kMaxShortStringBytes);
   w.put_string(m.kernel_release, kMaxShortStringBytes);
   w.put_string(m.flight_recorder_path, kMaxPathBytes);
+  w.put_string(m.host_id, kMaxShortStringBytes);
   finish(out, start);
   return out;
 }

@@ -26,8 +26,9 @@ inline constexpr uint32_t kWireMagic = 0x43585354;  // "TSXC" in little-endian b
 // native frames, and the first-inf/nan message names the stack of its call (2: the first-inf/nan message carries
 // the send/recv's communicator rank and peer). A peer of another version is refused by name ("protocol version 2,
 // expected 3"), never misread. 4: a batch's fingerprints are delta-coded (fingerprint_codec.h), 12-20 bytes each
-// instead of 85.
-inline constexpr uint16_t kWireVersion = 4;
+// instead of 85. 5: the hello carries the rank's host_id (host_identity.h), so the coordinator reads a rank's flight
+// recorder only where its path names the same file, and never judges a process of another host by its pid.
+inline constexpr uint16_t kWireVersion = 5;
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kMaxMessageBytes = 4u << 20;  // larger frames are refused before decoding
 
@@ -92,6 +93,9 @@ struct Hello {
   std::string nccl_version;
   std::string kernel_release;
   std::string flight_recorder_path;
+  // Which machine, process tree and file system the rank lives in: "<boot id>/<pid ns inode>/<mount ns inode>"
+  // (host_identity.h); empty when unknown. The host name is no such proof: containers and namespaces share names.
+  std::string host_id;
   bool operator==(const Hello&) const = default;
 };
 

@@ -25,6 +25,7 @@
 #include "base/printable.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
+#include "collectors/exchange/host_identity.h"
 #include "collectors/exchange/job_secret.h"
 #include "kernels/cuda_devices.h"
 #include "reports/recorder_report.h"
@@ -260,6 +261,7 @@ class Exchange {
     options.hello.host = setup_.host;
     options.hello.nccl_version = nccl_version_text(setup_.nccl_version);
     options.hello.flight_recorder_path = setup_.recorder_path;
+    options.hello.host_id = exchange::host_identity();
     struct utsname names;
     if (uname(&names) == 0) options.hello.kernel_release = names.release;
     describe_gpu(setup_.local_rank, &options.hello);

@@ -5,6 +5,12 @@
 // a send/recv ring in a group (6 calls), each of --count elements: the whole-job benchmark's loop
 // (tests/bench/whole_job.sh).
 //
+// --pace-ms N: each iteration starts N ms after the previous one started (a step's compute, for jobs that run across
+// the multi-host test bed for a known time at a known collective rate).
+//
+// --half-count-rank R --at N: at iteration N (0-based), rank R all-reduces half the count: a mismatch in a job that
+// is already running (the stand-in NCCL then blocks, as NCCL would; trainscope stops the job).
+//
 // --nofile N lowers the process's soft descriptor limit to N at its start (`ulimit -n N`); --open-files N --after
 // FILE: rank 0, after its first all-reduce, waits (at most 60 s) for FILE to exist, then opens N files at once, as a
 // checkpoint or a data loader would, says how many it could, and exits 3 after its loop if any failed.
@@ -12,6 +18,7 @@
 #include <nccl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +64,9 @@ int main(int argc, char** argv) {
   int open_count = 0;
   std::string after;
   bool mix = false;
+  long pace_ms = 0;
+  int fault_rank = -1;
+  long fault_at = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atol(argv[++i]);
@@ -71,11 +81,19 @@ int main(int argc, char** argv) {
       open_count = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
       after = argv[++i];
+    } else if (std::strcmp(argv[i], "--half-count-rank") == 0 && i + 1 < argc) {
+      fault_rank = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--at") == 0 && i + 1 < argc) {
+      fault_at = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--pace-ms") == 0 && i + 1 < argc) {
+      pace_ms = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--mix") == 0) {
       mix = true;
     } else {
       std::fprintf(stderr,
-                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--mix] [--nofile N] "
+                   "usage: loop_program [--iterations N (0: forever)] [--count N] [--mix] [--pace-ms N] "
+                   "[--half-count-rank R --at N] "
+                   "[--nofile N] "
                    "[--open-files N --after FILE]\n");
       return 2;
     }
@@ -90,8 +108,18 @@ int main(int argc, char** argv) {
   const int right = (job.rank + 1) % job.world;
   const int left = (job.rank + job.world - 1) % job.world;
   int emfile = 0;
+  timespec next{};
+  clock_gettime(CLOCK_MONOTONIC, &next);
   for (long it = 0; iterations == 0 || it < iterations; ++it) {
-    tsprog::check(ncclAllReduce(buf.data(), buf.data(), count, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
+    if (pace_ms > 0) {
+      next.tv_nsec += pace_ms % 1000 * 1000000;
+      next.tv_sec += pace_ms / 1000 + next.tv_nsec / 1000000000;
+      next.tv_nsec %= 1000000000;
+      while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+      }
+    }
+    const size_t n = job.rank == fault_rank && it == fault_at ? count / 2 : count;
+    tsprog::check(ncclAllReduce(buf.data(), buf.data(), n, ncclFloat32, ncclAvg, comm, nullptr), "allreduce");
     if (mix) {
       tsprog::check(ncclBroadcast(buf.data(), buf.data(), count, ncclFloat32, 0, comm, nullptr), "broadcast");
       tsprog::check(ncclAllGather(buf.data(), gathered.data(), count, ncclFloat32, comm, nullptr), "allgather");

@@ -3,10 +3,12 @@
 // bounds, and the job manifest's warnings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "collectors/exchange/coordinator_core.h"
+#include "collectors/exchange/host_identity.h"
 
 namespace trainscope::exchange {
 namespace {
@@ -515,6 +517,89 @@ TEST_F(CoreTest, VanishedRankReportShowsTheStackOfItsLastCall) {
                       "Flight recorder: "),
             std::string::npos)
       << text;
+}
+
+// All ranks of one host gone in the same settling (a node lost, its link cut): one verdict naming the host and its
+// ranks; the recorder of a rank of another host is named as that host's.
+TEST(CoordinatorHostsTest, AllRanksOfOneHostVanishingTogetherIsAHostLost) {
+  CoordinatorOptions options;
+  options.own_host_id = "boot-a/1/1";
+  CoordinatorCore core(options);
+  const std::vector<std::pair<std::string, std::string>> hosts = {
+      {"host0", "boot-a/1/1"}, {"host1", "boot-a/2/2"}, {"host2", "boot-a/3/3"}};
+  for (int32_t rank = 0; rank < 6; ++rank) {
+    Hello hello;
+    hello.global_rank = rank;
+    hello.world_size = 6;
+    hello.pid = 10 + rank;
+    hello.host = hosts[static_cast<size_t>(rank / 2)].first;
+    hello.host_id = hosts[static_cast<size_t>(rank / 2)].second;
+    hello.flight_recorder_path = "/runs/r1/rank" + std::to_string(rank) + ".tsrec";
+    core.on_hello(hello, kT0);
+  }
+  for (int32_t rank = 0; rank < 6; ++rank) {
+    Fingerprint f = call(rank, 6, 1, Op::kAllReduce, 8);
+    core.on_fingerprints(rank, std::span<const Fingerprint>(&f, 1), 0, kT0);
+  }
+  core.on_disconnect(5, false, kT0 + kSecond);
+  core.on_disconnect(4, false, kT0 + kSecond);
+  auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].kind, VerdictKind::kVanished);
+  EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
+  const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
+  EXPECT_EQ(report.host_ranks_lost, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(report.flight_recorder_elsewhere, "host2");
+  const std::string text = reports::format_vanished_text(report);
+  EXPECT_NE(text.find("Host lost: host2, ranks 4 and 5 vanished together\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Flight recorder: /runs/r1/rank5.tsrec on host2 (not on the coordinator's host"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(reports::vanished_json(report)["host_ranks_lost"], nlohmann::json::array({4, 5}));
+  EXPECT_EQ(core.manifest()["ranks"][4]["host_id"], "boot-a/3/3");  // which ranks share a host, for a reader
+}
+
+// Ranks 0 and 1 on host0, 2 and 3 on host1 (host names only: no host identity).
+void hellos_from_two_hosts(CoordinatorCore& core) {
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    Hello hello;
+    hello.global_rank = rank;
+    hello.world_size = 4;
+    hello.host = rank < 2 ? "host0" : "host1";
+    core.on_hello(hello, kT0);
+  }
+}
+
+TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
+  CoordinatorCore core;
+  hellos_from_two_hosts(core);
+  for (int32_t rank = 0; rank < 4; ++rank) core.on_disconnect(rank, false, kT0 + kSecond);
+  const auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 4u);  // one per rank, as on one host
+  for (const CoreVerdict& verdict : verdicts)
+    EXPECT_TRUE(std::get<reports::VanishedReport>(verdict.report).host_ranks_lost.empty());
+}
+
+TEST(CoordinatorHostsTest, HostIdentityIsBootIdAndNamespaces) {
+  const std::string id = host_identity();
+  ASSERT_FALSE(id.empty()) << "this test runs where /proc tells the boot id";
+  EXPECT_EQ(std::count(id.begin(), id.end(), '/'), 2) << id;
+  EXPECT_EQ(id.find('/'), 36u) << id;  // a UUID first
+  EXPECT_TRUE(same_host_identity(id, host_identity()));
+  EXPECT_FALSE(same_host_identity("", ""));
+  EXPECT_FALSE(same_host_identity(id, id.substr(0, id.rfind('/')) + "/1"));
+}
+
+TEST(CoordinatorHostsTest, OneRankOfAHostVanishingIsNoHostLost) {
+  CoordinatorCore core;
+  hellos_from_two_hosts(core);
+  core.on_disconnect(3, false, kT0 + kSecond);
+  auto verdicts = core.tick(kT0 + kSecond);
+  ASSERT_EQ(verdicts.size(), 1u);
+  const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
+  EXPECT_TRUE(report.host_ranks_lost.empty());
+  EXPECT_TRUE(report.flight_recorder_elsewhere.empty()) << "the coordinator's own identity is not known";
+  EXPECT_EQ(reports::format_vanished_text(report).find("Host lost"), std::string::npos);
 }
 
 TEST_F(CoreTest, GoodbyeThenDisconnectIsNoReport) {

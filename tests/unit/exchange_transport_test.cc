@@ -33,6 +33,7 @@
 #include "collectors/exchange/accepted_sockets.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
+#include "collectors/exchange/host_identity.h"
 #include "collectors/exchange/job_secret.h"
 #include "tests/support/subprocess.h"
 
@@ -237,6 +238,11 @@ class TransportTest : public ::testing::Test {
     if (log) options.log = log->sink();
     return options;
   }
+
+  // Rank 0 waits in all-reduce #5; rank 1 made calls #1 to #4, of which only #1 to #3 reached the coordinator before
+  // it froze, and its flight recorder (written under `host`) holds all four. `rank1_host_id` is the host identity rank
+  // 1's hello names. Returns the coordinator's first verdict (a desync), or a default verdict when none came.
+  Verdict silent_rank_verdict(const std::string& host, const std::string& rank1_host_id);
 
   testing::TempDir dir_;
   LogCapture server_log_;
@@ -634,12 +640,7 @@ TEST_F(TransportTest, ARankThatLeftBeforeItsHelloWasReadIsNotCountedAsConnected)
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/run/vanished-rank1.txt"));
 }
 
-// The race of issue 11 ("at call #133 ... Process 1: last call #132" while rank 1's recorder showed #133-#136): a rank
-// frozen (SIGSTOP) keeps its last fingerprints; the coordinator reads its flight recorder, on this host, instead.
-TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
-  char host[256] = "";
-  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
-  // Rank 1 made calls #1 to #4; only #1 to #3 reached the coordinator before it froze.
+Verdict TransportTest::silent_rank_verdict(const std::string& host, const std::string& rank1_host_id) {
   const std::string recorder_path = dir_.path() + "/rank-1.tsrec";
   recorder::Writer writer;
   recorder::WriterOptions o{};
@@ -650,10 +651,10 @@ TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
   o.pid = 1001;
   o.launcher_rank = 1;
   o.launcher_world = 2;
-  o.host = host;
+  o.host = host.c_str();
   o.run_id = "job";
   o.exe = "/bin/job";
-  ASSERT_EQ(writer.open(o), 0);
+  EXPECT_EQ(writer.open(o), 0);
   for (uint64_t seq = 1; seq <= 4; ++seq) {
     recorder::Record r{};
     r.comm_id = kComm;
@@ -669,31 +670,52 @@ TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
   options.on_verdict = verdicts.sink();
   CoordinatorServer server(options);
   std::string error;
-  ASSERT_TRUE(server.start(&error)) << error;
+  EXPECT_TRUE(server.start(&error)) << error;
   ExchangeClientOptions waiting = client_options(server.endpoint(), 0, nullptr, nullptr);
-  waiting.hello.host = host;
+  waiting.hello.host_id = host_identity();
   waiting.inside_calls = [] {
     return std::vector<HeartbeatCall>{{kComm, 5, 1700000000000000005ull, static_cast<uint16_t>(Op::kAllReduce)}};
   };
   ExchangeClientOptions frozen = client_options(server.endpoint(), 1, nullptr, nullptr);
   frozen.hello.host = host;
+  frozen.hello.host_id = rank1_host_id;
   frozen.hello.flight_recorder_path = recorder_path;
   ExchangeClient rank0(waiting);
   ExchangeClient rank1(frozen);
   rank0.start();
   rank1.start();
-  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE(rank0.push(all_reduce(0, 2, seq, 1024)));
-  for (uint64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(rank1.push(all_reduce(1, 2, seq, 1024)));
-  ASSERT_TRUE(wait_until([&] { return !verdicts.get().empty(); }));
-  const Verdict verdict = verdicts.get().front();
+  for (uint64_t seq = 1; seq <= 5; ++seq) EXPECT_TRUE(rank0.push(all_reduce(0, 2, seq, 1024)));
+  for (uint64_t seq = 1; seq <= 3; ++seq) EXPECT_TRUE(rank1.push(all_reduce(1, 2, seq, 1024)));
+  EXPECT_TRUE(wait_until([&] { return !verdicts.get().empty(); }));
+  const std::vector<Verdict> got = verdicts.get();
+  rank0.abandon();
+  rank1.abandon();
+  writer.close(0);
+  return got.empty() ? Verdict{} : got.front();
+}
+
+// The race of issue 11 ("at call #133 ... Process 1: last call #132" while rank 1's recorder showed #133-#136): a rank
+// frozen (SIGSTOP) keeps its last fingerprints; the coordinator reads its flight recorder, on this host, instead.
+TEST_F(TransportTest, ASilentRanksLastCallComesFromItsFlightRecorder) {
+  char host[256] = "";
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const Verdict verdict = silent_rank_verdict(host, host_identity());  // the coordinator's host
   EXPECT_EQ(verdict.kind, VerdictKind::kDesync);
   EXPECT_EQ(verdict.seq, 5u);
   EXPECT_NE(verdict.text.find("at call #5 (`ncclAllReduce`)"), std::string::npos) << verdict.text;
   EXPECT_NE(verdict.text.find("last call #4 `ncclAllReduce`"), std::string::npos) << verdict.text;
   EXPECT_NE(verdict.text.find("(from its flight recorder: it returned"), std::string::npos) << verdict.text;
-  rank0.abandon();
-  rank1.abandon();
-  writer.close(0);
+}
+
+// A rank of another host (another boot, pid or mount namespace) names a recorder path that is not the coordinator's
+// file, even where a file of that name exists here: the report says where its recorder is, and reads nothing.
+TEST_F(TransportTest, ARecorderOnAnotherHostIsNamedNotRead) {
+  const Verdict verdict = silent_rank_verdict("host2", "00000000-0000-0000-0000-000000000002/1/2");
+  EXPECT_EQ(verdict.kind, VerdictKind::kDesync);
+  EXPECT_EQ(verdict.seq, 4u);  // what its fingerprints told: the recorder's #4 is on host2
+  EXPECT_EQ(verdict.text.find("from its flight recorder"), std::string::npos) << verdict.text;
+  EXPECT_NE(verdict.text.find("flight recorder on host2, not on the coordinator's host"), std::string::npos)
+      << verdict.text;
 }
 
 TEST_F(TransportTest, ClientWithoutCoordinatorKeepsGoingAndConnectsWhenOneAppears) {

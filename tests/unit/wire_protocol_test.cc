@@ -49,6 +49,7 @@ Hello sample_hello() {
   hello.nccl_version = "2.21.5";
   hello.kernel_release = "6.1.0";
   hello.flight_recorder_path = "/tmp/run/rank3.tsfr";
+  hello.host_id = "0b6c2f5e-1f0a-4c1e-9d51-7f3a2b1c0d9e/4026531836/4026531841";
   return hello;
 }
 
@@ -217,8 +218,9 @@ TEST(WireProtocolTest, MalformedInputIsRefusedWithAReason) {
   auto long_token = encode(sample_hello());
   poke(long_token, kHeaderBytes, 100000, 4);
   expect_refused(long_token, "token is 100000 bytes");
-  auto overrunning_token = encode(sample_hello());
-  poke(overrunning_token, kHeaderBytes, 200, 4);
+  auto overrunning_token = encode(sample_hello());  // one byte more than the rest of the frame, within the limit
+  ASSERT_LE(overrunning_token.size() - kHeaderBytes - 3, kMaxTokenBytes);
+  poke(overrunning_token, kHeaderBytes, overrunning_token.size() - kHeaderBytes - 3, 4);
   expect_refused(overrunning_token, "truncated in token");
 
   // A batch claiming more fingerprints than the frame carries, or more than allowed.
@@ -391,12 +393,12 @@ TEST(WireProtocolTest, MalformedStackDefinitionsAreRefused) {
 }
 
 TEST(WireProtocolTest, APeerOfAnOlderVersionIsRefusedByName) {
-  EXPECT_EQ(kWireVersion, 4);
+  EXPECT_EQ(kWireVersion, 5);
   FingerprintBatch batch;
   batch.fingerprints = {sample_fingerprint(1)};
   for (auto bytes : {encode(sample_stack()), encode(sample_nonfinite()), encode(sample_hello()), encode(batch)}) {
-    poke(bytes, 4, 3, 2);
-    expect_refused(bytes, "protocol version 3, expected 4");
+    poke(bytes, 4, 4, 2);
+    expect_refused(bytes, "protocol version 4, expected 5");
   }
 }
 
