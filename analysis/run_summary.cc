@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -50,7 +51,10 @@ Analysis analyse(const RunSummary& summary) {
   traces_line(summary, &a);
   unreadable_line(summary, &a);
   if (a.nothing_wrong) {
-    a.lines.insert(a.lines.begin(), "nothing went wrong: no inf/nan, mismatch, desync, vanished rank or crash found");
+    // Built anew rather than inserted at the front: GCC 12's -Wnull-dereference misreads vector::insert here.
+    std::vector<std::string> lines{"nothing went wrong: no inf/nan, mismatch, desync, vanished rank or crash found"};
+    lines.insert(lines.end(), std::make_move_iterator(a.lines.begin()), std::make_move_iterator(a.lines.end()));
+    a.lines = std::move(lines);
   }
   return a;
 }
