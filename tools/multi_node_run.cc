@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shim/config.h"
+
 namespace trainscope::tools {
 namespace {
 
@@ -64,34 +66,18 @@ std::string scheduler_run_id(char** env, const std::vector<std::string>& command
 }
 
 bool split_host_port(const std::string& text, std::string* host, uint16_t* port, std::string* error) {
-  const std::string accepted = "accepted HOST:PORT or [IPv6]:PORT, PORT 1-65535";
-  size_t colon;
-  if (!text.empty() && text[0] == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      *error = "'" + text + "': " + accepted;
-      return false;
-    }
-    *host = text.substr(1, close - 1);
-    colon = close + 1;
-  } else {
-    colon = text.rfind(':');
-    if (colon == std::string::npos || text.find(':') != colon) {
-      *error = "'" + text + "': " + accepted;
-      return false;
-    }
-    *host = text.substr(0, colon);
-  }
-  const std::string digits = text.substr(colon + 1);
-  unsigned long value = 0;
-  bool ok = !host->empty() && !digits.empty() && digits.size() <= 5;
-  for (char c : digits) ok = ok && c >= '0' && c <= '9';
-  if (ok) value = std::stoul(digits);
-  if (!ok || value == 0 || value > 65535) {
-    *error = "'" + text + "': " + accepted;
+  // TRAINSCOPE_COORDINATOR's grammar, checked by its own parser so that the command and the ranks accept the same.
+  std::string entry = "TRAINSCOPE_COORDINATOR=" + text;
+  char* env[] = {entry.data(), nullptr};
+  Config config;
+  char why[512];
+  if (!parse_config(env, &config, why, sizeof(why)) || config.coordinator_mode != CoordinatorMode::kAddress) {
+    *error = "'" + text + "': accepted HOST:PORT or [IPv6]:PORT, PORT 1-65535";
     return false;
   }
-  *port = static_cast<uint16_t>(value);
+  *host = config.coordinator_host;
+  if (host->size() >= 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
+  *port = config.coordinator_port;
   return true;
 }
 
