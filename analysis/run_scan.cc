@@ -25,34 +25,26 @@ constexpr uint64_t kMaxReportBytes = 64ull << 20;     // a report larger than th
 constexpr uint64_t kMaxTraceScanBytes = 16ull << 20;  // larger traces are listed, not scanned for batches
 constexpr size_t kMaxJsonDepth = 256;                 // deeper nesting is refused before parsing (stack)
 
-constexpr KindInfo kKinds[] = {
-    {ReportKind::kOrigin, "origin", "origin", "nonfinite_origin", nullptr},
-    {ReportKind::kMismatch, "mismatch-", "mismatch", "mismatch", nullptr},
-    {ReportKind::kDesync, "desync-", "desync", "desync", nullptr},
-    {ReportKind::kVanished, "vanished-rank", "vanished", "vanished", "process"},
-    {ReportKind::kNonfinite, "nonfinite-rank", "nonfinite", "inf_nan_detected", "rank", "nonfinite-pid"},
-    {ReportKind::kOverflowStreak, "overflow-streak-rank", "overflow_streak", "overflow_streak", "rank",
-     "overflow-streak-pid"},
-    {ReportKind::kNearOverflow, "near-overflow-rank", "near_overflow", "near_overflow", "rank", "near-overflow-pid"},
-    {ReportKind::kStop, "stop-rank", "stop", "stop", "rank", "stop-pid"},
-    {ReportKind::kCudaError, "cuda-error-rank", "cuda_error", "cuda_error", "process"},
-    {ReportKind::kStepSkipped, "step-skipped-rank", "step_skipped", "step_skipped", "rank", "step-skipped-pid"},
-};
-
-const KindInfo& info_of(ReportKind kind) {
-  for (const KindInfo& info : kKinds)
-    if (info.kind == kind) return info;
-  return kKinds[0];
-}
-
 // The kind a report's base name says it is: "origin", "origin-2", "mismatch-...", "nonfinite-rank3", ...
 const KindInfo* kind_of_name(std::string_view base) {
-  if (base == "origin" || base.starts_with("origin-")) return &kKinds[0];
-  for (const KindInfo& info : kKinds) {
-    if (info.kind == ReportKind::kOrigin) continue;
-    if (base.starts_with(info.prefix) && base.size() > std::strlen(info.prefix)) return &info;
-    if (info.pid_prefix != nullptr && base.starts_with(info.pid_prefix) && base.size() > std::strlen(info.pid_prefix))
-      return &info;
+  for (const KindInfo& info : run_files::kReportKinds) {
+    const auto named = [&](const std::string& prefix) {
+      return base.starts_with(prefix) && base.size() > prefix.size();
+    };
+    switch (info.naming) {
+      case run_files::ReportNaming::kFixed:
+        if (base == info.stem || named(run_files::call_prefix(info))) return &info;
+        break;
+      case run_files::ReportNaming::kPerCall:
+        if (named(run_files::call_prefix(info))) return &info;
+        break;
+      case run_files::ReportNaming::kPerRank:
+        if (named(run_files::rank_prefix(info))) return &info;
+        break;
+      case run_files::ReportNaming::kPerRankOrPid:
+        if (named(run_files::rank_prefix(info)) || named(run_files::pid_prefix(info))) return &info;
+        break;
+    }
   }
   return nullptr;
 }
@@ -194,7 +186,11 @@ bool parse_json(const std::string& text, json* out, std::string* error) {
 
 // ---- Directory scan ----------------------------------------------------------------------------------------------
 
-constexpr std::string_view kNoCallsSuffix = ".no-nccl-calls.json";  // shim/nccl_presence.h writes these
+using run_files::kNoCallsSuffix;  // shim/nccl_presence.h writes these
+
+// trace-rank<R> and trace-pid<P> (engine_frames.cc names them like the per-rank reports).
+std::string trace_rank_prefix() { return std::string(run_files::kTraceStem) + "-rank"; }
+std::string trace_pid_prefix() { return std::string(run_files::kTraceStem) + "-pid"; }
 
 fs::path root_of(const std::string& dir) { return fs::path(dir); }
 
@@ -286,8 +282,9 @@ void load_report(const fs::path& dir, const KindInfo& info, ReportFiles* r, std:
   if (!r->text_exists && r->json_exists) unreadable->push_back({r->text_file(), "missing"});
   if (info.rank_key != nullptr) {
     r->rank = r->has_json ? rank_member(r->json, info.rank_key) : -1;
-    if (r->rank < 0) r->rank = rank_of_name(r->base_name, info.prefix);
-    if (r->rank < 0 && info.pid_prefix != nullptr) r->pid = std::max(0, rank_of_name(r->base_name, info.pid_prefix));
+    if (r->rank < 0) r->rank = rank_of_name(r->base_name, run_files::rank_prefix(info));
+    if (r->rank < 0 && info.naming == run_files::ReportNaming::kPerRankOrPid)
+      r->pid = std::max(0, rank_of_name(r->base_name, run_files::pid_prefix(info)));
   }
 }
 
@@ -390,9 +387,11 @@ bool is_run_file_name(std::string_view name) {
   const fs::path path{std::string(name)};
   const std::string extension = path.extension().string();
   const std::string base = path.stem().string();
-  if (extension == ".tsrec" || extension == ".log") return true;  // recorders and the ranks' logs
-  if (name == "manifest.json" || name == kJobEndFile || name.ends_with(kNoCallsSuffix)) return true;
-  if (base.starts_with("trace-rank") && (extension == ".txt" || extension == ".jsonl")) return true;
+  if (extension == run_files::kRecorderExtension || extension == run_files::kLogExtension) return true;
+  if (name == run_files::kManifestFile || name == kJobEndFile || name.ends_with(kNoCallsSuffix)) return true;
+  if ((base.starts_with(trace_rank_prefix()) || base.starts_with(trace_pid_prefix())) &&
+      (extension == ".txt" || extension == ".jsonl"))
+    return true;
   return (extension == ".txt" || extension == ".json") && kind_of_name(base) != nullptr;
 }
 
@@ -420,7 +419,7 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
     const std::string name = path.filename().string();
     const std::string extension = path.extension().string();
     const std::string base = path.stem().string();
-    if (name == "manifest.json") {
+    if (name == run_files::kManifestFile) {
       out->manifest_exists = true;
       continue;
     }
@@ -432,9 +431,9 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
       read_no_calls_note(root_of(dir), name, out);
       continue;
     }
-    if ((base.starts_with("trace-rank") || base.starts_with("trace-pid")) &&
+    if ((base.starts_with(trace_rank_prefix()) || base.starts_with(trace_pid_prefix())) &&
         (extension == ".txt" || extension == ".jsonl")) {
-      const int32_t rank = rank_of_name(base, "trace-rank");
+      const int32_t rank = rank_of_name(base, trace_rank_prefix());
       TraceFile& trace = traces[rank];
       trace.rank = rank;
       trace.dir = dir;
@@ -454,7 +453,7 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
   const fs::path root(dir);
   if (out->manifest_exists) {
     std::string raw, manifest_error;
-    if (read_file(root / "manifest.json", kMaxReportBytes, &raw, &manifest_error) &&
+    if (read_file(root / run_files::kManifestFile, kMaxReportBytes, &raw, &manifest_error) &&
         parse_json(raw, &out->manifest, &manifest_error)) {
       if (out->manifest.is_object()) {
         out->has_manifest = true;
@@ -464,7 +463,7 @@ bool read_run_summary(const std::string& dir, RunSummary* out, std::string* erro
     }
     if (!out->has_manifest) {
       out->manifest = nullptr;
-      out->unreadable.push_back({"manifest.json", manifest_error});
+      out->unreadable.push_back({run_files::kManifestFile, manifest_error});
     }
   }
   for (auto& [base, report] : reports) {

@@ -52,24 +52,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/run_files.h"
 #include "reports/recorder_report.h"
 #include "reports/unwritten_report.h"
 
 namespace trainscope::reports {
 
-// The report kinds, in the order the full reports are shown.
-enum class ReportKind : uint8_t {
-  kOrigin = 0,
-  kMismatch,
-  kDesync,
-  kVanished,
-  kNonfinite,
-  kOverflowStreak,
-  kNearOverflow,
-  kStop,
-  kCudaError,    // cuda-error-rank<R>: a process's first CUDA error (reports/cuda_error_report.h)
-  kStepSkipped,  // step-skipped-rank<R>: the batches whose optimizer step a loss scaler skipped (inf/nan gradients)
-};
+// The report kinds (base/run_files.h), in the order the full reports are shown.
+using run_files::ReportKind;
 const char* report_kind_name(ReportKind kind);  // "origin", "mismatch", ..., "near_overflow", "stop"
 
 // One report as found on disk: <base>.txt and <base>.json, either of which may be missing or unreadable.
@@ -128,7 +118,7 @@ struct JobEnd {
   int32_t exit_status = 0;  // when it exited
   int32_t signal = 0;       // when it was killed
 };
-inline constexpr const char* kJobEndFile = "job-exit.json";
+using run_files::kJobEndFile;
 // {"kind": "job_exit", "pid", "exit_status" (null when killed), "signal" and "signal_name" (null when it exited)}.
 nlohmann::json job_end_json(const JobEnd& job);
 

@@ -30,14 +30,8 @@ using recorder::ProcessRef;
 constexpr uint64_t kUnknownTime = std::numeric_limits<uint64_t>::max();
 constexpr size_t kShownItems = 4;  // entries a summary line names before "and N more"
 
-struct KindInfo {
-  ReportKind kind;
-  const char* prefix;                // of the base name
-  const char* name;                  // report_kind_name
-  const char* json_kind;             // the JSON's "kind"
-  const char* rank_key;              // the JSON key holding the rank of a per-rank report; nullptr: not per rank
-  const char* pid_prefix = nullptr;  // of the base name of a process whose rank is not known ("nonfinite-pid")
-};
+using KindInfo = run_files::ReportKindInfo;
+using run_files::info_of;
 
 // One summary line per kind and its JSON field, made together so that they agree.
 struct Analysis {
@@ -54,7 +48,6 @@ struct CrossRankChecks {
   json items = json::array();
 };
 
-const KindInfo& info_of(ReportKind kind);
 const KindInfo* kind_of_name(std::string_view base);
 std::optional<uint64_t> leading_number(std::string_view text);
 int32_t rank_of_name(std::string_view base, std::string_view prefix);

@@ -66,7 +66,9 @@ void mismatch_line(const RunSummary& summary, const CrossRankChecks& checks, Ana
     std::string comm;
     std::optional<uint64_t> seq;
     std::string operation;
-    bool p2p = std::string_view(r->base_name).starts_with("mismatch-p2p-");
+    const std::string prefix = run_files::call_prefix(info_of(ReportKind::kMismatch));
+    const std::string p2p_prefix = prefix + run_files::kPointToPoint;
+    bool p2p = std::string_view(r->base_name).starts_with(p2p_prefix);
     std::vector<std::string> differences;
     std::optional<uint64_t> detected;
     if (r->has_json) {
@@ -81,7 +83,7 @@ void mismatch_line(const RunSummary& summary, const CrossRankChecks& checks, Ana
       }
       detected = uint_member(r->json, "detected_ns");
     } else {
-      parse_call_name(r->base_name, p2p ? "mismatch-p2p-" : "mismatch-", &comm, &seq);
+      parse_call_name(r->base_name, p2p ? p2p_prefix : prefix, &comm, &seq);
     }
     items.push_back({{"file", source_file(*r)},
                      {"communicator", string_or_null(comm)},
@@ -174,7 +176,7 @@ void desync_line(const RunSummary& summary, Analysis* a) {
         it->second.push_back(rank);
       }
     } else {
-      parse_call_name(r->base_name, "desync-", &comm, &seq);
+      parse_call_name(r->base_name, run_files::call_prefix(info_of(ReportKind::kDesync)), &comm, &seq);
       p2p = parse_send_name(r->base_name, &sender, &receiver, &seq);
     }
     if (creation) seq = 0;

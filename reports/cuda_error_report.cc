@@ -6,6 +6,7 @@
 
 #include "base/printable.h"
 #include "base/private_files.h"
+#include "base/run_files.h"
 #include "reports/recorder_report.h"
 
 namespace trainscope::reports {
@@ -209,8 +210,7 @@ json cuda_error_json(const CudaErrorReport& report) {
 }
 
 std::string cuda_error_base_name(const CudaErrorReport& report) {
-  return report.rank >= 0 ? "cuda-error-rank" + std::to_string(report.rank)
-                          : "cuda-error-pid" + std::to_string(report.pid);
+  return run_files::per_process_name(run_files::ReportKind::kCudaError, report.rank, report.pid);
 }
 
 CudaErrorFiles write_cuda_error_report(const std::string& run_dir, const RecorderFile& file) {

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/private_files.h"
+#include "base/run_files.h"
 #include "reports/recorder_report.h"
 #include "reports/stack_text.h"
 
@@ -195,8 +196,9 @@ nlohmann::json mismatch_json(const MismatchReport& report) {
 }
 
 std::string mismatch_base_name(const MismatchReport& report) {
-  return std::string(report.point_to_point ? "mismatch-p2p-" : "mismatch-") + recorder::short_hex_id(report.comm_id) +
-         "-" + std::to_string(report.seq);
+  return run_files::call_prefix(run_files::info_of(run_files::ReportKind::kMismatch)) +
+         (report.point_to_point ? run_files::kPointToPoint : "") + recorder::short_hex_id(report.comm_id) + "-" +
+         std::to_string(report.seq);
 }
 
 std::string format_desync_text(const DesyncReport& report) {
@@ -353,7 +355,8 @@ nlohmann::json desync_json(const DesyncReport& report) {
 }
 
 std::string desync_base_name(const DesyncReport& report) {
-  std::string name = "desync-" + recorder::short_hex_id(report.comm_id) + "-";
+  std::string name = run_files::call_prefix(run_files::info_of(run_files::ReportKind::kDesync)) +
+                     recorder::short_hex_id(report.comm_id) + "-";
   if (report.creation) {
     name += "creation";
   } else {
@@ -421,7 +424,8 @@ nlohmann::json vanished_json(const VanishedReport& report) {
 }
 
 std::string vanished_base_name(const VanishedReport& report) {
-  return "vanished-rank" + std::to_string(report.global_rank);
+  return run_files::rank_prefix(run_files::info_of(run_files::ReportKind::kVanished)) +
+         std::to_string(report.global_rank);
 }
 
 std::string make_report_directory(const std::string& dir, std::string* notice) {

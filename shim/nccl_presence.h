@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/run_files.h"
+
 namespace trainscope::shim {
 
 // The path of the first loaded NCCL (an object that exports ncclCommInitRank, or whose file name starts with
@@ -34,7 +36,7 @@ struct NoCallsNote {
 };
 
 // The file name of the note ("<stem>.no-nccl-calls.json"); the summary finds notes by this suffix.
-inline constexpr const char* kNoCallsSuffix = ".no-nccl-calls.json";
+using run_files::kNoCallsSuffix;
 
 // Writes the note as one JSON object (files::write_new_file: mode 0600, never following a link nor replacing a file).
 // Returns 0, an errno value (EEXIST: the name is taken) or a files:: refusal.

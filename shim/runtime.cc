@@ -16,6 +16,7 @@
 
 #include "base/printable_escape.h"
 #include "base/private_files.h"
+#include "base/run_files.h"
 #include "shim/call_site_capture.h"
 #include "shim/call_sites.h"
 #include "shim/comm_registry.h"
@@ -245,9 +246,10 @@ void open_recorder(uint64_t start_ns, RecordingSetup* setup) {
   // A recycled pid can meet an older run's file of the same name (or anything else there, a link included): never
   // overwrite it, take another name.
   for (int attempt = 0; attempt < 8 && error == EEXIST; ++attempt) {
-    const int n = attempt == 0 ? snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.tsrec", rt.run_dir, stem)
-                               : snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.%d.tsrec", rt.run_dir,
-                                          stem, attempt);
+    const int n = attempt == 0 ? snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s%s", rt.run_dir, stem,
+                                          run_files::kRecorderExtension)
+                               : snprintf(rt.recorder_path, sizeof(rt.recorder_path), "%s/%s.%d%s", rt.run_dir, stem,
+                                          attempt, run_files::kRecorderExtension);
     if (n >= static_cast<int>(sizeof(rt.recorder_path))) {
       error = ENAMETOOLONG;
       break;
@@ -526,8 +528,9 @@ bool rank_has_recorder(const char* run_dir, int32_t rank) {
   bool found = false;
   while (const dirent* entry = readdir(dir)) {
     const size_t len = strlen(entry->d_name);
-    if (strncmp(entry->d_name, prefix, static_cast<size_t>(prefix_len)) == 0 && len > 6 &&
-        strcmp(entry->d_name + len - 6, ".tsrec") == 0) {
+    const size_t extension_len = strlen(run_files::kRecorderExtension);
+    if (strncmp(entry->d_name, prefix, static_cast<size_t>(prefix_len)) == 0 && len > extension_len &&
+        strcmp(entry->d_name + len - extension_len, run_files::kRecorderExtension) == 0) {
       found = true;
       break;
     }

@@ -23,6 +23,7 @@
 
 #include "base/flight_recorder_reader.h"
 #include "base/printable.h"
+#include "base/run_files.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/exchange_client.h"
 #include "collectors/exchange/host_identity.h"
@@ -133,7 +134,7 @@ exchange::LogSink log_sink(recorder::FileHeader* recorder = nullptr) {
     // manifest's, whose absence the summary shows anyway, so that a verdict's report is the one named.
     reports::UnwrittenReport unwritten;
     if (recorder != nullptr && level >= exchange::LogLevel::kWarning &&
-        reports::parse_coordinator_write_error(message, &unwritten) && unwritten.report != "manifest.json")
+        reports::parse_coordinator_write_error(message, &unwritten) && unwritten.report != run_files::kManifestFile)
       recorder::record_unwritten_report(recorder, unwritten.report.c_str(), unwritten.cause.c_str());
     LogLevel ours = LogLevel::kInfo;
     switch (level) {
@@ -364,7 +365,8 @@ class Exchange {
     std::string text;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(setup_.run_dir, ec)) {
-      if (entry.path().extension() != ".tsrec" || entry.path().string() == setup_.recorder_path) continue;
+      if (entry.path().extension() != run_files::kRecorderExtension || entry.path().string() == setup_.recorder_path)
+        continue;
       recorder::RecorderFile file;
       std::string error;
       recorder::ReadLimits limits;

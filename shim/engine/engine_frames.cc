@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/printable.h"
+#include "base/run_files.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
 #include "reports/exchange_reports.h"
@@ -291,7 +292,7 @@ class FrameThread {
                              " (its gradients held inf/nan; the weights were not changed and the scale was lowered): "
                              "expected with loss scaling, not a failure\n";
     skipped_text_ += line;
-    write(report_base_name("step-skipped", rank(), pid()), skipped_text_,
+    write(run_files::per_process_name(run_files::ReportKind::kStepSkipped, rank(), pid()), skipped_text_,
           {{"kind", "step_skipped"}, {"rank", rank()}, {"by", "GradScaler"}, {"batches", skipped_batches_}});
     log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
@@ -300,7 +301,7 @@ class FrameThread {
     std::string text;
     if (batch_start) text += reports::format_trace_batch_start(frame.batch);
     text += reports::format_trace_frame(frame);
-    const std::string stem = run_dir() + "/" + report_base_name("trace", rank(), pid());
+    const std::string stem = run_dir() + "/" + run_files::per_process_name(run_files::kTraceStem, rank(), pid());
     nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
@@ -335,7 +336,7 @@ class FrameThread {
                           {"limit", near.limit},
                           {"fraction", near.limit > 0 ? near.abs_max / near.limit : 0.0},
                           {"dtype", reports::long_dtype_name(near.dtype)}});
-    write(report_base_name("near-overflow", rank(), pid()), near_text_,
+    write(run_files::per_process_name(run_files::ReportKind::kNearOverflow, rank(), pid()), near_text_,
           {{"kind", "near_overflow"}, {"rank", rank()}, {"warnings", near_json_}});
     log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
@@ -347,7 +348,8 @@ class FrameThread {
     const uint32_t stack_id = has_stack(last.stack_id) ? last.stack_id : 0;
     if (stack_id != 0) report.first_nonfinite_stack = call_stack(stack_id);
     const std::string text = reports::format_detection_text(report);
-    write(report_base_name("nonfinite", report.rank, pid()), text, reports::detection_json(report));
+    write(run_files::per_process_name(run_files::ReportKind::kNonfinite, report.rank, pid()), text,
+          reports::detection_json(report));
     log(LogLevel::kError, text.c_str());
 
     // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
@@ -359,7 +361,7 @@ class FrameThread {
 
     const std::string message =
         reports::format_nonfinite_abort(detection.batch, last.name, row != nullptr ? row->label : "");
-    write(report_base_name("stop", report.rank, pid()), message,
+    write(run_files::per_process_name(run_files::ReportKind::kStop, report.rank, pid()), message,
           {{"kind", "stop"},
            {"rank", report.rank},
            {"reason", "nonfinite"},
@@ -380,7 +382,8 @@ class FrameThread {
       report.batches.push_back({b.batch, b.first_nonfinite.name, row != nullptr ? row->label : ""});
     }
     const std::string text = reports::format_overflow_streak_text(report);
-    write(report_base_name("overflow-streak", report.rank, pid()), text, reports::overflow_streak_json(report));
+    write(run_files::per_process_name(run_files::ReportKind::kOverflowStreak, report.rank, pid()), text,
+          reports::overflow_streak_json(report));
     log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
   }
 
@@ -428,10 +431,6 @@ StepMarkerMatcher* g_marker_matcher = nullptr;  // leaked: job threads may match
 
 }  // namespace
 
-std::string report_base_name(std::string_view kind, int32_t rank, int32_t pid) {
-  return std::string(kind) + (rank >= 0 ? "-rank" + std::to_string(rank) : "-pid" + std::to_string(pid));
-}
-
 bool step_marker_matches(const char* name) { return g_marker_matcher != nullptr && g_marker_matcher->matches(name); }
 
 void set_frames_run_dir(const std::string& run_dir) {
@@ -449,7 +448,8 @@ void stop_after_batch(uint64_t batch) {
     if (setup != nullptr) {
       const int32_t rank = rank_of(setup->recorder);
       const std::string message = reports::format_abort_after_batch(batch);
-      write_report(stop_run_dir(*setup), report_base_name("stop", rank, pid_of(setup->recorder)), message,
+      write_report(stop_run_dir(*setup),
+                   run_files::per_process_name(run_files::ReportKind::kStop, rank, pid_of(setup->recorder)), message,
                    {{"kind", "stop"},
                     {"rank", rank},
                     {"reason", "abort_after_batch"},

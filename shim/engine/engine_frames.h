@@ -46,9 +46,4 @@ void set_frames_run_dir(const std::string& run_dir);
 // False before start_frames and under any other marker.
 bool step_marker_matches(const char* name);
 
-// File names of the per-rank reports in the run directory (the base; ".txt" and ".json" are added): "<kind>-rank3"
-// ("nonfinite-rank3", "trace-rank3" with .txt and .jsonl); "<kind>-pid4242" for a process whose rank is not known (a
-// one-process job started without a launcher): two such processes in one run directory keep files of their own.
-std::string report_base_name(std::string_view kind, int32_t rank, int32_t pid);
-
 }  // namespace trainscope::engine
