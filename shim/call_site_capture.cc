@@ -96,7 +96,7 @@ uint32_t capture_site(uint64_t caller, bool python_frames) {
     copy_tail(entry.frames[i].file, sizeof(entry.frames[i].file), frame.file);
   }
   const uint32_t id = rt.writer.add_site(entry);
-  auto note_call_site = rt.engine_note_call_site;
+  auto note_call_site = rt.engine.note_call_site;
   if (id != 0 && note_call_site != nullptr) {
     for (int i = 0; i < count; ++i) g_views[i] = {g_frames[i].line, g_frames[i].file, g_frames[i].function};
     CallSiteCapture capture{};

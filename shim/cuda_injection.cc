@@ -14,7 +14,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   Runtime& rt = g_runtime;
   if (!rt.enabled || rt.config.launches == trainscope::LaunchesMode::kOff) return 1;
   ensure_started();
-  if (auto start_launches = rt.engine_start_launches; start_launches != nullptr) {
+  if (auto start_launches = rt.engine.start_launches; start_launches != nullptr) {
     ++t_thread.depth;  // whatever the start touches is ours, not the job's
     start_launches();
     --t_thread.depth;

@@ -69,6 +69,44 @@ struct JobKeyArgs {
 
 }  // namespace trainscope
 
+// Every entry point the shim looks up once trainscope_engine_start succeeded, with the configuration that wants it:
+// the shim's table of them (EngineEntryPoints, runtime.h), their loading and their forgetting in a forked child are
+// made from this one list. Adding an entry point is its prototype below and its line here (and a kEngineAbiVersion
+// step). A hook pays one load of a null pointer for an entry point its configuration does not want.
+//   X(name, wanted): trainscope_engine_<name>; `wanted` names an EngineEntryPointUse.
+#define TRAINSCOPE_ENGINE_ENTRY_POINTS(X) \
+  X(log, kAlways)                         \
+  X(set_rank, kAlways)                    \
+  X(stop, kAlways)                        \
+  X(fork_prepare, kAlways)                \
+  X(fork_parent, kAlways)                 \
+  X(fork_child, kAlways)                  \
+  X(note_call_site, kAlways)              \
+  X(job_key, kAlways)                     \
+  X(watch_begin, kWatch)                  \
+  X(watch_end, kWatch)                    \
+  X(group_end, kWatch)                    \
+  X(parked_calls, kWatch)                 \
+  X(comm_async_state, kWatch)             \
+  X(comm_next_call, kWatch)               \
+  X(step_marker_matches, kNvtxStepMarker) \
+  X(batch_call, kAbortAfterBatch)         \
+  X(batch_marker, kAbortAfterBatch)       \
+  X(start_launches, kLaunches)            \
+  X(module_frame, kWatchModules)
+
+namespace trainscope {
+// When the shim wants an entry point (TRAINSCOPE_ENGINE_ENTRY_POINTS).
+enum class EngineEntryPointUse {
+  kAlways,
+  kWatch,           // TRAINSCOPE_WATCH is not off; all six or none (a begun watch must end, a parked call be confirmed)
+  kNvtxStepMarker,  // TRAINSCOPE_STEP_MARKER=nvtx:REGEX
+  kAbortAfterBatch,  // TRAINSCOPE_ABORT_AFTER_BATCH set
+  kLaunches,         // TRAINSCOPE_LAUNCHES on or calls
+  kWatchModules,     // TRAINSCOPE_WATCH=modules
+};
+}  // namespace trainscope
+
 extern "C" {
 // Returns 0 on success. Called once per process (again in a forked child that uses NCCL itself).
 int trainscope_engine_start(const trainscope::EngineStartArgs* args);

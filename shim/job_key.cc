@@ -83,7 +83,7 @@ void note_job_key(const void* unique_id, size_t len, int nranks) {
       }
     }
     rt.job_key_state.store(1, std::memory_order_release);
-    if (rt.engine_job_key != nullptr) {
+    if (rt.engine.job_key != nullptr) {
       JobKeyArgs args{};
       args.key = g_key;
       args.key_len = static_cast<uint32_t>(g_key_len);
@@ -91,7 +91,7 @@ void note_job_key(const void* unique_id, size_t len, int nranks) {
       args.run_dir = rt.run_dir;
       args.recorder_path = rt.recorder_path;
       args.log_path = rt.log_path;
-      rt.engine_job_key(&args);
+      rt.engine.job_key(&args);
     }
   }
   pthread_mutex_unlock(&g_key_lock);

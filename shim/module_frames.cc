@@ -109,7 +109,7 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   if (t_thread.depth > 0) return 1;  // inside one of our own calls on this thread: this frame only is not taken
   if (name == nullptr || kind == nullptr || words == nullptr || word_count < 3) return -1;
   ensure_started(0);
-  if (g_runtime.engine_module_frame == nullptr) return -2;
+  if (g_runtime.engine.module_frame == nullptr) return -2;
   ++t_thread.depth;  // what the statistics touch is ours, not the job's
   recorder::Record record;
   memset(&record, 0, sizeof(record));
@@ -133,13 +133,13 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   record.flags = skipped ? 0 : recorder::kFlagWatched;
   const recorder::Pending pending = g_runtime.writer.append(record, 0, record.start_ns);
   // TRAINSCOPE_ABORT_AFTER_BATCH: the first module forward of batch N+1 stops the rank here (never returns).
-  if (auto gate = g_runtime.engine_batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record);
+  if (auto gate = g_runtime.engine.batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record);
   int result = -3;
   if (skipped) {
     result = 0;
   } else if (pending.slot != nullptr) {
     result =
-        g_runtime.engine_module_frame(&record, pending.commit - 1, name, kind, labels, labels_len, words, word_count);
+        g_runtime.engine.module_frame(&record, pending.commit - 1, name, kind, labels, labels_len, words, word_count);
   }
   --t_thread.depth;
   return result;

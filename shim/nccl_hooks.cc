@@ -96,7 +96,7 @@ class Hook {
   void note_comm_use(uint64_t comm_id) {
     const std::atomic<uint32_t>* parked = g_runtime.engine_parked_calls;
     if (parked != nullptr && __builtin_expect(parked->load(std::memory_order_relaxed) != 0, 0))
-      g_runtime.engine_comm_next_call(comm_id, record_.op);
+      g_runtime.engine.comm_next_call(comm_id, record_.op);
   }
 
   void set_buffers(const void* send, void* recv, size_t count, ncclDataType_t type, cudaStream_t stream) {
@@ -138,7 +138,7 @@ class Hook {
   // least TRAINSCOPE_WATCH_MIN_BYTES. Needs the communicator fields and the sequence number already set.
   void decide_watch() {
     const Config& config = g_runtime.config;
-    if (g_runtime.engine_watch_begin == nullptr || record_.seq == 0) return;
+    if (g_runtime.engine.watch_begin == nullptr || record_.seq == 0) return;
     if (config.watch_every > 1 && (record_.seq - 1) % config.watch_every != 0) return;
     const frames::BufferLayout layout =
         frames::buffer_layout(static_cast<Op>(record_.op), record_.count, record_.nranks, record_.rank, record_.peer);
@@ -151,7 +151,7 @@ class Hook {
   // first call after the last batch, before the real call (the call stays in the recorder, never returned). Without
   // the variable the pointer is null: one load.
   void check_batch() {
-    if (auto gate = g_runtime.engine_batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record_);
+    if (auto gate = g_runtime.engine.batch_call; __builtin_expect(gate != nullptr, 0)) gate(&record_);
   }
   ncclResult_t finish(ncclResult_t result) {
     recorder::Writer::complete(pending_, static_cast<int32_t>(result), now_ns());
@@ -163,9 +163,9 @@ class Hook {
     begin();
     check_batch();
     if (!(record_.flags & recorder::kFlagWatched) || pending_.slot == nullptr) return finish(fn(args...));
-    void* const token = g_runtime.engine_watch_begin(&record_, pending_.commit - 1);
+    void* const token = g_runtime.engine.watch_begin(&record_, pending_.commit - 1);
     const ncclResult_t result = fn(args...);
-    g_runtime.engine_watch_end(token, static_cast<int32_t>(result));
+    g_runtime.engine.watch_end(token, static_cast<int32_t>(result));
     return finish(result);
   }
 
@@ -538,7 +538,7 @@ bool close_group_level() {
 // The grouped calls ran (or, simulated, never will; or, ncclInProgress, will once the job's ncclCommGetAsyncError
 // says so): their receive buffers can be watched now (or then).
 void group_ended(bool outermost, bool executed, ncclResult_t result) {
-  auto group_end = trainscope::shim::g_runtime.engine_group_end;
+  auto group_end = trainscope::shim::g_runtime.engine.group_end;
   if (outermost && group_end != nullptr) group_end(executed ? 1 : 0, static_cast<int32_t>(result));
 }
 
@@ -580,7 +580,7 @@ TS_HOOK_BODY(ncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t* asyncError) {
   if (result != ncclSuccess || asyncError == nullptr || *asyncError == ncclInProgress) return result;
   if (const CommInfo* info = trainscope::shim::find_comm(comm)) {
     ++t_thread.depth;  // a kernel enqueued for the statistics is ours, not the job's
-    g_runtime.engine_comm_async_state(info->id, static_cast<int32_t>(*asyncError));
+    g_runtime.engine.comm_async_state(info->id, static_cast<int32_t>(*asyncError));
     --t_thread.depth;
   }
   return result;

@@ -41,7 +41,7 @@ void on_range(const char* name) {
   Runtime& rt = g_runtime;
   if (name == nullptr || !rt.enabled || t_thread.depth > 0) return;
   ensure_started();
-  auto matches = rt.engine_step_marker_matches;
+  auto matches = rt.engine.step_marker_matches;
   if (matches == nullptr || matches(name) == 0) return;
   recorder::Record record;
   memset(&record, 0, sizeof(record));
@@ -54,7 +54,7 @@ void on_range(const char* name) {
   const recorder::Pending pending = rt.writer.append(record);
   recorder::Writer::complete(pending, 0, record.start_ns);
   // TRAINSCOPE_ABORT_AFTER_BATCH: this range may start the batch after the last one.
-  if (auto gate = rt.engine_batch_marker; gate != nullptr) {
+  if (auto gate = rt.engine.batch_marker; gate != nullptr) {
     ++t_thread.depth;  // the stop's own work is ours, not the job's
     gate();
     --t_thread.depth;

@@ -60,7 +60,7 @@ bool end_recording(bool exec, int status, bool stop_engine) {
   if (stop_engine) {
     ++t_thread.depth;
     settle_run_directory_at_exit();
-    if (rt.engine_stop != nullptr) rt.engine_stop();
+    if (rt.engine.stop != nullptr) rt.engine.stop();
     --t_thread.depth;
   }
   recorder::record_end_without_exit(header, exec, now_ns());

@@ -67,6 +67,26 @@ void load_symbol(void* handle, const char* name, Fn* out) {
   *out = reinterpret_cast<Fn>(dlsym(handle, name));
 }
 
+// Whether this process's configuration wants the engine's entry points of `use` (a hook without them pays one load of a
+// null pointer).
+bool wants_entry_point(const Config& config, EngineEntryPointUse use) {
+  switch (use) {
+    case EngineEntryPointUse::kAlways:
+      return true;
+    case EngineEntryPointUse::kWatch:
+      return config.watch != WatchMode::kOff;
+    case EngineEntryPointUse::kNvtxStepMarker:
+      return config.step_marker_form == StepMarkerForm::kNvtx;
+    case EngineEntryPointUse::kAbortAfterBatch:
+      return config.abort_after_batch_set;
+    case EngineEntryPointUse::kLaunches:
+      return config.launches != LaunchesMode::kOff;
+    case EngineEntryPointUse::kWatchModules:
+      return config.watch_modules;
+  }
+  return false;
+}
+
 void start_engine(int run_dir_error) {
   Runtime& rt = g_runtime;
   char dir[kMaxPath];
@@ -114,44 +134,29 @@ void start_engine(int run_dir_error) {
     log_message(LogLevel::kWarn, "the engine %s failed to start; recording goes on without it", path);
     return;
   }
-  load_symbol(handle, "trainscope_engine_set_rank", &rt.engine_set_rank);
-  load_symbol(handle, "trainscope_engine_stop", &rt.engine_stop);
-  load_symbol(handle, "trainscope_engine_fork_prepare", &rt.engine_fork_prepare);
-  load_symbol(handle, "trainscope_engine_fork_parent", &rt.engine_fork_parent);
-  load_symbol(handle, "trainscope_engine_fork_child", &rt.engine_fork_child);
-  load_symbol(handle, "trainscope_engine_note_call_site", &rt.engine_note_call_site);
-  load_symbol(handle, "trainscope_engine_job_key", &rt.engine_job_key);
-  if (rt.config.watch != WatchMode::kOff) {
-    load_symbol(handle, "trainscope_engine_watch_begin", &rt.engine_watch_begin);
-    load_symbol(handle, "trainscope_engine_watch_end", &rt.engine_watch_end);
-    load_symbol(handle, "trainscope_engine_group_end", &rt.engine_group_end);
-    decltype(&trainscope_engine_parked_calls) parked_calls = nullptr;
-    load_symbol(handle, "trainscope_engine_parked_calls", &parked_calls);
-    load_symbol(handle, "trainscope_engine_comm_async_state", &rt.engine_comm_async_state);
-    load_symbol(handle, "trainscope_engine_comm_next_call", &rt.engine_comm_next_call);
-    rt.engine_parked_calls = parked_calls != nullptr ? parked_calls() : nullptr;
-    // All or none: a hook that began a watch must be able to end it, and a parked call to be confirmed.
-    if (rt.engine_watch_begin == nullptr || rt.engine_watch_end == nullptr || rt.engine_group_end == nullptr ||
-        rt.engine_parked_calls == nullptr || rt.engine_comm_async_state == nullptr ||
-        rt.engine_comm_next_call == nullptr) {
-      rt.engine_watch_begin = nullptr;
-      rt.engine_watch_end = nullptr;
-      rt.engine_group_end = nullptr;
-      rt.engine_parked_calls = nullptr;
-      rt.engine_comm_async_state = nullptr;
-      rt.engine_comm_next_call = nullptr;
-    }
+  EngineEntryPoints loaded{};
+#define TRAINSCOPE_LOAD_ENTRY_POINT(name, wanted)                \
+  if (wants_entry_point(rt.config, EngineEntryPointUse::wanted)) \
+    load_symbol(handle, "trainscope_engine_" #name, &loaded.name);
+  TRAINSCOPE_ENGINE_ENTRY_POINTS(TRAINSCOPE_LOAD_ENTRY_POINT)
+#undef TRAINSCOPE_LOAD_ENTRY_POINT
+  const std::atomic<uint32_t>* parked_calls = loaded.parked_calls != nullptr ? loaded.parked_calls() : nullptr;
+  // All or none: a hook that began a watch must be able to end it, and a parked call to be confirmed.
+  bool watch_complete = parked_calls != nullptr;
+#define TRAINSCOPE_CHECK_WATCH_ENTRY_POINT(name, wanted) \
+  if (EngineEntryPointUse::wanted == EngineEntryPointUse::kWatch && loaded.name == nullptr) watch_complete = false;
+  TRAINSCOPE_ENGINE_ENTRY_POINTS(TRAINSCOPE_CHECK_WATCH_ENTRY_POINT)
+#undef TRAINSCOPE_CHECK_WATCH_ENTRY_POINT
+  if (!watch_complete) {
+#define TRAINSCOPE_DROP_WATCH_ENTRY_POINT(name, wanted) \
+  if (EngineEntryPointUse::wanted == EngineEntryPointUse::kWatch) loaded.name = nullptr;
+    TRAINSCOPE_ENGINE_ENTRY_POINTS(TRAINSCOPE_DROP_WATCH_ENTRY_POINT)
+#undef TRAINSCOPE_DROP_WATCH_ENTRY_POINT
+    parked_calls = nullptr;
   }
-  if (rt.config.step_marker_form == StepMarkerForm::kNvtx)
-    load_symbol(handle, "trainscope_engine_step_marker_matches", &rt.engine_step_marker_matches);
-  if (rt.config.abort_after_batch_set) {
-    load_symbol(handle, "trainscope_engine_batch_call", &rt.engine_batch_call);
-    load_symbol(handle, "trainscope_engine_batch_marker", &rt.engine_batch_marker);
-  }
-  if (rt.config.launches != LaunchesMode::kOff)
-    load_symbol(handle, "trainscope_engine_start_launches", &rt.engine_start_launches);
-  if (rt.config.watch_modules) load_symbol(handle, "trainscope_engine_module_frame", &rt.engine_module_frame);
-  rt.engine_log = engine_log;  // from here on, log_message() goes through the engine
+  loaded.log = engine_log;
+  rt.engine_parked_calls = parked_calls;
+  rt.engine = loaded;  // from here on, log_message() goes through the engine
 }
 
 // Who this process is (host, launcher identity) and the name of its run: what the run directory is made from.
@@ -290,25 +295,8 @@ void warn_unknown_variable(const char* name, size_t name_len, const char* sugges
 // No engine entry points: logging falls back to stderr and no hook calls into an engine (before it is loaded,
 // and in a forked child, whose engine state is its parent's).
 void forget_engine(Runtime& rt) {
-  rt.engine_log = nullptr;
-  rt.engine_set_rank = nullptr;
-  rt.engine_stop = nullptr;
-  rt.engine_fork_prepare = nullptr;
-  rt.engine_fork_parent = nullptr;
-  rt.engine_fork_child = nullptr;
-  rt.engine_note_call_site = nullptr;
-  rt.engine_watch_begin = nullptr;
-  rt.engine_watch_end = nullptr;
-  rt.engine_group_end = nullptr;
+  rt.engine = EngineEntryPoints{};
   rt.engine_parked_calls = nullptr;
-  rt.engine_comm_async_state = nullptr;
-  rt.engine_comm_next_call = nullptr;
-  rt.engine_step_marker_matches = nullptr;
-  rt.engine_job_key = nullptr;
-  rt.engine_batch_call = nullptr;
-  rt.engine_batch_marker = nullptr;
-  rt.engine_start_launches = nullptr;
-  rt.engine_module_frame = nullptr;
 }
 
 // ncclGetVersion of the NCCL the first call went to (library 0 may be absent in a job that loads NCCL on a handle).
@@ -418,7 +406,7 @@ void learn_global_rank(int32_t rank) {
   int32_t expected = -1;
   if (rank < 0 || !g_runtime.global_rank.compare_exchange_strong(expected, rank, std::memory_order_relaxed)) return;
   g_runtime.writer.set_global_rank(rank);
-  if (g_runtime.engine_set_rank != nullptr) g_runtime.engine_set_rank(rank);
+  if (g_runtime.engine.set_rank != nullptr) g_runtime.engine.set_rank(rank);
 }
 
 void log_message(LogLevel level, const char* format, ...) {
@@ -439,8 +427,8 @@ void log_message(LogLevel level, const char* format, ...) {
     used += n;
   });
   message[used] = '\0';
-  if (rt.engine_log != nullptr) {
-    rt.engine_log(static_cast<int>(level), message);
+  if (rt.engine.log != nullptr) {
+    rt.engine.log(static_cast<int>(level), message);
     return;
   }
   const int32_t rank = rt.global_rank.load(std::memory_order_relaxed);
@@ -458,11 +446,11 @@ namespace {
 
 void fork_prepare() {
   pthread_mutex_lock(&g_start_lock);
-  if (g_runtime.engine_fork_prepare != nullptr) g_runtime.engine_fork_prepare();
+  if (g_runtime.engine.fork_prepare != nullptr) g_runtime.engine.fork_prepare();
 }
 
 void fork_parent() {
-  if (g_runtime.engine_fork_parent != nullptr) g_runtime.engine_fork_parent();
+  if (g_runtime.engine.fork_parent != nullptr) g_runtime.engine.fork_parent();
   pthread_mutex_unlock(&g_start_lock);
 }
 
@@ -473,7 +461,7 @@ void fork_child() {
   Runtime& rt = g_runtime;
   if (rt.start_state.load(std::memory_order_relaxed) == static_cast<int>(StartState::kReady))
     rt.forked_from_nccl_user = true;
-  if (rt.engine_fork_child != nullptr) rt.engine_fork_child();
+  if (rt.engine.fork_child != nullptr) rt.engine.fork_child();
   rt.writer.abandon();
   wall_clock_after_fork_in_child();
   reset_comm_registry();
@@ -613,7 +601,7 @@ __attribute__((destructor)) void stop_at_exit() {
   note_nccl_without_calls(started);
   --t_thread.depth;
   if (!started) return;
-  if (rt.engine_stop != nullptr) rt.engine_stop();
+  if (rt.engine.stop != nullptr) rt.engine.stop();
   rt.writer.close(now_ns());
 }
 

@@ -15,6 +15,13 @@
 
 namespace trainscope::shim {
 
+// The engine's entry points as the shim holds them: one field per line of TRAINSCOPE_ENGINE_ENTRY_POINTS.
+struct EngineEntryPoints {
+#define TRAINSCOPE_ENGINE_ENTRY_POINT_FIELD(name, wanted) decltype(&trainscope_engine_##name) name;
+  TRAINSCOPE_ENGINE_ENTRY_POINTS(TRAINSCOPE_ENGINE_ENTRY_POINT_FIELD)
+#undef TRAINSCOPE_ENGINE_ENTRY_POINT_FIELD
+};
+
 enum class StartState : int { kNotStarted = 0, kStarting = 1, kReady = 2 };
 
 struct Runtime {
@@ -40,31 +47,11 @@ struct Runtime {
   RunIdSource run_id_source;
   // The job key (job_key.h): 0 until the world communicator's unique id is seen, then 1 (set under its lock).
   std::atomic<int> job_key_state;
-  // Engine entry points, null until it is loaded.
-  decltype(&trainscope_engine_log) engine_log;
-  decltype(&trainscope_engine_set_rank) engine_set_rank;
-  decltype(&trainscope_engine_stop) engine_stop;
-  decltype(&trainscope_engine_fork_prepare) engine_fork_prepare;
-  decltype(&trainscope_engine_fork_parent) engine_fork_parent;
-  decltype(&trainscope_engine_fork_child) engine_fork_child;
-  decltype(&trainscope_engine_note_call_site) engine_note_call_site;
-  decltype(&trainscope_engine_watch_begin) engine_watch_begin;
-  decltype(&trainscope_engine_watch_end) engine_watch_end;
-  decltype(&trainscope_engine_group_end) engine_group_end;
-  // Non-blocking communicators: set with the three above (all or none). `engine_parked_calls` is the engine's count
-  // of parked calls, loaded relaxed before calling the other two.
+  // The engine's entry points (engine_api.h's list), null until it is loaded, and again in a forked child.
+  EngineEntryPoints engine;
+  // The engine's count of parked calls (engine.parked_calls()), loaded relaxed by the hooks before calling
+  // engine.comm_async_state / comm_next_call; set with the other kWatch entry points (all or none).
   const std::atomic<uint32_t>* engine_parked_calls;
-  decltype(&trainscope_engine_comm_async_state) engine_comm_async_state;
-  decltype(&trainscope_engine_comm_next_call) engine_comm_next_call;
-  decltype(&trainscope_engine_step_marker_matches) engine_step_marker_matches;
-  decltype(&trainscope_engine_job_key) engine_job_key;
-  // TRAINSCOPE_ABORT_AFTER_BATCH only; null otherwise (a hook's whole cost then is loading this pointer).
-  decltype(&trainscope_engine_batch_call) engine_batch_call;
-  decltype(&trainscope_engine_batch_marker) engine_batch_marker;
-  // TRAINSCOPE_LAUNCHES on or calls only: InitializeInjection starts the launch collector through it.
-  decltype(&trainscope_engine_start_launches) engine_start_launches;
-  // TRAINSCOPE_WATCH=modules: module_frames.cc hands each module frame to the engine through it.
-  decltype(&trainscope_engine_module_frame) engine_module_frame;
 };
 
 extern Runtime g_runtime;
