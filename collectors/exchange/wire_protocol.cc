@@ -142,28 +142,198 @@ class ByteReader {
   std::string error_;
 };
 
-Hello decode_hello(ByteReader& r) {
-  Hello m;
-  m.token = r.get_raw_string("token", kMaxTokenBytes);
-  m.global_rank = r.get_in_range<int32_t>("global_rank", 0, kMaxRanks - 1);
-  m.world_size = r.get_in_range<int32_t>("world_size", -1, kMaxRanks);
-  m.launcher_rank = r.get_in_range<int32_t>("launcher_rank", -1, kMaxRanks - 1);
-  m.pid = r.get_in_range<int32_t>("pid", 0, INT32_MAX);
-  m.host = r.get_string("host", kMaxShortStringBytes);
-  m.gpu_name = r.get_string("gpu_name", kMaxShortStringBytes);
-  m.gpu_memory_bytes = r.get<uint64_t>("gpu_memory_bytes");
-  m.compute_capability_major = r.get_in_range<int32_t>("compute_capability_major", 0, 1000);
-  m.compute_capability_minor = r.get_in_range<int32_t>("compute_capability_minor", 0, 1000);
-  m.gpu_bus_id = r.get_string("gpu_bus_id", kMaxShortStringBytes);
-  m.driver_version = r.get_string("driver_version", kMaxShortStringBytes);
-  m.cuda_runtime_version = r.get_string("cuda_runtime_version", kMaxShortStringBytes);
-  m.nccl_version = r.get_string("nccl_version", kMaxShortStringBytes);
-  m.kernel_release = r.get_string("kernel_release", kMaxShortStringBytes);
-  m.flight_recorder_path = r.get_string("flight_recorder_path", kMaxPathBytes);
-  m.host_id = r.get_string("host_id", kMaxShortStringBytes);
+// Each message's fields are written once, in fields() below, and walked by both directions: the encoder writes them in
+// that order and the decoder reads them back with its checks (ranges, string and count limits), naming the field that
+// failed. A field added to one direction only cannot happen.
+class Encoder {
+ public:
+  template <typename T>
+  using Field = const T;
+  explicit Encoder(std::vector<uint8_t>& out) : w_(out) {}
+  template <typename T>
+  void integer(const char*, const T& value) {
+    w_.put(value);
+  }
+  // A range is the decoder's check; the encoder sends what it has (a peer's bad value is refused, not hidden).
+  template <typename T>
+  void in_range(const char*, const T& value, int64_t, int64_t) {
+    w_.put(value);
+  }
+  template <typename Wire, typename E>
+  void enumeration(const char*, const E& value, int64_t, int64_t) {
+    w_.put(static_cast<Wire>(value));
+  }
+  void flag(const char*, const bool& value) { w_.put(static_cast<uint8_t>(value ? 1 : 0)); }
+  // "None" is 0 on the wire: a negative value is never sent.
+  void non_negative(const char*, const int32_t& value) { w_.put(std::max<int32_t>(value, 0)); }
+  void shown_string(const char*, const std::string& text, size_t limit) { w_.put_string(text, limit); }
+  void text(const char*, const std::string& text, size_t limit) { w_.put_string(text, limit); }
+  void raw_string(const char*, const std::string& text, size_t limit) { w_.put_string(text, limit); }
+  // At most `limit` items are sent (the rest are cut, as a string is).
+  template <typename T, typename Each>
+  void sequence(const char*, const std::vector<T>& items, size_t limit, size_t, Each each) {
+    const size_t count = std::min(items.size(), limit);
+    w_.put(static_cast<uint32_t>(count));
+    for (size_t i = 0; i < count; ++i) each(items[i]);
+  }
+
+ private:
+  ByteWriter w_;
+};
+
+class Decoder {
+ public:
+  template <typename T>
+  using Field = T;
+  explicit Decoder(ByteReader& r) : r_(r) {}
+  template <typename T>
+  void integer(const char* field, T& value) {
+    value = r_.get<T>(field);
+  }
+  template <typename T>
+  void in_range(const char* field, T& value, int64_t low, int64_t high) {
+    value = r_.get_in_range<T>(field, low, high);
+  }
+  template <typename Wire, typename E>
+  void enumeration(const char* field, E& value, int64_t low, int64_t high) {
+    value = static_cast<E>(r_.get_in_range<Wire>(field, low, high));
+  }
+  void flag(const char* field, bool& value) { value = r_.get_bool(field); }
+  void non_negative(const char* field, int32_t& value) { value = r_.get_in_range<int32_t>(field, 0, INT32_MAX); }
+  void shown_string(const char* field, std::string& text, size_t limit) { text = r_.get_string(field, limit); }
+  void text(const char* field, std::string& text, size_t limit) { text = r_.get_text(field, limit); }
+  void raw_string(const char* field, std::string& text, size_t limit) { text = r_.get_raw_string(field, limit); }
+  // The count is checked against the bytes left (`min_item_bytes` each) before anything is reserved.
+  template <typename T, typename Each>
+  void sequence(const char* field, std::vector<T>& items, size_t limit, size_t min_item_bytes, Each each) {
+    const size_t count = r_.get_count(field, limit, min_item_bytes);
+    items.reserve(count);
+    for (size_t i = 0; i < count && !r_.failed(); ++i) each(items.emplace_back());
+  }
+
+ private:
+  ByteReader& r_;
+};
+
+// The message type as the encoder or the decoder holds it: const for the one, filled in by the other.
+template <typename Io, typename T>
+using Field = typename Io::template Field<T>;
+
+template <typename Io>
+void fields(Io& io, Field<Io, Hello>& m) {
+  io.raw_string("token", m.token, kMaxTokenBytes);  // compared, never shown: kept exactly as sent
+  io.in_range("global_rank", m.global_rank, 0, kMaxRanks - 1);
+  io.in_range("world_size", m.world_size, -1, kMaxRanks);
+  io.in_range("launcher_rank", m.launcher_rank, -1, kMaxRanks - 1);
+  io.in_range("pid", m.pid, 0, INT32_MAX);
+  io.shown_string("host", m.host, kMaxShortStringBytes);
+  io.shown_string("gpu_name", m.gpu_name, kMaxShortStringBytes);
+  io.integer("gpu_memory_bytes", m.gpu_memory_bytes);
+  io.in_range("compute_capability_major", m.compute_capability_major, 0, 1000);
+  io.in_range("compute_capability_minor", m.compute_capability_minor, 0, 1000);
+  io.shown_string("gpu_bus_id", m.gpu_bus_id, kMaxShortStringBytes);
+  io.shown_string("driver_version", m.driver_version, kMaxShortStringBytes);
+  io.shown_string("cuda_runtime_version", m.cuda_runtime_version, kMaxShortStringBytes);
+  io.shown_string("nccl_version", m.nccl_version, kMaxShortStringBytes);
+  io.shown_string("kernel_release", m.kernel_release, kMaxShortStringBytes);
+  io.shown_string("flight_recorder_path", m.flight_recorder_path, kMaxPathBytes);
+  io.shown_string("host_id", m.host_id, kMaxShortStringBytes);
+}
+
+// Payload: i32 rank | u32 stack_id | u32 native count, strings | u32 python count, (string file, i32 line, string
+// function) each | string python_note.
+template <typename Io>
+void fields(Io& io, Field<Io, StackDefinition>& m) {
+  io.in_range("rank", m.rank, 0, kMaxRanks - 1);
+  io.in_range("stack_id", m.stack_id, 1, UINT32_MAX);
+  io.sequence("frame count", m.stack.native, kMaxFramesPerStack, 4,
+              [&](auto& frame) { io.shown_string("frame", frame, kMaxFrameBytes); });
+  io.sequence("python frame count", m.stack.python, kMaxFramesPerStack, 12, [&](auto& frame) {
+    io.shown_string("python file", frame.file, kMaxFrameBytes);
+    io.non_negative("python line", frame.line);
+    io.shown_string("python function", frame.function, kMaxFrameBytes);
+  });
+  io.shown_string("python_note", m.stack.python_note, kMaxFrameBytes);
+}
+
+template <typename Io>
+void fields(Io& io, Field<Io, Heartbeat>& m) {
+  io.in_range("rank", m.rank, 0, kMaxRanks - 1);
+  io.integer("time_ns", m.time_ns);
+  io.sequence("call count", m.inside, kMaxHeartbeatCalls, 26, [&](auto& call) {
+    io.integer("comm_id", call.comm_id);
+    io.integer("seq", call.seq);
+    io.integer("since_ns", call.since_ns);
+    io.in_range("op", call.op, 0, static_cast<int64_t>(recorder::Op::kCount) - 1);
+  });
+}
+
+template <typename Io>
+void fields(Io& io, Field<Io, Goodbye>& m) {
+  io.in_range("rank", m.rank, 0, kMaxRanks - 1);
+  io.integer("time_ns", m.time_ns);
+  io.flag("stopping_job", m.stopping_job);
+}
+
+template <typename Io>
+void fields(Io& io, Field<Io, Welcome>& m) {
+  io.integer("coordinator_time_ns", m.coordinator_time_ns);
+}
+
+template <typename Io>
+void fields(Io& io, Field<Io, Reject>& m) {
+  io.template enumeration<uint8_t>("reject reason", m.reason, 1, 3);
+  io.shown_string("detail", m.detail, kMaxReasonBytes);
+}
+
+template <typename Io>
+void fields(Io& io, Field<Io, Verdict>& m) {
+  io.template enumeration<uint8_t>("verdict kind", m.kind, 1, static_cast<int64_t>(VerdictKind::kNonfinite));
+  io.template enumeration<uint8_t>("verdict action", m.action, 1, 2);
+  io.integer("comm_id", m.comm_id);
+  io.integer("seq", m.seq);
+  io.shown_string("text_path", m.text_path, kMaxPathBytes);
+  io.shown_string("json_path", m.json_path, kMaxPathBytes);
+  io.text("text", m.text, kMaxReportTextBytes);
+}
+
+// Payload: i32 rank | u64 batch_number | u64 comm_id | u64 call_number | string op | u8 where | u8 kind | u8 stop_job
+//          | i32 comm_rank | i32 peer | u32 stack_id
+template <typename Io>
+void fields(Io& io, Field<Io, NonfiniteMessage>& m) {
+  io.in_range("rank", m.rank, 0, kMaxRanks - 1);
+  io.integer("batch_number", m.batch_number);
+  io.integer("comm_id", m.comm_id);
+  io.integer("call_number", m.call_number);
+  io.shown_string("op", m.op, kMaxOpNameBytes);
+  io.template enumeration<uint8_t>("nonfinite where", m.where, 0, 1);
+  io.template enumeration<uint8_t>("nonfinite kind", m.kind, 0, 1);
+  io.flag("stop_job", m.stop_job);
+  io.in_range("comm_rank", m.comm_rank, -1, kMaxRanks - 1);
+  io.in_range("peer", m.peer, -1, kMaxRanks - 1);
+  io.integer("stack_id", m.stack_id);
+}
+
+template <typename M>
+std::vector<uint8_t> encode_fields(MessageType type, const M& m) {
+  std::vector<uint8_t> out;
+  const size_t start = begin(out, type);
+  Encoder encoder(out);
+  fields(encoder, m);
+  finish(out, start);
+  return out;
+}
+
+template <typename M>
+M decode_fields(ByteReader& r) {
+  M m;
+  Decoder decoder(r);
+  fields(decoder, m);
   return m;
 }
 
+// The batch's fingerprints have a codec of their own (fingerprint_codec.h: compact, and encoded from a span on the
+// hot path without a copy into a message), so its header fields are written here in both directions.
 FingerprintBatch decode_batch(ByteReader& r) {
   FingerprintBatch m;
   m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
@@ -179,76 +349,6 @@ FingerprintBatch decode_batch(ByteReader& r) {
     return m;
   }
   r.take(used);
-  return m;
-}
-
-// Payload: i32 rank | u32 stack_id | u32 native count, strings | u32 python count, (string file, i32 line, string
-// function) each | string python_note.
-StackDefinition decode_stack(ByteReader& r) {
-  StackDefinition m;
-  m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
-  m.stack_id = r.get_in_range<uint32_t>("stack_id", 1, UINT32_MAX);
-  const size_t count = r.get_count("frame count", kMaxFramesPerStack, 4);
-  m.stack.native.reserve(count);
-  for (size_t i = 0; i < count && !r.failed(); ++i) m.stack.native.push_back(r.get_string("frame", kMaxFrameBytes));
-  const size_t python_count = r.get_count("python frame count", kMaxFramesPerStack, 12);
-  m.stack.python.reserve(python_count);
-  for (size_t i = 0; i < python_count && !r.failed(); ++i) {
-    PythonFrame frame;
-    frame.file = r.get_string("python file", kMaxFrameBytes);
-    frame.line = r.get_in_range<int32_t>("python line", 0, INT32_MAX);
-    frame.function = r.get_string("python function", kMaxFrameBytes);
-    m.stack.python.push_back(std::move(frame));
-  }
-  m.stack.python_note = r.get_string("python_note", kMaxFrameBytes);
-  return m;
-}
-
-Heartbeat decode_heartbeat(ByteReader& r) {
-  Heartbeat m;
-  m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
-  m.time_ns = r.get<uint64_t>("time_ns");
-  const size_t count = r.get_count("call count", kMaxHeartbeatCalls, 26);
-  m.inside.reserve(count);
-  for (size_t i = 0; i < count && !r.failed(); ++i) {
-    HeartbeatCall call;
-    call.comm_id = r.get<uint64_t>("comm_id");
-    call.seq = r.get<uint64_t>("seq");
-    call.since_ns = r.get<uint64_t>("since_ns");
-    call.op = r.get_in_range<uint16_t>("op", 0, static_cast<int64_t>(recorder::Op::kCount) - 1);
-    m.inside.push_back(call);
-  }
-  return m;
-}
-
-Verdict decode_verdict(ByteReader& r) {
-  Verdict m;
-  m.kind = static_cast<VerdictKind>(
-      r.get_in_range<uint8_t>("verdict kind", 1, static_cast<int64_t>(VerdictKind::kNonfinite)));
-  m.action = static_cast<VerdictAction>(r.get_in_range<uint8_t>("verdict action", 1, 2));
-  m.comm_id = r.get<uint64_t>("comm_id");
-  m.seq = r.get<uint64_t>("seq");
-  m.text_path = r.get_string("text_path", kMaxPathBytes);
-  m.json_path = r.get_string("json_path", kMaxPathBytes);
-  m.text = r.get_text("text", kMaxReportTextBytes);
-  return m;
-}
-
-// Payload: i32 rank | u64 batch_number | u64 comm_id | u64 call_number | string op | u8 where | u8 kind | u8 stop_job
-//          | i32 comm_rank | i32 peer | u32 stack_id
-NonfiniteMessage decode_nonfinite(ByteReader& r) {
-  NonfiniteMessage m;
-  m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
-  m.batch_number = r.get<uint64_t>("batch_number");
-  m.comm_id = r.get<uint64_t>("comm_id");
-  m.call_number = r.get<uint64_t>("call_number");
-  m.op = r.get_string("op", kMaxOpNameBytes);
-  m.where = static_cast<NonfiniteWhere>(r.get_in_range<uint8_t>("nonfinite where", 0, 1));
-  m.kind = static_cast<NonfiniteKind>(r.get_in_range<uint8_t>("nonfinite kind", 0, 1));
-  m.stop_job = r.get_bool("stop_job");
-  m.comm_rank = r.get_in_range<int32_t>("comm_rank", -1, kMaxRanks - 1);
-  m.peer = r.get_in_range<int32_t>("peer", -1, kMaxRanks - 1);
-  m.stack_id = r.get<uint32_t>("stack_id");
   return m;
 }
 
@@ -278,30 +378,7 @@ const char* verdict_action_name(VerdictAction action) {
   return "unknown";
 }
 
-std::vector<uint8_t> encode(const Hello& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kHello);
-  ByteWriter w(out);
-  w.put_string(m.token, kMaxTokenBytes);
-  w.put(m.global_rank);
-  w.put(m.world_size);
-  w.put(m.launcher_rank);
-  w.put(m.pid);
-  w.put_string(m.host, kMaxShortStringBytes);
-  w.put_string(m.gpu_name, kMaxShortStringBytes);
-  w.put(m.gpu_memory_bytes);
-  w.put(m.compute_capability_major);
-  w.put(m.compute_capability_minor);
-  w.put_string(m.gpu_bus_id, kMaxShortStringBytes);
-  w.put_string(m.driver_version, kMaxShortStringBytes);
-  w.put_string(m.cuda_runtime_version, kMaxShortStringBytes);
-  w.put_string(m.nccl_version, kMaxShortStringBytes);
-  w.put_string(m.kernel_release, kMaxShortStringBytes);
-  w.put_string(m.flight_recorder_path, kMaxPathBytes);
-  w.put_string(m.host_id, kMaxShortStringBytes);
-  finish(out, start);
-  return out;
-}
+std::vector<uint8_t> encode(const Hello& m) { return encode_fields(MessageType::kHello, m); }
 
 void encode_fingerprint_batch(int32_t rank, uint64_t batch_number, uint64_t dropped_total,
                               std::span<const Fingerprint> fingerprints, std::vector<uint8_t>& out) {
@@ -322,108 +399,13 @@ std::vector<uint8_t> encode(const FingerprintBatch& m) {
   return out;
 }
 
-std::vector<uint8_t> encode(const StackDefinition& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kStackDefinition);
-  ByteWriter w(out);
-  w.put(m.rank);
-  w.put(m.stack_id);
-  const size_t count = std::min(m.stack.native.size(), kMaxFramesPerStack);
-  w.put(static_cast<uint32_t>(count));
-  for (size_t i = 0; i < count; ++i) w.put_string(m.stack.native[i], kMaxFrameBytes);
-  const size_t python_count = std::min(m.stack.python.size(), kMaxFramesPerStack);
-  w.put(static_cast<uint32_t>(python_count));
-  for (size_t i = 0; i < python_count; ++i) {
-    const PythonFrame& frame = m.stack.python[i];
-    w.put_string(frame.file, kMaxFrameBytes);
-    w.put(std::max<int32_t>(frame.line, 0));  // "no line" is 0 on the wire; a negative one is never sent
-    w.put_string(frame.function, kMaxFrameBytes);
-  }
-  w.put_string(m.stack.python_note, kMaxFrameBytes);
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const Heartbeat& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kHeartbeat);
-  ByteWriter w(out);
-  w.put(m.rank);
-  w.put(m.time_ns);
-  const size_t count = std::min(m.inside.size(), kMaxHeartbeatCalls);
-  w.put(static_cast<uint32_t>(count));
-  for (size_t i = 0; i < count; ++i) {
-    w.put(m.inside[i].comm_id);
-    w.put(m.inside[i].seq);
-    w.put(m.inside[i].since_ns);
-    w.put(m.inside[i].op);
-  }
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const Goodbye& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kGoodbye);
-  ByteWriter w(out);
-  w.put(m.rank);
-  w.put(m.time_ns);
-  w.put(static_cast<uint8_t>(m.stopping_job ? 1 : 0));
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const Welcome& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kWelcome);
-  ByteWriter(out).put(m.coordinator_time_ns);
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const Reject& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kReject);
-  ByteWriter w(out);
-  w.put(static_cast<uint8_t>(m.reason));
-  w.put_string(m.detail, kMaxReasonBytes);
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const Verdict& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kVerdict);
-  ByteWriter w(out);
-  w.put(static_cast<uint8_t>(m.kind));
-  w.put(static_cast<uint8_t>(m.action));
-  w.put(m.comm_id);
-  w.put(m.seq);
-  w.put_string(m.text_path, kMaxPathBytes);
-  w.put_string(m.json_path, kMaxPathBytes);
-  w.put_string(m.text, kMaxReportTextBytes);
-  finish(out, start);
-  return out;
-}
-
-std::vector<uint8_t> encode(const NonfiniteMessage& m) {
-  std::vector<uint8_t> out;
-  const size_t start = begin(out, MessageType::kNonfinite);
-  ByteWriter w(out);
-  w.put(m.rank);
-  w.put(m.batch_number);
-  w.put(m.comm_id);
-  w.put(m.call_number);
-  w.put_string(m.op, kMaxOpNameBytes);
-  w.put(static_cast<uint8_t>(m.where));
-  w.put(static_cast<uint8_t>(m.kind));
-  w.put(static_cast<uint8_t>(m.stop_job ? 1 : 0));
-  w.put(m.comm_rank);
-  w.put(m.peer);
-  w.put(m.stack_id);
-  finish(out, start);
-  return out;
-}
+std::vector<uint8_t> encode(const StackDefinition& m) { return encode_fields(MessageType::kStackDefinition, m); }
+std::vector<uint8_t> encode(const Heartbeat& m) { return encode_fields(MessageType::kHeartbeat, m); }
+std::vector<uint8_t> encode(const Goodbye& m) { return encode_fields(MessageType::kGoodbye, m); }
+std::vector<uint8_t> encode(const Welcome& m) { return encode_fields(MessageType::kWelcome, m); }
+std::vector<uint8_t> encode(const Reject& m) { return encode_fields(MessageType::kReject, m); }
+std::vector<uint8_t> encode(const Verdict& m) { return encode_fields(MessageType::kVerdict, m); }
+std::vector<uint8_t> encode(const NonfiniteMessage& m) { return encode_fields(MessageType::kNonfinite, m); }
 
 std::vector<uint8_t> encode(const Message& message) {
   return std::visit([](const auto& m) { return encode(m); }, message);
@@ -459,40 +441,31 @@ DecodeResult decode(std::span<const uint8_t> bytes) {
   }
   switch (static_cast<MessageType>(type)) {
     case MessageType::kHello:
-      result.message = decode_hello(r);
+      result.message = decode_fields<Hello>(r);
       break;
     case MessageType::kFingerprintBatch:
       result.message = decode_batch(r);
       break;
     case MessageType::kStackDefinition:
-      result.message = decode_stack(r);
+      result.message = decode_fields<StackDefinition>(r);
       break;
     case MessageType::kHeartbeat:
-      result.message = decode_heartbeat(r);
+      result.message = decode_fields<Heartbeat>(r);
       break;
-    case MessageType::kGoodbye: {
-      Goodbye m;
-      m.rank = r.get_in_range<int32_t>("rank", 0, kMaxRanks - 1);
-      m.time_ns = r.get<uint64_t>("time_ns");
-      m.stopping_job = r.get_in_range<uint8_t>("stopping_job", 0, 1) == 1;
-      result.message = m;
+    case MessageType::kGoodbye:
+      result.message = decode_fields<Goodbye>(r);
       break;
-    }
     case MessageType::kWelcome:
-      result.message = Welcome{r.get<uint64_t>("coordinator_time_ns")};
+      result.message = decode_fields<Welcome>(r);
       break;
-    case MessageType::kReject: {
-      Reject m;
-      m.reason = static_cast<RejectReason>(r.get_in_range<uint8_t>("reject reason", 1, 3));
-      m.detail = r.get_string("detail", kMaxReasonBytes);
-      result.message = m;
+    case MessageType::kReject:
+      result.message = decode_fields<Reject>(r);
       break;
-    }
     case MessageType::kVerdict:
-      result.message = decode_verdict(r);
+      result.message = decode_fields<Verdict>(r);
       break;
     case MessageType::kNonfinite:
-      result.message = decode_nonfinite(r);
+      result.message = decode_fields<NonfiniteMessage>(r);
       break;
     default:
       result.error = "unknown message type " + std::to_string(type);
