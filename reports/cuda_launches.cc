@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "base/hex_text.h"
 #include "base/printable.h"
 #include "reports/recorder_report.h"
 
@@ -84,11 +85,7 @@ const char* name_in_domain(const CudaResultInfo* info, CudaDomain domain) {
   return nullptr;
 }
 
-std::string hex(uint64_t value) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof(buffer), "0x%" PRIx64, value);
-  return buffer;
-}
+using text::hex_address;
 
 }  // namespace
 
@@ -116,8 +113,8 @@ bool is_launch(const Record& r) {
 std::string launch_kernel_name(const RecorderFile& file, const Record& launch) {
   const std::string name = file.name(static_cast<uint32_t>(launch.peer));
   if (!name.empty()) return name;
-  if (launch.op == static_cast<uint16_t>(Op::kGraphLaunch)) return "graph " + hex(launch.group);
-  return "kernel " + hex(launch.caller);
+  if (launch.op == static_cast<uint16_t>(Op::kGraphLaunch)) return "graph " + hex_address(launch.group);
+  return "kernel " + hex_address(launch.caller);
 }
 
 std::string dim3_text(Dim3 d) {
@@ -288,7 +285,7 @@ json stream_last_launch_json(const StreamLastLaunch& launch) {
 std::string stream_text(uint64_t stream) {
   if (stream == 0) return "0 (legacy default)";
   if (stream == 2) return "2 (per-thread default)";
-  return hex(stream);
+  return hex_address(stream);
 }
 
 SyncScope sync_scope(const RecorderFile& file, const Record& sync) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/hex_text.h"
 #include "base/private_files.h"
 #include "base/run_files.h"
 #include "reports/recorder_report.h"
@@ -72,11 +73,7 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
   return out;
 }
 
-std::string hex_address(uint64_t address) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof(buffer), "0x%" PRIx64, address);
-  return buffer;
-}
+using text::hex_address;
 
 nlohmann::json call_json(const Fingerprint& f) {
   return {{"op", op_text(f.op)},

@@ -1,6 +1,7 @@
 // Text and JSON forms of the frame reports: detection, trace, aborts, overflow streak, near overflow and origin.
 #include "reports/frame_report.h"
 
+#include "base/hex_text.h"
 #include "reports/stack_text.h"
 
 #include <algorithm>
@@ -29,11 +30,7 @@ std::string right_aligned(std::string_view word) {
 
 std::string format_e(double value) { return stats::format_abs_value(value); }
 
-std::string hex(uint64_t id) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%" PRIx64, id);
-  return buffer;
-}
+using text::hex_digits;
 
 // A JSON number, or "inf" / "-inf" / "nan" (JSON has no non-finite numbers; nlohmann would write null).
 nlohmann::json json_value(double value) {
@@ -239,7 +236,7 @@ const FirstNonfinite* stack_source(const Origin& origin) {
 nlohmann::json first_json(const FirstNonfinite& f) {
   nlohmann::json out = {{"rank", f.rank},
                         {"batch_number", f.batch_number},
-                        {"communicator", hex(f.comm_id)},
+                        {"communicator", hex_digits(f.comm_id)},
                         {"call_number", f.call_number},
                         {"op", f.op},
                         {"where", where_word(f.where)},
@@ -345,7 +342,7 @@ nlohmann::json frame_json(const Frame& frame) {
                      {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
                      {"block", {l.block[0], l.block[1], l.block[2]}},
                      {"shared_bytes", l.shared_bytes},
-                     {"stream", "0x" + hex(l.stream)},
+                     {"stream", text::hex_address(l.stream)},
                      {"record_index", l.record_index}};
     if (!l.note.empty()) out["launch"]["note"] = l.note;
   }
@@ -617,7 +614,7 @@ nlohmann::json origin_json(const std::vector<FirstNonfinite>& firsts) {
   }
   const FirstNonfinite& c = *origin.call;
   out["origin"] = {{"batch_number", c.batch_number},
-                   {"communicator", hex(c.comm_id)},
+                   {"communicator", hex_digits(c.comm_id)},
                    {"call_number", c.call_number},
                    {"op", c.op},
                    {"kernel", kernel_launch(c)},

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/hex_text.h"
 #include "base/printable.h"
 #include "reports/cuda_error_report.h"
 #include "reports/cuda_launches.h"
@@ -323,11 +324,7 @@ std::string duration_string(uint64_t ns) {
   return buffer;
 }
 
-std::string hex_id(uint64_t id) {
-  char buffer[20];
-  std::snprintf(buffer, sizeof(buffer), "%016" PRIx64, id);
-  return buffer;
-}
+std::string hex_id(uint64_t id) { return text::hex_id(id); }
 
 std::string short_hex_id(uint64_t id) { return id == 0 ? "-" : hex_id(id).substr(0, 6); }
 

@@ -8,15 +8,13 @@
 #include <cpuid.h>
 #endif
 
+#include "base/clocks.h"
+
 namespace trainscope::shim {
 
 constinit CounterClock<SystemTimeSource> g_wall_clock;
 
-uint64_t SystemTimeSource::realtime() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t SystemTimeSource::realtime() { return clocks::realtime_ns(); }
 
 namespace {
 

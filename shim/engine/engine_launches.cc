@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/clocks.h"
 #include "base/flight_recorder_reader.h"
 #include "base/flight_recorder_writer.h"
 #include "base/launch_event.h"
@@ -248,11 +249,7 @@ class DriverQueries final : public launches::CudaQueries {
 };
 
 // ---- Callback translation -------------------------------------------------------------------------------------------
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+using clocks::realtime_ns;
 
 template <typename T>
 uint64_t handle_value(T handle) {
