@@ -1,5 +1,5 @@
 // The packed form of one torch.nn.Module frame, between the Python hooks (python/inject/_trainscope_module_frames.py)
-// and the library (shim/module_frames.cc, then the engine: shim/engine/engine_module_frames.h).
+// and the library (shim/module_frames.cc, then the engine: shim/engine/job_thread/engine_module_frames.h).
 //
 // The hooks make one call per module forward, through ctypes, with everything packed into two flat buffers so that a
 // frame costs one foreign call whatever its rows:

@@ -5,7 +5,10 @@
 //   TS_HOOK_ENTER(fn, op, (args))   -- pass through when disabled or nested; ncclInvalidUsage if NCCL lacks fn
 //   fill hook.record()              -- plain stores, plus a lock-free table lookup for the communicator
 //   return hook.call(real, args...) -- commit the record, call REAL, store the result, return it
-// Nothing on this path allocates, locks, or logs.
+// Nothing on this path allocates, locks, or logs. What the engine adds to it runs in shim/engine/job_thread/: a watched
+// call's watch_begin / watch_end (lock-free and, once the watch board is warm, allocation-free, but a host buffer's
+// statistics are taken there, on this thread), a parked call of a non-blocking communicator (a lock of its own), and
+// TRAINSCOPE_ABORT_AFTER_BATCH's batch gate.
 //
 // Each body is a template over the NCCL library L it calls (interception.h): L = 0 is the exported hook, the one the
 // process-wide look-up finds; L >= 1 are the hooks handed out by look-ups on a library handle (nccl_libraries.h).

@@ -12,7 +12,7 @@
 // batch k. With auto/every, the first call starts batch 0.
 //
 // Not thread-safe: one thread at a time feeds it, in call order (the frame thread its records; the abort-after-batch
-// gate, shim/engine/engine_batches.h, the job threads' calls under its lock).
+// gate, shim/engine/job_thread/engine_batches.h, the job threads' calls under its lock).
 //
 // ---- auto ------------------------------------------------------------------------------------------------------
 // Every call gives a 64-bit signature (op, communicator, count, dtype). For a candidate period P (1..max_period),

@@ -5,16 +5,16 @@
 #include <string>
 
 #include "base/printable.h"
-#include "shim/engine/engine_batches.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"
-#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_launches.h"
 #include "shim/engine/engine_logging.h"
-#include "shim/engine/engine_module_frames.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_batches.h"
+#include "shim/engine/job_thread/engine_kernel_frames.h"
+#include "shim/engine/job_thread/engine_module_frames.h"
+#include "shim/engine/job_thread/engine_watch.h"
 #include "shim/engine_api.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -26,7 +26,7 @@
 #include "collectors/frames/frame_window.h"
 #include "collectors/frames/held_frames.h"
 #include "shim/engine/engine_ring.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 namespace trainscope::engine {
 

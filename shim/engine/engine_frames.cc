@@ -26,12 +26,12 @@
 #include "reports/recorder_report.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frame_feed.h"
-#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_kernel_frames.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 namespace trainscope::engine {
 namespace {

@@ -29,10 +29,10 @@
 #include "collectors/launches/launch_collector.h"
 #include "kernels/gpu_stats.h"
 #include "reports/cuda_error_report.h"
-#include "shim/engine/engine_batches.h"
-#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_threads.h"
+#include "shim/engine/job_thread/engine_batches.h"
+#include "shim/engine/job_thread/engine_kernel_frames.h"
 
 namespace trainscope::engine {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "base/flight_recorder_writer.h"
 #include "shim/engine/engine_frame_feed.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The job's side of buffer watching on non-blocking communicators: calls that returned ncclInProgress are parked
 // until ncclCommGetAsyncError confirms them (outputs taken then) or until they can never be (outputs skipped).
 // Host buffers only: no GPU is involved.
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "shim/engine/bounded_queue.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 namespace trainscope::engine {
 namespace {

@@ -1,5 +1,5 @@
 // Watching NCCL calls' buffers, the job's side (see engine_watch.h).
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 #include <algorithm>
 #include <string>

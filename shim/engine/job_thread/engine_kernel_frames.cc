@@ -1,5 +1,5 @@
 // Kernel frames, the launching thread's side (see engine_kernel_frames.h).
-#include "shim/engine/engine_kernel_frames.h"
+#include "shim/engine/job_thread/engine_kernel_frames.h"
 
 #include <atomic>
 #include <memory>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/stats.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 
 namespace trainscope::engine {
 namespace {

@@ -1,5 +1,5 @@
 // Module frames, the job's side (see engine_module_frames.h).
-#include "shim/engine/engine_module_frames.h"
+#include "shim/engine/job_thread/engine_module_frames.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/gpu_stats.h"
-#include "shim/engine/engine_watch.h"
+#include "shim/engine/job_thread/engine_watch.h"
 #include "shim/module_frame_abi.h"
 
 namespace trainscope::engine {

@@ -1,5 +1,5 @@
 // TRAINSCOPE_ABORT_AFTER_BATCH checked on the job's thread (see engine_batches.h).
-#include "shim/engine/engine_batches.h"
+#include "shim/engine/job_thread/engine_batches.h"
 
 #include <cstdint>
 #include <exception>
@@ -8,8 +8,8 @@
 
 #include "collectors/frames/batch_tracker.h"
 #include "shim/engine/engine_frames.h"
-#include "shim/engine/engine_kernel_frames.h"
 #include "shim/engine/engine_logging.h"
+#include "shim/engine/job_thread/engine_kernel_frames.h"
 
 namespace trainscope::engine {
 namespace {
