@@ -185,173 +185,212 @@ class Run {
   std::vector<int64_t> pids_;  // each file's process in the trace
 };
 
-// The instants of the reports: verdicts, first inf/nan, CUDA errors, stops.
+// The instants of the reports (verdicts, first inf/nan, CUDA errors, stops), one member per kind of report.
+struct ReportInstants {
+  const Run& run;
+  uint64_t end_ns;
+  std::vector<Instant> out;
+  std::vector<int64_t> stop_reported;  // ranks whose stop report made an instant
+
+  // A mismatch or a desync: one instant on each rank the report names.
+  void add_verdict(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    if (!report.has_json) return;
+    const bool mismatch = report.kind == ReportKind::kMismatch;
+    const std::string comm = string_member(j, "communicator");
+    const std::optional<uint64_t> seq = uint_member(j, "seq");
+    std::string name = std::string(mismatch ? "mismatch: " : "desync: ") + string_member(j, "operation") + " call #" +
+                       std::to_string(seq.value_or(0)) + " on comm " +
+                       recorder::short_hex_id(std::strtoull(comm.c_str(), nullptr, 16));
+    std::vector<int32_t> ranks;
+    for (const char* list : {"calls", "waiting", "missing"}) {
+      const auto it = j.find(list);
+      if (it == j.end() || !it->is_array()) continue;
+      for (const json& entry : *it) {
+        if (const int32_t rank = rank_member(entry, "process"); rank >= 0) ranks.push_back(rank);
+      }
+    }
+    for (const int32_t rank : ranks) {
+      Instant i;
+      i.name = name;
+      i.args = {{"report", file}, {"communicator", comm}, {"seq", seq.value_or(0)}};
+      if (mismatch && j.contains("differences")) i.args["differences"] = j["differences"];
+      if (!run.place(rank, comm, seq, uint_member(j, "detected_ns"), end_ns, &i)) continue;
+      out.push_back(std::move(i));
+    }
+  }
+
+  void add_vanished(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    if (!report.has_json) return;
+    Instant i;
+    const json* last = object_member(j, "last_call");
+    i.name = "vanished: rank " + std::to_string(report.rank);
+    i.args = {{"report", file}, {"host", string_member(j, "host")}};
+    if (report.rank >= 0 &&
+        run.place(report.rank, string_member(j, "last_call_communicator"),
+                  last != nullptr ? uint_member(*last, "seq") : std::nullopt, uint_member(j, "time_ns"), end_ns, &i))
+      out.push_back(std::move(i));
+  }
+
+  void add_nonfinite(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    if (report.rank < 0) return;
+    Instant i;
+    i.category = "nonfinite";
+    const std::optional<uint64_t> batch = uint_member(j, "batch_number");
+    i.name = "first inf/nan" + (batch ? " (batch " + std::to_string(*batch) + ")" : std::string());
+    i.args = {{"report", file}};
+    if (batch) i.args["batch_number"] = *batch;
+    // The first frame holding the value: a collective's ("comm 3f2a9c all-reduce #812") or a launch's.
+    std::string comm;
+    std::optional<uint64_t> seq;
+    std::optional<uint64_t> launch_ns;
+    size_t position = 0;
+    const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
+    const auto frames = j.is_object() ? j.find("frames") : j.end();
+    if (report.has_json && frames != j.end() && frames->is_array()) {
+      for (const json& frame : *frames) {
+        const auto has_nonfinite = frame.is_object() ? frame.find("has_nonfinite") : frame.end();
+        if (has_nonfinite == frame.end() || *has_nonfinite != true) continue;
+        const std::string frame_name = string_member(frame, "name");
+        i.args["frame"] = frame_name;
+        if (const json* launch = object_member(frame, "launch")) {
+          const std::optional<uint64_t> index = uint_member(*launch, "record_index");
+          const RecordedCall* call = rank_file != nullptr && index ? rank_file->at_index(*index) : nullptr;
+          if (call != nullptr) {
+            launch_ns = call->record.start_ns;
+            i.args["record"] = call->index;
+          }
+        } else if (frame_name.rfind("comm ", 0) == 0) {
+          comm = frame_name.substr(5, frame_name.find(' ', 5) - 5);
+          const size_t hash = frame_name.find('#');
+          if (hash != std::string::npos) seq = std::strtoull(frame_name.c_str() + hash + 1, nullptr, 10);
+        }
+        break;
+      }
+    }
+    // Else when the process stopped (an abort on inf/nan stops it right after), else at the end.
+    const bool exited = rank_file != nullptr && rank_file->header.exit_ns != 0;
+    if (run.place(report.rank, comm, seq, launch_ns, exited ? rank_file->header.exit_ns : end_ns, &i,
+                  exited ? "not known: placed at the process's exit" : "not known: placed at the end"))
+      out.push_back(std::move(i));
+  }
+
+  void add_cuda_error(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    if (!report.has_json || report.rank < 0) return;
+    // A recorder that still holds the error's record shows it there.
+    size_t position = 0;
+    const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
+    if (rank_file != nullptr && rank_file->first_error() != nullptr) return;
+    Instant i;
+    i.category = "cuda_error";
+    i.name = "first CUDA error";
+    i.args = {{"report", file}, {"summary", string_member(j, "summary")}};
+    if (run.place(report.rank, "", std::nullopt, uint_member(j, "time_ns"), end_ns, &i)) out.push_back(std::move(i));
+  }
+
+  void add_stop(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    if (report.rank < 0) return;
+    Instant i;
+    i.category = "stop";
+    const std::string reason = string_member(j, "reason");
+    i.name = "stopped" + (reason.empty() ? std::string() : " (" + reason + ")");
+    i.args = {{"report", file}, {"message", string_member(j, "message")}};
+    if (const std::optional<uint64_t> batch = uint_member(j, "batch_number")) i.args["batch_number"] = *batch;
+    size_t position = 0;
+    const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
+    const uint64_t exit_ns = rank_file != nullptr ? rank_file->header.exit_ns : 0;
+    if (run.place(report.rank, "", std::nullopt, exit_ns, end_ns, &i)) {
+      out.push_back(std::move(i));
+      stop_reported.push_back(report.rank);
+    }
+  }
+
+  // Where an inf/nan came from: an instant on each rank that sent it.
+  void add_origin(const ReportFiles& report, const std::string& file) {
+    const json& j = report.json;
+    const json* origin = report.has_json ? object_member(j, "origin") : nullptr;
+    if (origin == nullptr) return;
+    const std::string comm = string_member(*origin, "communicator");
+    const std::optional<uint64_t> seq = uint_member(*origin, "call_number");
+    const auto senders = origin->find("senders");
+    if (senders == origin->end() || !senders->is_array()) return;
+    for (const json& sender : *senders) {
+      if (!sender.is_number_integer() || sender.get<int64_t>() < 0 || sender.get<int64_t>() > INT32_MAX) continue;
+      Instant i;
+      i.category = "nonfinite";
+      i.name = "inf/nan origin: " + string_member(*origin, "op") + " call #" + std::to_string(seq.value_or(0));
+      i.args = {{"report", file}, {"communicator", comm}};
+      if (run.place(static_cast<int32_t>(sender.get<int64_t>()), comm, seq, std::nullopt, 0, &i))
+        out.push_back(std::move(i));
+    }
+  }
+
+  // Processes their recorder says trainscope stopped, without a stop report of their rank.
+  void add_unreported_stops(const recorder::RunDirectory& dir) {
+    for (size_t position = 0; position < dir.files.size(); ++position) {
+      const recorder::FileHeader& h = dir.files[position].header;
+      if ((h.end_flags & recorder::kEndStopped) == 0 || h.exit_ns == 0) continue;
+      if (std::find(stop_reported.begin(), stop_reported.end(), run.pid(position)) != stop_reported.end()) continue;
+      Instant i;
+      i.pid = run.pid(position);
+      i.category = "stop";
+      i.name = "stopped";
+      i.ns = h.exit_ns;
+      i.args = {{"message", recorder::stop_text(h)}};
+      out.push_back(std::move(i));
+    }
+  }
+
+  // A rank named by a report but without a recorder here is still marked, in a process of its number, and said to be.
+  void note_ranks_without_recorder() {
+    for (Instant& i : out) {
+      size_t position = 0;
+      if (i.pid >= 0 && i.pid < kUnknownRankPidBase &&
+          run.file_of_rank(static_cast<int32_t>(i.pid), &position) == nullptr)
+        i.args["note"] = "no flight recorder of this rank in the run directory";
+    }
+  }
+};
+
+// Every report's instants in the reports' order, then the stops that no report tells of.
 std::vector<Instant> report_instants(const Run& run, const recorder::RunDirectory& dir, const RunSummary& summary,
                                      uint64_t end_ns) {
-  std::vector<Instant> out;
-  std::vector<int64_t> stop_reported;
+  ReportInstants instants{run, end_ns, {}, {}};
   for (const ReportFiles& report : summary.reports) {
-    const json& j = report.json;
     const std::string file = report.has_json ? report.json_file() : report.text_file();
     switch (report.kind) {
       case ReportKind::kMismatch:
-      case ReportKind::kDesync: {
-        if (!report.has_json) break;
-        const bool mismatch = report.kind == ReportKind::kMismatch;
-        const std::string comm = string_member(j, "communicator");
-        const std::optional<uint64_t> seq = uint_member(j, "seq");
-        std::string name = std::string(mismatch ? "mismatch: " : "desync: ") + string_member(j, "operation") +
-                           " call #" + std::to_string(seq.value_or(0)) + " on comm " +
-                           recorder::short_hex_id(std::strtoull(comm.c_str(), nullptr, 16));
-        std::vector<int32_t> ranks;
-        for (const char* list : {"calls", "waiting", "missing"}) {
-          const auto it = j.find(list);
-          if (it == j.end() || !it->is_array()) continue;
-          for (const json& entry : *it) {
-            if (const int32_t rank = rank_member(entry, "process"); rank >= 0) ranks.push_back(rank);
-          }
-        }
-        for (const int32_t rank : ranks) {
-          Instant i;
-          i.name = name;
-          i.args = {{"report", file}, {"communicator", comm}, {"seq", seq.value_or(0)}};
-          if (mismatch && j.contains("differences")) i.args["differences"] = j["differences"];
-          if (!run.place(rank, comm, seq, uint_member(j, "detected_ns"), end_ns, &i)) continue;
-          out.push_back(std::move(i));
-        }
+      case ReportKind::kDesync:
+        instants.add_verdict(report, file);
         break;
-      }
-      case ReportKind::kVanished: {
-        if (!report.has_json) break;
-        Instant i;
-        const json* last = object_member(j, "last_call");
-        i.name = "vanished: rank " + std::to_string(report.rank);
-        i.args = {{"report", file}, {"host", string_member(j, "host")}};
-        if (report.rank >= 0 && run.place(report.rank, string_member(j, "last_call_communicator"),
-                                          last != nullptr ? uint_member(*last, "seq") : std::nullopt,
-                                          uint_member(j, "time_ns"), end_ns, &i))
-          out.push_back(std::move(i));
+      case ReportKind::kVanished:
+        instants.add_vanished(report, file);
         break;
-      }
-      case ReportKind::kNonfinite: {
-        if (report.rank < 0) break;
-        Instant i;
-        i.category = "nonfinite";
-        const std::optional<uint64_t> batch = uint_member(j, "batch_number");
-        i.name = "first inf/nan" + (batch ? " (batch " + std::to_string(*batch) + ")" : std::string());
-        i.args = {{"report", file}};
-        if (batch) i.args["batch_number"] = *batch;
-        // The first frame holding the value: a collective's ("comm 3f2a9c all-reduce #812") or a launch's.
-        std::string comm;
-        std::optional<uint64_t> seq;
-        std::optional<uint64_t> launch_ns;
-        size_t position = 0;
-        const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
-        const auto frames = j.is_object() ? j.find("frames") : j.end();
-        if (report.has_json && frames != j.end() && frames->is_array()) {
-          for (const json& frame : *frames) {
-            const auto has_nonfinite = frame.is_object() ? frame.find("has_nonfinite") : frame.end();
-            if (has_nonfinite == frame.end() || *has_nonfinite != true) continue;
-            const std::string frame_name = string_member(frame, "name");
-            i.args["frame"] = frame_name;
-            if (const json* launch = object_member(frame, "launch")) {
-              const std::optional<uint64_t> index = uint_member(*launch, "record_index");
-              const RecordedCall* call = rank_file != nullptr && index ? rank_file->at_index(*index) : nullptr;
-              if (call != nullptr) {
-                launch_ns = call->record.start_ns;
-                i.args["record"] = call->index;
-              }
-            } else if (frame_name.rfind("comm ", 0) == 0) {
-              comm = frame_name.substr(5, frame_name.find(' ', 5) - 5);
-              const size_t hash = frame_name.find('#');
-              if (hash != std::string::npos) seq = std::strtoull(frame_name.c_str() + hash + 1, nullptr, 10);
-            }
-            break;
-          }
-        }
-        // Else when the process stopped (an abort on inf/nan stops it right after), else at the end.
-        const bool exited = rank_file != nullptr && rank_file->header.exit_ns != 0;
-        if (run.place(report.rank, comm, seq, launch_ns, exited ? rank_file->header.exit_ns : end_ns, &i,
-                      exited ? "not known: placed at the process's exit" : "not known: placed at the end"))
-          out.push_back(std::move(i));
+      case ReportKind::kNonfinite:
+        instants.add_nonfinite(report, file);
         break;
-      }
-      case ReportKind::kCudaError: {
-        if (!report.has_json || report.rank < 0) break;
-        // A recorder that still holds the error's record shows it there.
-        size_t position = 0;
-        const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
-        if (rank_file != nullptr && rank_file->first_error() != nullptr) break;
-        Instant i;
-        i.category = "cuda_error";
-        i.name = "first CUDA error";
-        i.args = {{"report", file}, {"summary", string_member(j, "summary")}};
-        if (run.place(report.rank, "", std::nullopt, uint_member(j, "time_ns"), end_ns, &i))
-          out.push_back(std::move(i));
+      case ReportKind::kCudaError:
+        instants.add_cuda_error(report, file);
         break;
-      }
-      case ReportKind::kStop: {
-        if (report.rank < 0) break;
-        Instant i;
-        i.category = "stop";
-        const std::string reason = string_member(j, "reason");
-        i.name = "stopped" + (reason.empty() ? std::string() : " (" + reason + ")");
-        i.args = {{"report", file}, {"message", string_member(j, "message")}};
-        if (const std::optional<uint64_t> batch = uint_member(j, "batch_number")) i.args["batch_number"] = *batch;
-        size_t position = 0;
-        const RecorderFile* rank_file = run.file_of_rank(report.rank, &position);
-        const uint64_t exit_ns = rank_file != nullptr ? rank_file->header.exit_ns : 0;
-        if (run.place(report.rank, "", std::nullopt, exit_ns, end_ns, &i)) {
-          out.push_back(std::move(i));
-          stop_reported.push_back(report.rank);
-        }
+      case ReportKind::kStop:
+        instants.add_stop(report, file);
         break;
-      }
-      case ReportKind::kOrigin: {
-        const json* origin = report.has_json ? object_member(j, "origin") : nullptr;
-        if (origin == nullptr) break;
-        const std::string comm = string_member(*origin, "communicator");
-        const std::optional<uint64_t> seq = uint_member(*origin, "call_number");
-        const auto senders = origin->find("senders");
-        if (senders == origin->end() || !senders->is_array()) break;
-        for (const json& sender : *senders) {
-          if (!sender.is_number_integer() || sender.get<int64_t>() < 0 || sender.get<int64_t>() > INT32_MAX) continue;
-          Instant i;
-          i.category = "nonfinite";
-          i.name = "inf/nan origin: " + string_member(*origin, "op") + " call #" + std::to_string(seq.value_or(0));
-          i.args = {{"report", file}, {"communicator", comm}};
-          if (run.place(static_cast<int32_t>(sender.get<int64_t>()), comm, seq, std::nullopt, 0, &i))
-            out.push_back(std::move(i));
-        }
+      case ReportKind::kOrigin:
+        instants.add_origin(report, file);
         break;
-      }
       case ReportKind::kOverflowStreak:
       case ReportKind::kNearOverflow:
       case ReportKind::kStepSkipped:
         break;
     }
   }
-  // Processes their recorder says trainscope stopped, without a stop report of their rank.
-  for (size_t position = 0; position < dir.files.size(); ++position) {
-    const recorder::FileHeader& h = dir.files[position].header;
-    if ((h.end_flags & recorder::kEndStopped) == 0 || h.exit_ns == 0) continue;
-    if (std::find(stop_reported.begin(), stop_reported.end(), run.pid(position)) != stop_reported.end()) continue;
-    Instant i;
-    i.pid = run.pid(position);
-    i.category = "stop";
-    i.name = "stopped";
-    i.ns = h.exit_ns;
-    i.args = {{"message", recorder::stop_text(h)}};
-    out.push_back(std::move(i));
-  }
-  // A rank named by a report but without a recorder here is still marked, in a process of its number, and said to be.
-  for (Instant& i : out) {
-    size_t position = 0;
-    if (i.pid >= 0 && i.pid < kUnknownRankPidBase &&
-        run.file_of_rank(static_cast<int32_t>(i.pid), &position) == nullptr)
-      i.args["note"] = "no flight recorder of this rank in the run directory";
-  }
-  return out;
+  instants.add_unreported_stops(dir);
+  instants.note_ranks_without_recorder();
+  return std::move(instants.out);
 }
 
 // The trace's first and last instants, ns since the epoch.

@@ -93,30 +93,26 @@ bool fail(std::string* error, const std::string& path, const std::string& what) 
   return false;
 }
 
-}  // namespace
-
-bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error, const ReadLimits& limits) {
-  *out = RecorderFile{};
-  out->path = path;
-  // O_NONBLOCK: a FIFO named *.tsrec must not hang the reader.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (limits.follow_links ? 0 : O_NOFOLLOW)));
-  if (fd.get() < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
+// Whether the opened `fd` is a regular file long enough to hold a header; sets `size` to its length.
+bool check_file_itself(int fd, const std::string& path, uint64_t* size, std::string* error) {
+  if (fd < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
+  if (fstat(fd, &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return fail(error, path, std::string("not a regular file (") + kind_of(st.st_mode) + ")");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
+  *size = static_cast<uint64_t>(st.st_size);
+  if (*size == 0) {
     return fail(error, path, "empty file (0 bytes): its process died while creating the recorder, or it is not one");
   }
-  if (size < kHeaderBytes) {
+  if (*size < kHeaderBytes) {
     return fail(error, path,
-                "truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderBytes) +
+                "truncated: " + std::to_string(*size) + " bytes, shorter than the " + std::to_string(kHeaderBytes) +
                     "-byte header");
   }
+  return true;
+}
 
-  FileHeader& h = out->header;
-  std::string why;
-  if (!read_exact(fd.get(), &h, sizeof(h), 0, &why)) return fail(error, path, why);
+// Whether the header is a recorder's at all, of a version this reader knows.
+bool check_identity(const FileHeader& h, const std::string& path, std::string* error) {
   if (all_zero(h.magic, sizeof(h.magic))) {
     return fail(error, path, "header never written (no magic): its process died while creating the recorder");
   }
@@ -128,9 +124,13 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
                 "format version " + std::to_string(h.version) + "; this trainscope reads versions " +
                     std::to_string(kOldestFormatVersion) + " to " + std::to_string(kFormatVersion));
   }
-  const bool v1 = h.version == 1;
-  if (v1) {
-    // Nothing of version 2 is in the file, whatever those bytes hold.
+  return true;
+}
+
+// An older file's bytes where newer fields now sit are something else: they become the zeros that say "not known",
+// so that every reader sees one layout.
+void clear_fields_newer_than_the_file(FileHeader& h) {
+  if (h.version == 1) {
     h.sites_used = 0;
     h.max_sites = 0;
     h.python_major = 0;
@@ -139,7 +139,7 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     h.end_flags = 0;
   }
   if (h.version < 3) {
-    // Nothing of version 3 is in the file either: its layout has no name or stream table.
+    // Its layout has no name or stream table.
     h.max_names = 0;
     h.names_used = 0;
     h.max_streams = 0;
@@ -155,6 +155,11 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
   }
   if (h.exchange_state > static_cast<uint32_t>(ExchangeState::kDidNotRun))
     h.exchange_state = static_cast<uint32_t>(ExchangeState::kNotSaid);  // a value no writer stores says nothing
+}
+
+// Every size and count the header claims, checked against the limits and against the file's real length before any
+// offset computed from them is used.
+bool check_layout(const FileHeader& h, uint64_t size, const std::string& path, std::string* error) {
   if (h.header_bytes != kHeaderBytes || h.record_bytes != sizeof(Record) || h.comm_bytes != sizeof(CommEntry)) {
     return fail(error, path,
                 "corrupt header: sizes header/record/comm " + std::to_string(h.header_bytes) + "/" +
@@ -184,12 +189,17 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
                 std::string(size < expected ? "truncated" : "size mismatch") + ": " + std::to_string(size) +
                     " bytes, the header describes " + std::to_string(expected) + " (" + std::to_string(h.capacity) +
                     " record slots, " + std::to_string(h.max_comms) + " comm slots" +
-                    (v1 ? std::string() : ", " + std::to_string(h.max_sites) + " site slots") +
+                    (h.version == 1 ? std::string() : ", " + std::to_string(h.max_sites) + " site slots") +
                     (h.version < 3 ? std::string()
                                    : ", " + std::to_string(h.max_names) + " name slots, " +
                                          std::to_string(h.max_streams) + " stream slots") +
                     ")");
   }
+  return true;
+}
+
+// The header's strings end inside their fields, and its other fields say only what their flags vouch for.
+void keep_what_the_header_vouches_for(FileHeader& h) {
   terminate_field(h.host);
   terminate_field(h.run_id);
   terminate_field(h.exe);
@@ -220,136 +230,183 @@ bool read_recorder_file(const std::string& path, RecorderFile* out, std::string*
     h.python_major = 0;
     h.python_minor = 0;
   }
+}
 
-  // Comm table: only the claimed prefix; an entry counts once its commit names its own slot.
+// Comm table: only the claimed prefix; an entry counts once its commit names its own slot.
+bool read_comm_table(int fd, RecorderFile* out, std::string* why) {
+  const FileHeader& h = out->header;
   const uint32_t comms_used = std::min(h.comms_used, h.max_comms);
-  if (comms_used > 0) {
-    std::vector<CommEntry> table(comms_used);
-    if (!read_exact(fd.get(), table.data(), table.size() * sizeof(CommEntry), comm_table_offset(), &why)) {
-      return fail(error, path, why);
-    }
-    for (uint32_t i = 0; i < comms_used; ++i) {
-      if (table[i].commit == uint64_t{i} + 1) {
-        out->comms.push_back(table[i]);
-      } else {
-        ++out->torn_comms;
-      }
+  if (comms_used == 0) return true;
+  std::vector<CommEntry> table(comms_used);
+  if (!read_exact(fd, table.data(), table.size() * sizeof(CommEntry), comm_table_offset(), why)) return false;
+  for (uint32_t i = 0; i < comms_used; ++i) {
+    if (table[i].commit == uint64_t{i} + 1) {
+      out->comms.push_back(table[i]);
+    } else {
+      ++out->torn_comms;
     }
   }
+  return true;
+}
 
-  // Site table: only the claimed prefix. An entry counts once its commit names its own slot and it holds what a
-  // writer writes; anything else stays in place as zeros, so that the ids after it still index the table.
+// Site table: only the claimed prefix. An entry counts once its commit names its own slot and it holds what a
+// writer writes; anything else stays in place as zeros, so that the ids after it still index the table.
+bool read_site_table(int fd, RecorderFile* out, std::string* why) {
+  const FileHeader& h = out->header;
   const uint32_t sites_used = std::min(h.sites_used, h.max_sites);
-  if (sites_used > 0) {
-    out->sites.resize(sites_used);
-    if (!read_exact(fd.get(), out->sites.data(), out->sites.size() * sizeof(SiteEntry), site_table_offset(h.max_comms),
-                    &why)) {
-      return fail(error, path, why);
+  if (sites_used == 0) return true;
+  out->sites.resize(sites_used);
+  if (!read_exact(fd, out->sites.data(), out->sites.size() * sizeof(SiteEntry), site_table_offset(h.max_comms), why)) {
+    return false;
+  }
+  for (uint32_t i = 0; i < sites_used; ++i) {
+    SiteEntry& site = out->sites[i];
+    if (site.commit != uint64_t{i} + 1 || site.python_frames > 2) {
+      site = SiteEntry{};
+      ++out->torn_sites;
+      continue;
     }
-    for (uint32_t i = 0; i < sites_used; ++i) {
-      SiteEntry& site = out->sites[i];
-      if (site.commit != uint64_t{i} + 1 || site.python_frames > 2) {
-        site = SiteEntry{};
-        ++out->torn_sites;
+    for (uint32_t f = 0; f < 2; ++f) {
+      SiteFrame& frame = site.frames[f];
+      if (f >= site.python_frames) {
+        frame = SiteFrame{};
         continue;
       }
-      for (uint32_t f = 0; f < 2; ++f) {
-        SiteFrame& frame = site.frames[f];
-        if (f >= site.python_frames) {
-          frame = SiteFrame{};
-          continue;
-        }
-        terminate_field(frame.function);
-        terminate_field(frame.file);
-        if (frame.line < 0) frame.line = 0;  // "not known"
-      }
+      terminate_field(frame.function);
+      terminate_field(frame.file);
+      if (frame.line < 0) frame.line = 0;  // "not known"
     }
   }
+  return true;
+}
 
-  // Name table: as the site table, torn slots kept as zeros so that ids still index.
+// Name table: as the site table, torn slots kept as zeros so that ids still index.
+bool read_name_table(int fd, RecorderFile* out, std::string* why) {
+  const FileHeader& h = out->header;
   const uint32_t names_used = std::min(h.names_used, h.max_names);
-  if (names_used > 0) {
-    out->names.resize(names_used);
-    if (!read_exact(fd.get(), out->names.data(), out->names.size() * sizeof(NameEntry),
-                    name_table_offset(h.max_comms, h.max_sites), &why)) {
-      return fail(error, path, why);
-    }
-    for (uint32_t i = 0; i < names_used; ++i) {
-      NameEntry& name = out->names[i];
-      if (name.commit != uint64_t{i} + 1) {
-        name = NameEntry{};
-        ++out->torn_names;
-        continue;
-      }
-      terminate_field(name.text);
-    }
+  if (names_used == 0) return true;
+  out->names.resize(names_used);
+  if (!read_exact(fd, out->names.data(), out->names.size() * sizeof(NameEntry),
+                  name_table_offset(h.max_comms, h.max_sites), why)) {
+    return false;
   }
+  for (uint32_t i = 0; i < names_used; ++i) {
+    NameEntry& name = out->names[i];
+    if (name.commit != uint64_t{i} + 1) {
+      name = NameEntry{};
+      ++out->torn_names;
+      continue;
+    }
+    terminate_field(name.text);
+  }
+  return true;
+}
 
-  // Stream table: streams are looked up by handle, not by id, so a torn slot is simply left out.
+// Stream table: streams are looked up by handle, not by id, so a torn slot is simply left out.
+bool read_stream_table(int fd, RecorderFile* out, std::string* why) {
+  const FileHeader& h = out->header;
   const uint32_t streams_used = std::min(h.streams_used, h.max_streams);
-  if (streams_used > 0) {
-    std::vector<StreamEntry> table(streams_used);
-    if (!read_exact(fd.get(), table.data(), table.size() * sizeof(StreamEntry),
-                    stream_table_offset(h.max_comms, h.max_sites, h.max_names), &why)) {
-      return fail(error, path, why);
-    }
-    for (uint32_t i = 0; i < streams_used; ++i) {
-      if (table[i].commit == uint64_t{i} + 1) {
-        out->streams.push_back(table[i]);
-      } else {
-        ++out->torn_streams;
-      }
+  if (streams_used == 0) return true;
+  std::vector<StreamEntry> table(streams_used);
+  if (!read_exact(fd, table.data(), table.size() * sizeof(StreamEntry),
+                  stream_table_offset(h.max_comms, h.max_sites, h.max_names), why)) {
+    return false;
+  }
+  for (uint32_t i = 0; i < streams_used; ++i) {
+    if (table[i].commit == uint64_t{i} + 1) {
+      out->streams.push_back(table[i]);
+    } else {
+      ++out->torn_streams;
     }
   }
+  return true;
+}
 
-  // Ring: the slots of the last `capacity` claims, streamed in index order a chunk at a time, so memory follows
-  // what the file really holds rather than what its header claims.
+// Version 1 held an int32 redop where redop and site are now (little-endian: redop's bytes first).
+void convert_version_1_record(Record& record) {
+  int32_t redop = 0;
+  std::memcpy(&redop, reinterpret_cast<const char*>(&record) + offsetof(Record, redop), sizeof(redop));
+  record.redop = static_cast<int16_t>(std::clamp<int32_t>(redop, INT16_MIN, INT16_MAX));
+  record.site = 0;
+}
+
+// The ring's claims [lo, next) as read in one pass, before a live writer's later claims are accounted for.
+struct RingWindow {
+  uint64_t window = 0;
+  uint64_t lo = 0;
+  uint64_t next = 0;
+};
+
+// Ring: the slots of the last `capacity` claims, streamed in index order a chunk at a time, so memory follows
+// what the file really holds rather than what its header claims.
+bool read_ring(int fd, const ReadLimits& limits, RecorderFile* out, RingWindow* read, std::string* why) {
+  const FileHeader& h = out->header;
   const uint64_t capacity = h.capacity;
-  const uint64_t next_before = h.next;
-  const uint64_t window = std::min(capacity, limits.max_records);
-  const uint64_t lo_before = next_before > window ? next_before - window : 0;
+  read->next = h.next;
+  read->window = std::min(capacity, limits.max_records);
+  read->lo = read->next > read->window ? read->next - read->window : 0;
   std::vector<Record> chunk;
   uint64_t chunk_first = 0;
-  for (uint64_t index = lo_before; index < next_before; ++index) {
+  for (uint64_t index = read->lo; index < read->next; ++index) {
     const uint64_t slot = index % capacity;
     if (chunk.empty() || slot < chunk_first || slot >= chunk_first + chunk.size()) {
       chunk_first = slot;
       chunk.resize(static_cast<size_t>(std::min<uint64_t>(kChunkRecords, capacity - slot)));
-      if (!read_exact(fd.get(), chunk.data(), chunk.size() * sizeof(Record), ring_offset(h) + slot * sizeof(Record),
-                      &why)) {
-        return fail(error, path, why);
+      if (!read_exact(fd, chunk.data(), chunk.size() * sizeof(Record), ring_offset(h) + slot * sizeof(Record), why)) {
+        return false;
       }
     }
     const Record& r = chunk[static_cast<size_t>(slot - chunk_first)];
     if (r.commit == index + 1 && r.checksum == record_checksum(r, h.version)) {
       out->records.push_back(RecordedCall{index, r});
-      if (v1) {
-        // Version 1 held an int32 redop where redop and site are now (little-endian: redop's bytes first).
-        Record& converted = out->records.back().record;
-        int32_t redop = 0;
-        std::memcpy(&redop, reinterpret_cast<const char*>(&converted) + offsetof(Record, redop), sizeof(redop));
-        converted.redop = static_cast<int16_t>(std::clamp<int32_t>(redop, INT16_MIN, INT16_MAX));
-        converted.site = 0;
-      }
+      if (h.version == 1) convert_version_1_record(out->records.back().record);
     } else {
       ++out->torn_records;
     }
   }
+  return true;
+}
 
-  // A live writer may have lapped the oldest slots while we copied them: drop those rather than trust them.
-  // Claims made after the first look at `next` were not read; they are in flight, not torn.
-  const uint64_t next_after = std::max(next_before, load_next(fd.get()));
-  h.next = next_after;
-  const uint64_t lo_after = std::max(lo_before, next_after > window ? next_after - window : 0);
-  if (lo_after > lo_before) {
-    const auto kept = std::lower_bound(out->records.begin(), out->records.end(), lo_after,
-                                       [](const RecordedCall& c, uint64_t i) { return c.index < i; });
-    const uint64_t dropped_valid = static_cast<uint64_t>(kept - out->records.begin());
-    const uint64_t dropped_torn =
-        std::min(std::min(lo_after, next_before) - lo_before - dropped_valid, out->torn_records);
-    out->torn_records -= dropped_torn;
-    out->records.erase(out->records.begin(), kept);
+// A live writer may have lapped the oldest slots while we copied them: drop those rather than trust them.
+// Claims made after the first look at `next` were not read; they are in flight, not torn.
+void drop_lapped_records(int fd, const RingWindow& read, RecorderFile* out) {
+  const uint64_t next_after = std::max(read.next, load_next(fd));
+  out->header.next = next_after;
+  const uint64_t lo_after = std::max(read.lo, next_after > read.window ? next_after - read.window : 0);
+  if (lo_after <= read.lo) return;
+  const auto kept = std::lower_bound(out->records.begin(), out->records.end(), lo_after,
+                                     [](const RecordedCall& c, uint64_t i) { return c.index < i; });
+  const uint64_t dropped_valid = static_cast<uint64_t>(kept - out->records.begin());
+  const uint64_t dropped_torn = std::min(std::min(lo_after, read.next) - read.lo - dropped_valid, out->torn_records);
+  out->torn_records -= dropped_torn;
+  out->records.erase(out->records.begin(), kept);
+}
+
+}  // namespace
+
+bool read_recorder_file(const std::string& path, RecorderFile* out, std::string* error, const ReadLimits& limits) {
+  *out = RecorderFile{};
+  out->path = path;
+  // O_NONBLOCK: a FIFO named *.tsrec must not hang the reader.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (limits.follow_links ? 0 : O_NOFOLLOW)));
+  uint64_t size = 0;
+  if (!check_file_itself(fd.get(), path, &size, error)) return false;
+
+  FileHeader& h = out->header;
+  std::string why;
+  if (!read_exact(fd.get(), &h, sizeof(h), 0, &why)) return fail(error, path, why);
+  if (!check_identity(h, path, error)) return false;
+  clear_fields_newer_than_the_file(h);
+  if (!check_layout(h, size, path, error)) return false;
+  keep_what_the_header_vouches_for(h);
+
+  if (!read_comm_table(fd.get(), out, &why) || !read_site_table(fd.get(), out, &why) ||
+      !read_name_table(fd.get(), out, &why) || !read_stream_table(fd.get(), out, &why)) {
+    return fail(error, path, why);
   }
+  RingWindow read;
+  if (!read_ring(fd.get(), limits, out, &read, &why)) return fail(error, path, why);
+  drop_lapped_records(fd.get(), read, out);
   return true;
 }
 

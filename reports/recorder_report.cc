@@ -496,20 +496,7 @@ void write_launches(const RecorderFile& file, const ReportOptions& options, std:
   }
 }
 
-}  // namespace
-
-void write_text_report(const RunDirectory& run, const ReportOptions& options,
-                       const std::function<void(std::string_view)>& sink) {
-  std::string out;
-  // Whole lines go to the sink, a batch at a time.
-  const auto flush_lines = [&] {
-    if (out.size() < kTextBatchBytes) return;
-    sink(out);
-    out.clear();
-  };
-  std::vector<RankState> states;
-  for (const RecorderFile& file : run.files) states.push_back(rank_state(file, options));
-
+void write_run_heading(const RunDirectory& run, std::string& out) {
   std::string run_id;
   for (const RecorderFile& file : run.files) {
     if (file.header.run_id[0] != '\0') {
@@ -522,107 +509,135 @@ void write_text_report(const RunDirectory& run, const ReportOptions& options,
   if (!run.errors.empty()) out += ", " + std::to_string(run.errors.size()) + " unreadable";
   if (!run.files.empty()) out += "; first start " + utc_date_time(run.files.front().header.start_ns);
   out += "\n";
+}
 
-  // What needs a look first, before the detail.
-  std::vector<std::string> attention;
-  for (size_t i = 0; i < run.files.size(); ++i) {
-    const RecorderFile& file = run.files[i];
-    const FileHeader& h = file.header;
-    const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + printable(h.host) + ")";
-    if (states[i].key == "crashed_or_killed") attention.push_back(who + ": crashed or was killed");
-    if (states[i].key == "stopped") attention.push_back(who + ": " + stop_text(h));
-    if ((h.end_flags & kEndExitStatus) != 0 && states[i].key == "exited" && h.exit_status != 0)
-      attention.push_back(who + ": exited with status " + std::to_string(h.exit_status));
-    if (file.records.empty() && file.torn_records > 0)
-      attention.push_back(who + ": records unreadable (all " + std::to_string(file.torn_records) + " torn)");
-    if (h.reports_unwritten > 0) {
-      attention.push_back(
-          who + ": could not write " + std::string(h.unwritten_report) +
-          (h.unwritten_cause[0] != '\0' ? ": " + std::string(h.unwritten_cause) : std::string()) +
-          (h.reports_unwritten > 1 ? " (and " + std::to_string(h.reports_unwritten - 1) + " more)" : std::string()));
-    }
-    // The newest few calls that never returned; a hung rank has one per thread, more is noise.
-    constexpr size_t kPendingShown = 3;
-    std::vector<const RecordedCall*> pending;
-    for (const RecordedCall& call : file.records) {
-      if (waits(call)) pending.push_back(&call);
-    }
-    if (pending.size() > kPendingShown) {
-      attention.push_back(who + ": " + std::to_string(pending.size() - kPendingShown) +
-                          " older call(s) without a result, not listed");
-      pending.erase(pending.begin(), pending.end() - kPendingShown);
-    }
-    for (const RecordedCall* pending_call : pending) {
-      const RecordedCall& call = *pending_call;
-      const Record& r = call.record;
-      std::string what = who + ": " + op_label(r.op);
-      if (r.comm_id != 0) what += " comm " + short_hex_id(r.comm_id);
-      if (has_count(static_cast<Op>(r.op))) what += " seq " + std::to_string(r.seq);
-      what +=
-          " (#" + std::to_string(call.index) + ", " + utc_time_of_day(r.start_ns) + ") " + call_result(r, states[i]);
-      // Where in the job's Python the stuck call was made, when its site knows.
-      if (const std::string location = python_location(file.site(r.site)); !location.empty())
-        what += ", called from " + location;
-      attention.push_back(what);
-    }
-    if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
-      attention.push_back(who + ": first CUDA error: " + reports::cuda_error_summary(error));
-    } else if (h.cuda_errors > 0) {
-      attention.push_back(who + ": " + std::to_string(h.cuda_errors) +
-                          " CUDA error(s), the first one's record no longer held");
-    }
-    if (file.torn_records > 0) {
-      attention.push_back(who + ": " + std::to_string(file.torn_records) + " torn record(s) skipped");
-    }
-    if (file.torn_comms > 0) {
-      attention.push_back(who + ": " + std::to_string(file.torn_comms) + " unfinished communicator entr" +
-                          (file.torn_comms == 1 ? "y" : "ies") + " skipped");
-    }
-    if (file.torn_sites > 0) {
-      attention.push_back(who + ": " + std::to_string(file.torn_sites) + " unfinished call site entr" +
-                          (file.torn_sites == 1 ? "y" : "ies") + " skipped");
-    }
+// The newest few calls that never returned; a hung rank has one per thread, more is noise.
+void note_pending_calls(const RecorderFile& file, const RankState& state, const std::string& who,
+                        std::vector<std::string>* attention) {
+  constexpr size_t kPendingShown = 3;
+  std::vector<const RecordedCall*> pending;
+  for (const RecordedCall& call : file.records) {
+    if (waits(call)) pending.push_back(&call);
   }
+  if (pending.size() > kPendingShown) {
+    attention->push_back(who + ": " + std::to_string(pending.size() - kPendingShown) +
+                         " older call(s) without a result, not listed");
+    pending.erase(pending.begin(), pending.end() - kPendingShown);
+  }
+  for (const RecordedCall* pending_call : pending) {
+    const RecordedCall& call = *pending_call;
+    const Record& r = call.record;
+    std::string what = who + ": " + op_label(r.op);
+    if (r.comm_id != 0) what += " comm " + short_hex_id(r.comm_id);
+    if (has_count(static_cast<Op>(r.op))) what += " seq " + std::to_string(r.seq);
+    what += " (#" + std::to_string(call.index) + ", " + utc_time_of_day(r.start_ns) + ") " + call_result(r, state);
+    // Where in the job's Python the stuck call was made, when its site knows.
+    if (const std::string location = python_location(file.site(r.site)); !location.empty())
+      what += ", called from " + location;
+    attention->push_back(what);
+  }
+}
+
+// What in one rank's recorder needs a look first, before the detail.
+void note_rank_attention(const RecorderFile& file, const RankState& state, std::vector<std::string>* attention) {
+  const FileHeader& h = file.header;
+  const std::string who = rank_label(h) + " (pid " + std::to_string(h.pid) + ", " + printable(h.host) + ")";
+  if (state.key == "crashed_or_killed") attention->push_back(who + ": crashed or was killed");
+  if (state.key == "stopped") attention->push_back(who + ": " + stop_text(h));
+  if ((h.end_flags & kEndExitStatus) != 0 && state.key == "exited" && h.exit_status != 0)
+    attention->push_back(who + ": exited with status " + std::to_string(h.exit_status));
+  if (file.records.empty() && file.torn_records > 0)
+    attention->push_back(who + ": records unreadable (all " + std::to_string(file.torn_records) + " torn)");
+  if (h.reports_unwritten > 0) {
+    attention->push_back(
+        who + ": could not write " + std::string(h.unwritten_report) +
+        (h.unwritten_cause[0] != '\0' ? ": " + std::string(h.unwritten_cause) : std::string()) +
+        (h.reports_unwritten > 1 ? " (and " + std::to_string(h.reports_unwritten - 1) + " more)" : std::string()));
+  }
+  note_pending_calls(file, state, who, attention);
+  if (reports::CudaErrorReport error; reports::build_cuda_error_report(file, &error)) {
+    attention->push_back(who + ": first CUDA error: " + reports::cuda_error_summary(error));
+  } else if (h.cuda_errors > 0) {
+    attention->push_back(who + ": " + std::to_string(h.cuda_errors) +
+                         " CUDA error(s), the first one's record no longer held");
+  }
+  if (file.torn_records > 0) {
+    attention->push_back(who + ": " + std::to_string(file.torn_records) + " torn record(s) skipped");
+  }
+  if (file.torn_comms > 0) {
+    attention->push_back(who + ": " + std::to_string(file.torn_comms) + " unfinished communicator entr" +
+                         (file.torn_comms == 1 ? "y" : "ies") + " skipped");
+  }
+  if (file.torn_sites > 0) {
+    attention->push_back(who + ": " + std::to_string(file.torn_sites) + " unfinished call site entr" +
+                         (file.torn_sites == 1 ? "y" : "ies") + " skipped");
+  }
+}
+
+void write_attention(const RunDirectory& run, const std::vector<RankState>& states, std::string& out) {
+  std::vector<std::string> attention;
+  for (size_t i = 0; i < run.files.size(); ++i) note_rank_attention(run.files[i], states[i], &attention);
   for (const FileError& e : run.errors) attention.push_back("unreadable " + printable(e.message));
   if (!attention.empty()) {
     out += "\nATTENTION\n";
     for (const std::string& line : attention) out += "  ! " + line + "\n";
   }
+}
 
-  for (size_t i = 0; i < run.files.size(); ++i) {
-    const RecorderFile& file = run.files[i];
-    const FileHeader& h = file.header;
-    out += "\n=== " + rank_label(h) + " | pid " + std::to_string(h.pid) + " | host " + printable(h.host) + " | NCCL " +
-           nccl_version_string(h.nccl_version) + " | " + states[i].text + " | records " +
-           std::to_string(file.records_total()) + " total, " + std::to_string(file.records.size()) + " held (ring " +
-           std::to_string(h.capacity) + ") | torn " + std::to_string(file.torn_records) + "\n";
-    out += "    file " + printable(file.path) + "  started " + utc_date_time(h.start_ns) + "\n";
-    if (const std::string python = python_text(h); !python.empty()) out += "    " + python + "\n";
-
-    if (file.comms.empty()) {
-      out += "  communicators: none recorded\n";
-    } else {
-      out += "  communicators (" + std::to_string(file.comms.size()) + ")\n";
-      Table table({"id", "parent", "rank/n", "created by", "created", "state"},
-                  {false, false, true, false, false, false});
-      std::vector<std::vector<std::string>> rows;
-      for (const CommEntry& c : file.comms) {
-        std::string state = comm_state_name(c.state);
-        if (c.ended_ns != 0) state += " " + utc_time_of_day(c.ended_ns);
-        rows.push_back({hex_id(c.id), c.parent_id == 0 ? "-" : hex_id(c.parent_id),
-                        int_or_dash(c.rank) + "/" + int_or_dash(c.nranks), op_label(c.origin),
-                        utc_time_of_day(c.created_ns), state});
-        table.measure(rows.back());
-      }
-      table.render_header("    ", out);
-      for (const std::vector<std::string>& row : rows) table.render(row, "    ", out);
-    }
-    flush_lines();
-
-    write_calls(file, states[i], options, out, flush_lines);
-    if (shows_launches(file)) write_launches(file, options, out);
-    flush_lines();
+void write_communicators(const RecorderFile& file, std::string& out) {
+  if (file.comms.empty()) {
+    out += "  communicators: none recorded\n";
+    return;
   }
+  out += "  communicators (" + std::to_string(file.comms.size()) + ")\n";
+  Table table({"id", "parent", "rank/n", "created by", "created", "state"}, {false, false, true, false, false, false});
+  std::vector<std::vector<std::string>> rows;
+  for (const CommEntry& c : file.comms) {
+    std::string state = comm_state_name(c.state);
+    if (c.ended_ns != 0) state += " " + utc_time_of_day(c.ended_ns);
+    rows.push_back({hex_id(c.id), c.parent_id == 0 ? "-" : hex_id(c.parent_id),
+                    int_or_dash(c.rank) + "/" + int_or_dash(c.nranks), op_label(c.origin),
+                    utc_time_of_day(c.created_ns), state});
+    table.measure(rows.back());
+  }
+  table.render_header("    ", out);
+  for (const std::vector<std::string>& row : rows) table.render(row, "    ", out);
+}
+
+// One rank's section: its heading, communicators, last calls and launches.
+void write_rank(const RecorderFile& file, const RankState& state, const ReportOptions& options, std::string& out,
+                const std::function<void()>& flush_lines) {
+  const FileHeader& h = file.header;
+  out += "\n=== " + rank_label(h) + " | pid " + std::to_string(h.pid) + " | host " + printable(h.host) + " | NCCL " +
+         nccl_version_string(h.nccl_version) + " | " + state.text + " | records " +
+         std::to_string(file.records_total()) + " total, " + std::to_string(file.records.size()) + " held (ring " +
+         std::to_string(h.capacity) + ") | torn " + std::to_string(file.torn_records) + "\n";
+  out += "    file " + printable(file.path) + "  started " + utc_date_time(h.start_ns) + "\n";
+  if (const std::string python = python_text(h); !python.empty()) out += "    " + python + "\n";
+  write_communicators(file, out);
+  flush_lines();
+
+  write_calls(file, state, options, out, flush_lines);
+  if (shows_launches(file)) write_launches(file, options, out);
+  flush_lines();
+}
+
+}  // namespace
+
+void write_text_report(const RunDirectory& run, const ReportOptions& options,
+                       const std::function<void(std::string_view)>& sink) {
+  std::string out;
+  // Whole lines go to the sink, a batch at a time.
+  const std::function<void()> flush_lines = [&] {
+    if (out.size() < kTextBatchBytes) return;
+    sink(out);
+    out.clear();
+  };
+  std::vector<RankState> states;
+  for (const RecorderFile& file : run.files) states.push_back(rank_state(file, options));
+  write_run_heading(run, out);
+  write_attention(run, states, out);
+  for (size_t i = 0; i < run.files.size(); ++i) write_rank(run.files[i], states[i], options, out, flush_lines);
   if (!out.empty()) sink(out);
 }
 

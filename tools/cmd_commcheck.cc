@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,14 +197,18 @@ float expected_sum(int world, std::size_t i) {
   return static_cast<float>(world * (world + 1) / 2 + world * static_cast<int>(i % 7));
 }
 
-}  // namespace
-
-int cmd_commcheck(int argc, char** argv) {
+struct CommcheckOptions {
   int timeout_seconds = 60;
   long long count = 1 << 20;
   std::string buffers = "auto";
   std::string nccl_path = "libnccl.so.2";
   std::string endpoint;
+};
+
+// Every early exit below returns the status to exit with; nullopt means "go on".
+using ExitCode = std::optional<int>;
+
+ExitCode parse_commcheck_arguments(int argc, char** argv, CommcheckOptions* options) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -215,30 +220,32 @@ int cmd_commcheck(int argc, char** argv) {
     if (i + 1 >= argc) return usage_error(flag + " needs a value");
     const std::string value = argv[++i];
     if (flag == "--timeout") {
-      if (!commcheck::parse_timeout_seconds(value, kMaxTimeoutSeconds, &timeout_seconds))
+      if (!commcheck::parse_timeout_seconds(value, kMaxTimeoutSeconds, &options->timeout_seconds))
         return usage_error("--timeout '" + value +
                            "': expected a number of seconds from 1 to 3600, optionally suffixed s or m (60, 90s, 2m)");
     } else if (flag == "--count") {
       char* end = nullptr;
       errno = 0;
-      count = std::strtoll(value.c_str(), &end, 10);
-      if (errno != 0 || end == value.c_str() || *end != '\0' || count < 1 || count > (1LL << 28))
+      options->count = std::strtoll(value.c_str(), &end, 10);
+      if (errno != 0 || end == value.c_str() || *end != '\0' || options->count < 1 || options->count > (1LL << 28))
         return usage_error("--count '" + value + "': expected a number of elements from 1 to 268435456");
     } else if (flag == "--buffers") {
       if (value != "auto" && value != "device" && value != "host")
         return usage_error("--buffers '" + value + "': expected auto, device or host");
-      buffers = value;
+      options->buffers = value;
     } else if (flag == "--nccl") {
-      nccl_path = value;
+      options->nccl_path = value;
     } else {
-      endpoint = value;
+      options->endpoint = value;
     }
   }
+  return std::nullopt;
+}
 
-  // Who this rank is, by the launcher's rules (the shim's own reading of RANK, OMPI_*, PMI_*, SLURM_*).
+// Who this rank is, by the launcher's rules (the shim's own reading of RANK, OMPI_*, PMI_*, SLURM_*); without a
+// launcher, the only rank of a world of one.
+ExitCode identify_rank(int* rank, int* world, int* local_rank) {
   const shim::LauncherIdentity id = shim::launcher_identity(environ);
-  int rank = 0;
-  int world = 1;
   if (id.rank >= 0 || id.world >= 0) {
     if (id.rank < 0 || id.world < 1)
       return usage_error(std::string("the launcher's environment gives ") +
@@ -247,70 +254,68 @@ int cmd_commcheck(int argc, char** argv) {
     if (id.rank >= id.world)
       return usage_error("rank " + std::to_string(id.rank) + " (from " + id.source + ") is not below the world size " +
                          std::to_string(id.world));
-    rank = id.rank;
-    world = id.world;
+    *rank = id.rank;
+    *world = id.world;
   }
-  const int local_rank = id.local_rank >= 0 ? id.local_rank : rank;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
-  g_label = "[" + std::string(host) + "-" + std::to_string(local_rank) +
-            "] FAILED (global rank: " + std::to_string(rank) + "/" + std::to_string(world) + ")";
+  *local_rank = id.local_rank >= 0 ? id.local_rank : *rank;
+  return std::nullopt;
+}
 
-  commcheck::RendezvousRequest request;
-  request.rank = rank;
-  request.world = world;
-  request.local_rank = local_rank;
-  request.host = host;
-  request.pid = static_cast<int>(getpid());
-  if (world > 1) {
-    std::string reason;
-    if (!endpoint.empty()) {
-      if (!commcheck::parse_endpoint(endpoint, &request.address, &request.port, &reason))
-        return usage_error("--rendezvous '" + endpoint + "': " + reason);
-    } else {
-      const char* addr = std::getenv("MASTER_ADDR");
-      const char* port = std::getenv("MASTER_PORT");
-      if (addr == nullptr || *addr == '\0' || port == nullptr || *port == '\0')
-        return usage_error("a job of " + std::to_string(world) +
-                           " ranks needs MASTER_ADDR and MASTER_PORT (set by torchrun and accelerate) or "
-                           "--rendezvous HOST:PORT, the same on every rank");
-      char* end = nullptr;
-      errno = 0;
-      const long master_port = std::strtol(port, &end, 10);
-      if (errno != 0 || *end != '\0' || master_port < 1 || master_port + kRendezvousPortOffset > 65535)
-        return usage_error(std::string("MASTER_PORT '") + port + "': expected a port from 1 to 65531");
-      request.address = addr;
-      request.port = static_cast<int>(master_port) + kRendezvousPortOffset;
-    }
+// Where rank 0 hands out the unique id: --rendezvous, else torchrun's MASTER_ADDR with a port of trainscope's own.
+ExitCode find_rendezvous(const std::string& endpoint, commcheck::RendezvousRequest* request) {
+  std::string reason;
+  if (!endpoint.empty()) {
+    if (!commcheck::parse_endpoint(endpoint, &request->address, &request->port, &reason))
+      return usage_error("--rendezvous '" + endpoint + "': " + reason);
+    return std::nullopt;
   }
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr == nullptr || *addr == '\0' || port == nullptr || *port == '\0')
+    return usage_error("a job of " + std::to_string(request->world) +
+                       " ranks needs MASTER_ADDR and MASTER_PORT (set by torchrun and accelerate) or "
+                       "--rendezvous HOST:PORT, the same on every rank");
+  char* end = nullptr;
+  errno = 0;
+  const long master_port = std::strtol(port, &end, 10);
+  if (errno != 0 || *end != '\0' || master_port < 1 || master_port + kRendezvousPortOffset > 65535)
+    return usage_error(std::string("MASTER_PORT '") + port + "': expected a port from 1 to 65531");
+  request->address = addr;
+  request->port = static_cast<int>(master_port) + kRendezvousPortOffset;
+  return std::nullopt;
+}
 
-  const Clock::time_point start = Clock::now();
-  request.join_deadline = start + std::chrono::seconds(timeout_seconds);
-  request.answer_deadline = request.join_deadline + kAnswerGrace;
-  start_watchdog(request.join_deadline + kWatchdogGrace, timeout_seconds);
-
-  // What this rank needs before it can take part; a failure is told to every rank through the rendezvous.
-  Nccl nccl;
-  request.own_error = nccl.load(nccl_path);
-  Driver driver;
+// Where the buffers live: `on_device` once a device is ready, else `no_device` says why there is none.
+struct BufferPlace {
   bool on_device = false;
   std::string no_device;
-  if (request.own_error.empty() && buffers != "host") {
-    no_device = driver.open(local_rank);
-    on_device = no_device.empty();
-    if (!on_device && buffers == "device") request.own_error = "--buffers device: " + no_device;
+};
+
+// What this rank needs before it can take part; a failure lands in request->own_error, to be told to every rank
+// through the rendezvous.
+BufferPlace prepare_rank(Nccl& nccl, Driver& driver, const CommcheckOptions& options,
+                         commcheck::RendezvousRequest* request) {
+  BufferPlace place;
+  request->own_error = nccl.load(options.nccl_path);
+  if (request->own_error.empty() && options.buffers != "host") {
+    place.no_device = driver.open(request->local_rank);
+    place.on_device = place.no_device.empty();
+    if (!place.on_device && options.buffers == "device") request->own_error = "--buffers device: " + place.no_device;
   }
-  if (request.own_error.empty() && rank == 0) {
+  if (request->own_error.empty() && request->rank == 0) {
     g_phase = "in ncclGetUniqueId";
     ncclUniqueId unique_id;
     if (const ncclResult_t r = nccl.get_unique_id(&unique_id); r != ncclSuccess)
-      request.own_error = nccl.failure("ncclGetUniqueId", r, nullptr);
+      request->own_error = nccl.failure("ncclGetUniqueId", r, nullptr);
     else
-      std::memcpy(request.unique_id.data(), &unique_id, sizeof(unique_id));
+      std::memcpy(request->unique_id.data(), &unique_id, sizeof(unique_id));
   }
+  return place;
+}
 
+commcheck::RendezvousResult meet_the_other_ranks(const commcheck::RendezvousRequest& request) {
   commcheck::RendezvousResult met;
-  if (world > 1) {
+  if (request.world > 1) {
     g_phase = "in the rendezvous";
     met = commcheck::rendezvous(request);
   } else {
@@ -318,35 +323,26 @@ int cmd_commcheck(int argc, char** argv) {
     met.error = request.own_error;
     met.unique_id = request.unique_id;
   }
-  if (!met.ok) {
-    fail_line(met.error);
-    return 1;
-  }
-  // From here a rank that breaks tells the others through rank 0, and they stop waiting for it in NCCL at once.
-  commcheck::FailureRelay relay(rank,
-                                "rank " + std::to_string(rank) + " (" + host + "-" + std::to_string(local_rank) + ")",
-                                std::move(met.links));
-  g_relay = &relay;
-  relay.start([](const std::string& what) {
-    fail_line(what);
-    _exit(1);
-  });
-  auto fail = [&relay](const std::string& what) {
-    relay.report_failure(what);
-    fail_line(what);
-    return 1;
-  };
+  return met;
+}
 
-  g_phase = "waiting in ncclCommInitRank for the other ranks";
-  ncclUniqueId unique_id;
-  std::memcpy(&unique_id, met.unique_id.data(), sizeof(unique_id));
-  ncclComm_t comm = nullptr;
-  if (const ncclResult_t r = nccl.init_rank(&comm, world, unique_id, rank); r != ncclSuccess) {
-    return fail(nccl.failure("ncclCommInitRank", r, nullptr) + " (NCCL " + nccl.version() + ")");
+// The all-reduce's and the barrier's results, as copied back to the host; empty when every element is right.
+std::string check_results(const std::vector<float>& host_data, const std::vector<int>& barrier_host, int world) {
+  for (std::size_t i = 0; i < host_data.size(); ++i) {
+    if (host_data[i] != expected_sum(world, i)) {
+      return "ncclAllReduce returned a wrong sum: element " + std::to_string(i) + " is " +
+             std::to_string(host_data[i]) + ", expected " + std::to_string(expected_sum(world, i));
+    }
   }
+  if (barrier_host[0] != world)
+    return "the barrier counted " + std::to_string(barrier_host[0]) + " ranks, expected " + std::to_string(world);
+  return {};
+}
 
-  // The all-reduce, then a one-element all-reduce as the barrier (what torch.distributed's NCCL barrier does).
-  const std::size_t n = static_cast<std::size_t>(count);
+// The all-reduce, then a one-element all-reduce as the barrier (what torch.distributed's NCCL barrier does), their
+// results checked and the communicator destroyed. Empty when all went well, else what broke first.
+std::string all_reduce_and_check(const Nccl& nccl, const Driver& driver, ncclComm_t comm, bool on_device, std::size_t n,
+                                 int rank, int world) {
   std::vector<float> host_data(n);
   for (std::size_t i = 0; i < n; ++i) host_data[i] = contribution(rank, i);
   std::vector<int> barrier_host(1, 1);
@@ -387,17 +383,7 @@ int cmd_commcheck(int argc, char** argv) {
       error =
           "the all-reduce on device " + std::to_string(driver.device_ordinal) + " did not complete: " + driver.text(r);
   }
-  if (error.empty()) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (host_data[i] != expected_sum(world, i)) {
-        error = "ncclAllReduce returned a wrong sum: element " + std::to_string(i) + " is " +
-                std::to_string(host_data[i]) + ", expected " + std::to_string(expected_sum(world, i));
-        break;
-      }
-    }
-    if (error.empty() && barrier_host[0] != world)
-      error = "the barrier counted " + std::to_string(barrier_host[0]) + " ranks, expected " + std::to_string(world);
-  }
+  if (error.empty()) error = check_results(host_data, barrier_host, world);
   if (error.empty()) {
     g_phase = "in ncclCommDestroy";
     if (const ncclResult_t r = nccl.destroy(comm); r != ncclSuccess) error = nccl.failure("ncclCommDestroy", r, comm);
@@ -406,12 +392,76 @@ int cmd_commcheck(int argc, char** argv) {
     if (device_data != 0) driver.free(device_data);
     if (device_barrier != 0) driver.free(device_barrier);
   }
+  return error;
+}
+
+}  // namespace
+
+int cmd_commcheck(int argc, char** argv) {
+  CommcheckOptions options;
+  if (const ExitCode exit = parse_commcheck_arguments(argc, argv, &options)) return *exit;
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  if (const ExitCode exit = identify_rank(&rank, &world, &local_rank)) return *exit;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
+  g_label = "[" + std::string(host) + "-" + std::to_string(local_rank) +
+            "] FAILED (global rank: " + std::to_string(rank) + "/" + std::to_string(world) + ")";
+
+  commcheck::RendezvousRequest request;
+  request.rank = rank;
+  request.world = world;
+  request.local_rank = local_rank;
+  request.host = host;
+  request.pid = static_cast<int>(getpid());
+  if (world > 1) {
+    if (const ExitCode exit = find_rendezvous(options.endpoint, &request)) return *exit;
+  }
+
+  const Clock::time_point start = Clock::now();
+  request.join_deadline = start + std::chrono::seconds(options.timeout_seconds);
+  request.answer_deadline = request.join_deadline + kAnswerGrace;
+  start_watchdog(request.join_deadline + kWatchdogGrace, options.timeout_seconds);
+
+  Nccl nccl;
+  Driver driver;
+  const BufferPlace place = prepare_rank(nccl, driver, options, &request);
+  commcheck::RendezvousResult met = meet_the_other_ranks(request);
+  if (!met.ok) {
+    fail_line(met.error);
+    return 1;
+  }
+  // From here a rank that breaks tells the others through rank 0, and they stop waiting for it in NCCL at once.
+  commcheck::FailureRelay relay(rank,
+                                "rank " + std::to_string(rank) + " (" + host + "-" + std::to_string(local_rank) + ")",
+                                std::move(met.links));
+  g_relay = &relay;
+  relay.start([](const std::string& what) {
+    fail_line(what);
+    _exit(1);
+  });
+  auto fail = [&relay](const std::string& what) {
+    relay.report_failure(what);
+    fail_line(what);
+    return 1;
+  };
+
+  g_phase = "waiting in ncclCommInitRank for the other ranks";
+  ncclUniqueId unique_id;
+  std::memcpy(&unique_id, met.unique_id.data(), sizeof(unique_id));
+  ncclComm_t comm = nullptr;
+  if (const ncclResult_t r = nccl.init_rank(&comm, world, unique_id, rank); r != ncclSuccess) {
+    return fail(nccl.failure("ncclCommInitRank", r, nullptr) + " (NCCL " + nccl.version() + ")");
+  }
+  const std::string error =
+      all_reduce_and_check(nccl, driver, comm, place.on_device, static_cast<std::size_t>(options.count), rank, world);
   g_done = true;
   if (!error.empty()) {
     return fail(error + " (NCCL " + nccl.version() + ", " +
-                (on_device           ? "device buffers"
-                 : no_device.empty() ? "host buffers"
-                                     : "host buffers: " + no_device) +
+                (place.on_device           ? "device buffers"
+                 : place.no_device.empty() ? "host buffers"
+                                           : "host buffers: " + place.no_device) +
                 ")");
   }
   relay.finish();

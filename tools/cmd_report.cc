@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -88,15 +89,19 @@ bool parse_last(const char* text, size_t* out) {
   return true;
 }
 
-}  // namespace
-
-int cmd_report(int argc, char** argv) {
-  std::vector<std::string> args;
+struct ReportArguments {
+  std::vector<std::string> folders;  // as given: run folders, or folders above them
   bool as_json = false;
   bool summary_only = false;
   const char* trace_path = nullptr;
   const char* html_path = nullptr;
   recorder::ReportOptions options;
+};
+
+// Every early exit below returns the status to exit with; nullopt means "go on".
+using ExitCode = std::optional<int>;
+
+ExitCode parse_report_arguments(int argc, char** argv, ReportArguments* a) {
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
     const char* last_value = nullptr;
@@ -105,11 +110,11 @@ int cmd_report(int argc, char** argv) {
       return 0;
     }
     if (std::strcmp(arg, "--json") == 0) {
-      as_json = true;
+      a->as_json = true;
       continue;
     }
     if (std::strcmp(arg, "--summary") == 0) {
-      summary_only = true;
+      a->summary_only = true;
       continue;
     }
     if (std::strcmp(arg, "--trace") == 0 || std::strcmp(arg, "--html") == 0) {
@@ -117,7 +122,7 @@ int cmd_report(int argc, char** argv) {
         return usage_error(std::string(arg) + " needs a file name: where to write the " +
                            (arg[2] == 't' ? "timeline (Chrome trace-event JSON)" : "page (HTML)"));
       }
-      (arg[2] == 't' ? trace_path : html_path) = argv[++i];
+      (arg[2] == 't' ? a->trace_path : a->html_path) = argv[++i];
       continue;
     }
     if (std::strcmp(arg, "--last") == 0) {
@@ -130,26 +135,26 @@ int cmd_report(int argc, char** argv) {
                          "'; accepted: --json, --summary, --last N, --trace FILE, --html FILE, "
                          "--help");
     } else {
-      args.push_back(arg);
+      a->folders.push_back(arg);
       continue;
     }
-    if (!parse_last(last_value, &options.last)) {
+    if (!parse_last(last_value, &a->options.last)) {
       return usage_error(std::string("--last '") + last_value +
                          "' is not valid; accepted: a whole number 0..1000000000 or 'all'");
     }
   }
-  if (as_json && (trace_path != nullptr || html_path != nullptr))
+  if (a->as_json && (a->trace_path != nullptr || a->html_path != nullptr))
     return usage_error("--json cannot be combined with --trace or --html: they write files of their own");
-  if (args.empty()) {
+  if (a->folders.empty()) {
     std::fputs(kUsage, stderr);
     return usage_error("missing RUN_DIR: the run directory (a sub-folder of TRAINSCOPE_DIR) holding *.tsrec files");
   }
-  std::string error;
-  std::vector<std::string> folders;
-  if (!reports::find_run_folders(args, &folders, &error)) return usage_error(error);
+  return std::nullopt;
+}
 
-  // What the run left is what this command reads: a file it writes is never one of them.
-  for (const auto& [option, path] : {std::pair{"--trace", trace_path}, std::pair{"--html", html_path}}) {
+// What the run left is what this command reads: a file it writes is never one of them.
+ExitCode refuse_outputs_in_the_run(const std::vector<std::string>& folders, const ReportArguments& a) {
+  for (const auto& [option, path] : {std::pair{"--trace", a.trace_path}, std::pair{"--html", a.html_path}}) {
     if (path == nullptr) continue;
     for (const std::string& dir : folders) {
       const std::string overwrites = reports::output_overwrites_run(dir, path);
@@ -159,66 +164,87 @@ int cmd_report(int argc, char** argv) {
       }
     }
   }
-  reports::RunRead read;
-  if (!reports::read_run(folders, options, &read, &error)) return usage_error(error);
-  recorder::RunDirectory& run = read.run;
-  reports::RunSummary& summary = read.summary;
-  const bool has_recorders = read.has_recorders;
+  return std::nullopt;
+}
 
-  if (trace_path != nullptr || html_path != nullptr) {
-    bool written = true;
-    if (trace_path != nullptr) {
-      if (!reports::write_run_timeline_file(run, summary, trace_path, &error)) {
-        std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
-        written = false;
-      } else {
-        std::fprintf(stderr, "trainscope report: timeline written to %s (open it in ui.perfetto.dev)\n",
-                     reports::printable(trace_path).c_str());
-      }
-    }
-    if (html_path != nullptr) {
-      if (!reports::write_html_report(run, summary, html_path, &error)) {
-        std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
-        written = false;
-      } else {
-        std::fprintf(stderr, "trainscope report: page written to %s\n", reports::printable(html_path).c_str());
-      }
-    }
-    print(reports::printable_text(reports::format_summary_text(summary)));
-    return written ? 0 : 1;
-  }
-
-  if (as_json) {
-    // Written as it is made, a batch of records at a time: `--last all` on a big run never holds the whole document.
-    // Strings from the files keep their values, JSON-escaped; DEL and the C1 controls are escaped too.
-    reports::JsonStream out([](std::string_view json) { print(reports::printable_json(json)); });
-    if (summary_only) {
-      out.value({{"summary", reports::summary_json(summary)}});
+// --trace and --html: the files, then only the summary. 1 when a file could not be written.
+int write_files(const recorder::RunDirectory& run, const reports::RunSummary& summary, const ReportArguments& a) {
+  std::string error;
+  bool written = true;
+  if (a.trace_path != nullptr) {
+    if (!reports::write_run_timeline_file(run, summary, a.trace_path, &error)) {
+      std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
+      written = false;
     } else {
-      recorder::write_json_report(run, options,
-                                  {{"summary", reports::summary_json(summary)},
-                                   {"reports", reports::reports_json(summary)},
-                                   {"manifest", summary.has_manifest ? summary.manifest : nlohmann::json(nullptr)}},
-                                  out);
-    }
-    out.finish();
-    print("\n");
-  } else {
-    // Everything printed comes from files anyone with access to the run directory could have crafted, and from the
-    // ranks: control characters are escaped (the reports' own text too). The recorders' table is written a batch of
-    // lines at a time, as the JSON is.
-    print(reports::printable_text(reports::format_summary_text(summary)));
-    if (!summary_only) {
-      if (has_recorders) {
-        print("\n");
-        recorder::write_text_report(run, options,
-                                    [](std::string_view lines) { print(reports::printable_text(lines)); });
-      }
-      print(reports::printable_text(reports::format_report_texts(summary)));
-      print(reports::printable_text(rebuilt_cuda_error_texts(run, summary)));
+      std::fprintf(stderr, "trainscope report: timeline written to %s (open it in ui.perfetto.dev)\n",
+                   reports::printable(a.trace_path).c_str());
     }
   }
-  if (has_recorders && run.files.empty()) {
+  if (a.html_path != nullptr) {
+    if (!reports::write_html_report(run, summary, a.html_path, &error)) {
+      std::fprintf(stderr, "trainscope report: %s\n", reports::printable(error).c_str());
+      written = false;
+    } else {
+      std::fprintf(stderr, "trainscope report: page written to %s\n", reports::printable(a.html_path).c_str());
+    }
+  }
+  print(reports::printable_text(reports::format_summary_text(summary)));
+  return written ? 0 : 1;
+}
+
+// Written as it is made, a batch of records at a time: `--last all` on a big run never holds the whole document.
+// Strings from the files keep their values, JSON-escaped; DEL and the C1 controls are escaped too.
+void print_json(const recorder::RunDirectory& run, const reports::RunSummary& summary, const ReportArguments& a) {
+  reports::JsonStream out([](std::string_view json) { print(reports::printable_json(json)); });
+  if (a.summary_only) {
+    out.value({{"summary", reports::summary_json(summary)}});
+  } else {
+    recorder::write_json_report(run, a.options,
+                                {{"summary", reports::summary_json(summary)},
+                                 {"reports", reports::reports_json(summary)},
+                                 {"manifest", summary.has_manifest ? summary.manifest : nlohmann::json(nullptr)}},
+                                out);
+  }
+  out.finish();
+  print("\n");
+}
+
+// Everything printed comes from files anyone with access to the run directory could have crafted, and from the
+// ranks: control characters are escaped (the reports' own text too). The recorders' table is written a batch of
+// lines at a time, as the JSON is.
+void print_text(const reports::RunRead& read, const ReportArguments& a) {
+  print(reports::printable_text(reports::format_summary_text(read.summary)));
+  if (a.summary_only) return;
+  if (read.has_recorders) {
+    print("\n");
+    recorder::write_text_report(read.run, a.options,
+                                [](std::string_view lines) { print(reports::printable_text(lines)); });
+  }
+  print(reports::printable_text(reports::format_report_texts(read.summary)));
+  print(reports::printable_text(rebuilt_cuda_error_texts(read.run, read.summary)));
+}
+
+}  // namespace
+
+int cmd_report(int argc, char** argv) {
+  ReportArguments a;
+  if (const ExitCode exit = parse_report_arguments(argc, argv, &a)) return *exit;
+  std::string error;
+  std::vector<std::string> folders;
+  if (!reports::find_run_folders(a.folders, &folders, &error)) return usage_error(error);
+  if (const ExitCode exit = refuse_outputs_in_the_run(folders, a)) return *exit;
+  reports::RunRead read;
+  if (!reports::read_run(folders, a.options, &read, &error)) return usage_error(error);
+  const recorder::RunDirectory& run = read.run;
+  const reports::RunSummary& summary = read.summary;
+
+  if (a.trace_path != nullptr || a.html_path != nullptr) return write_files(run, summary, a);
+  if (a.as_json) {
+    print_json(run, summary, a);
+  } else {
+    print_text(read, a);
+  }
+  if (read.has_recorders && run.files.empty()) {
     std::fprintf(stderr, "trainscope report: none of the %zu *.tsrec files in '%s' could be read\n", run.errors.size(),
                  reports::printable(run.path).c_str());
     // Still a report when the run left reports: the summary says what went wrong.

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -144,22 +145,24 @@ void print_summary(const std::string& run_dir, int status, const reports::JobEnd
   std::fprintf(stderr, "trainscope: details: trainscope report %s\n", run_dir.c_str());
 }
 
-}  // namespace
-
-int cmd_run(int argc, char** argv) {
-  Config config;
-  char error[512];
-  if (!parse_config(environ, &config, error, sizeof(error))) {
-    std::fprintf(stderr, "%s\n", error);
-    return 2;
-  }
-  std::string dir = config.dir;
+// What the command line asks of `trainscope run`, before anything is derived from it.
+struct RunOptions {
+  std::string dir;
   std::string run_id;
   std::string bind = "tcp://127.0.0.1:*";
   bool bind_given = false;
   std::string coordinator_flag, join_flag;
   std::string library;
   exchange::CoordinatorServerOptions server_options;
+  int command = 0;  // argv index of the job's command
+};
+
+// Every early exit below returns the status to exit with; nullopt means "go on".
+using ExitCode = std::optional<int>;
+
+ExitCode parse_run_arguments(int argc, char** argv, const Config& config, RunOptions* options) {
+  options->dir = config.dir;
+  exchange::CoordinatorServerOptions& server_options = options->server_options;
   server_options.core.on_mismatch = action_of(config.on_mismatch);
   server_options.core.on_desync = action_of(config.on_desync);
   server_options.core.desync_timeout_ns = uint64_t{config.desync_timeout_seconds} * 1000000000ull;
@@ -177,18 +180,18 @@ int cmd_run(int argc, char** argv) {
     if (i + 1 >= argc) return usage_error("'" + flag + "' needs a value (or '--' before the command is missing)");
     const std::string value = argv[++i];
     if (flag == "--dir") {
-      dir = value;
+      options->dir = value;
     } else if (flag == "--run-id") {
-      run_id = value;
+      options->run_id = value;
     } else if (flag == "--bind") {
-      bind = value;
-      bind_given = true;
+      options->bind = value;
+      options->bind_given = true;
     } else if (flag == "--coordinator") {
-      coordinator_flag = value;
+      options->coordinator_flag = value;
     } else if (flag == "--join") {
-      join_flag = value;
+      options->join_flag = value;
     } else if (flag == "--library") {
-      library = value;
+      options->library = value;
     } else if (flag == "--on-mismatch") {
       if (!parse_action(value, &server_options.core.on_mismatch))
         return usage_error("--on-mismatch '" + value + "': accepted abort|warn");
@@ -206,109 +209,129 @@ int cmd_run(int argc, char** argv) {
     }
   }
   if (i >= argc) return usage_error("no command given after --");
-  if (library.empty()) library = find_preload_library();
-  if (library.empty() || !fs::exists(library))
+  options->command = i;
+  if (options->library.empty()) options->library = find_preload_library();
+  if (options->library.empty() || !fs::exists(options->library))
     return usage_error("cannot find libtrainscope.so beside this command; pass --library PATH");
+  return std::nullopt;
+}
 
-  // Several hosts: this one hosts the coordinator when HOST is one of its addresses, else joins it.
+// Several hosts: this one hosts the coordinator when HOST is one of its addresses (then `bind` becomes that
+// address), else joins it (then `join_address` is HOST:PORT).
+ExitCode place_coordinator(RunOptions* options, std::string* join_address) {
+  const std::string& coordinator_flag = options->coordinator_flag;
+  const std::string& join_flag = options->join_flag;
   const bool several_hosts = !coordinator_flag.empty() || !join_flag.empty();
-  std::string join_address;  // host:port of another host's coordinator; empty: ours
   if (!coordinator_flag.empty() && !join_flag.empty()) return usage_error("--coordinator and --join: give one of them");
-  if (several_hosts && bind_given)
+  if (several_hosts && options->bind_given)
     return usage_error("--bind with --coordinator or --join: the coordinator's address is HOST:PORT there");
-  if (several_hosts) {
-    const std::string& address = join_flag.empty() ? coordinator_flag : join_flag;
-    const char* flag = join_flag.empty() ? "--coordinator" : "--join";
-    std::string host, why;
-    uint16_t port = 0;
-    if (!split_host_port(address, &host, &port, &why)) return usage_error(std::string(flag) + " " + why);
-    std::string numeric;
-    const bool local = join_flag.empty() && is_local_address(host, &numeric, &why);
-    if (!why.empty()) return usage_error(std::string(flag) + " '" + address + "': " + why);
-    if (local) {
-      const bool v6 = numeric.find(':') != std::string::npos;
-      bind = "tcp://" + (v6 ? "[" + numeric + "]" : numeric) + ":" + std::to_string(port);
-    } else {
-      join_address = address;
-    }
+  if (!several_hosts) return std::nullopt;
+  const std::string& address = join_flag.empty() ? coordinator_flag : join_flag;
+  const char* flag = join_flag.empty() ? "--coordinator" : "--join";
+  std::string host, why;
+  uint16_t port = 0;
+  if (!split_host_port(address, &host, &port, &why)) return usage_error(std::string(flag) + " " + why);
+  std::string numeric;
+  const bool local = join_flag.empty() && is_local_address(host, &numeric, &why);
+  if (!why.empty()) return usage_error(std::string(flag) + " '" + address + "': " + why);
+  if (local) {
+    const bool v6 = numeric.find(':') != std::string::npos;
+    options->bind = "tcp://" + (v6 ? "[" + numeric + "]" : numeric) + ":" + std::to_string(port);
+  } else {
+    *join_address = address;
   }
+  return std::nullopt;
+}
 
-  // The job's token keeps other programs off its coordinator: without randomness there is no run, rather than a
-  // token anyone can compute. The hosts of one job share the one the user set.
-  std::string token = config.token, run_suffix;
-  if (several_hosts && token.empty())
+// The job's token keeps other programs off its coordinator: without randomness there is no run, rather than a
+// token anyone can compute. The hosts of one job share the one the user set. `run_suffix` is the random tail of a
+// generated run id.
+ExitCode choose_token(const Config& config, bool several_hosts, std::string* token, std::string* run_suffix) {
+  *token = config.token;
+  if (several_hosts && token->empty())
     return usage_error(
         "a job of several hosts needs its secret on every host: set TRAINSCOPE_TOKEN (8-128 characters of "
         "[A-Za-z0-9._-]) to the same value on each, e.g. export TRAINSCOPE_TOKEN=$(openssl rand -hex 16) before the "
         "launch");
   try {
-    if (token.empty()) token = exchange::random_hex(16);
-    run_suffix = exchange::random_hex(3);
+    if (token->empty()) *token = exchange::random_hex(16);
+    *run_suffix = exchange::random_hex(3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainscope run: cannot make the job's secret token: %s\n", e.what());
     return 1;
   }
-  if (run_id.empty()) run_id = config.run_id;
-  if (run_id.empty() && several_hosts) {
-    run_id = scheduler_run_id(environ, std::vector<std::string>(argv + i, argv + argc));
-    if (run_id.empty())
+  return std::nullopt;
+}
+
+// The run id: the flag's, the environment's, the scheduler's (the hosts of one run must agree), else a fresh one.
+ExitCode choose_run_id(const Config& config, bool several_hosts, const std::string& run_suffix,
+                       const std::vector<std::string>& command, std::string* run_id) {
+  if (run_id->empty()) *run_id = config.run_id;
+  if (run_id->empty() && several_hosts) {
+    *run_id = scheduler_run_id(environ, command);
+    if (run_id->empty())
       return usage_error(
           "the hosts of one run need the same run id: pass --run-id ID (the same on every host), or run under Slurm "
           "(SLURM_JOB_ID) or torchrun with --rdzv-id");
   }
-  if (run_id.empty()) {
+  if (run_id->empty()) {
     char stamp[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::gmtime(&now));
-    run_id = std::string("run-") + stamp + "-" + run_suffix;
+    *run_id = std::string("run-") + stamp + "-" + run_suffix;
   }
   // The run id is checked exactly as the preloaded library will check it.
-  std::string run_id_entry = "TRAINSCOPE_RUN_ID=" + run_id;
+  std::string run_id_entry = "TRAINSCOPE_RUN_ID=" + *run_id;
   char* check_env[] = {run_id_entry.data(), nullptr};
   Config scratch;
+  char error[512];
   if (!parse_config(check_env, &scratch, error, sizeof(error))) {
     std::fprintf(stderr, "%s\n", error);
     return 2;
   }
+  return std::nullopt;
+}
+
+ExitCode make_run_directory(const std::string& dir, const std::string& run_id, fs::path* run_dir) {
   std::error_code ec;
-  const fs::path run_dir = fs::absolute(fs::path(dir) / run_id, ec);
+  *run_dir = fs::absolute(fs::path(dir) / run_id, ec);
   if (ec) {
     std::fprintf(stderr, "trainscope run: cannot use the run directory %s: %s\n", (fs::path(dir) / run_id).c_str(),
                  ec.message().c_str());
     return 1;
   }
   std::string made_private;
-  if (const std::string made = reports::make_report_directory(run_dir.string(), &made_private); !made.empty()) {
+  if (const std::string made = reports::make_report_directory(run_dir->string(), &made_private); !made.empty()) {
     std::fprintf(stderr, "trainscope run: %s\n", made.c_str());
     return 1;
   }
   if (!made_private.empty()) std::fprintf(stderr, "[trainscope][run] warning: %s\n", made_private.c_str());
+  return std::nullopt;
+}
 
-  server_options.bind_address = bind;
-  server_options.token = token;
-  server_options.run_dir = run_dir.string();
-  UnwrittenReports unwritten;
-  server_options.log = [&unwritten](exchange::LogLevel level, const std::string& message) {
+// Joining another host's coordinator, this host starts none: then `server` stays empty.
+ExitCode start_coordinator(exchange::CoordinatorServerOptions options, UnwrittenReports* unwritten,
+                           std::unique_ptr<exchange::CoordinatorServer>* server) {
+  options.log = [unwritten](exchange::LogLevel level, const std::string& message) {
     if (level == exchange::LogLevel::kDebug) return;
-    if (level >= exchange::LogLevel::kWarning) unwritten.note(message);
+    if (level >= exchange::LogLevel::kWarning) unwritten->note(message);
     // The ranks print each verdict's report; the coordinator's own line is enough here.
     const size_t newline = message.find('\n');
     std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());
   };
-  // Joining another host's coordinator, this host starts none.
-  std::unique_ptr<exchange::CoordinatorServer> server;
-  if (join_address.empty()) {
-    server = std::make_unique<exchange::CoordinatorServer>(server_options);
-    std::string server_error;
-    if (!server->start(&server_error)) {
-      std::fprintf(stderr, "trainscope run: cannot start the coordinator at %s: %s\n", bind.c_str(),
-                   server_error.c_str());
-      return 1;
-    }
+  *server = std::make_unique<exchange::CoordinatorServer>(options);
+  std::string server_error;
+  if (!(*server)->start(&server_error)) {
+    std::fprintf(stderr, "trainscope run: cannot start the coordinator at %s: %s\n", options.bind_address.c_str(),
+                 server_error.c_str());
+    return 1;
   }
-  const std::string coordinator_address = server ? host_port_of(server->endpoint()) : join_address;
+  return std::nullopt;
+}
 
-  // The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
+// The job's environment: ours, with the library preloaded first and the exchange pointed at our coordinator.
+std::vector<std::string> job_environment(const std::string& library, const std::string& coordinator_address,
+                                         const std::string& token, const fs::path& run_dir, const std::string& run_id) {
   std::vector<std::string> env;
   std::string preload = library;
   // The tool variables that make trainscope the job's NVTX tool (batches at the framework's own NVTX ranges) and the
@@ -346,9 +369,91 @@ int cmd_run(int argc, char** argv) {
   env.push_back("TRAINSCOPE_TOKEN=" + token);
   env.push_back("TRAINSCOPE_DIR=" + run_dir.parent_path().string());
   env.push_back("TRAINSCOPE_RUN_ID=" + run_id);
+  return env;
+}
+
+// Starts the job with signals forwarded to it, and waits for it; false (said) when it cannot start.
+bool run_job(char** command, std::vector<std::string>& env, pid_t* child, int* status) {
   std::vector<char*> envp;
   for (auto& entry : env) envp.push_back(entry.data());
   envp.push_back(nullptr);
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
+  const int rc = posix_spawnp(child, command[0], nullptr, nullptr, command, envp.data());
+  if (rc != 0) {
+    std::fprintf(stderr, "trainscope run: cannot start '%s': %s\n", command[0], std::strerror(rc));
+    return false;
+  }
+  g_child = *child;
+  while (waitpid(*child, status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  return true;
+}
+
+// Let the last goodbyes and any final verdict arrive (bounded), then stop.
+void stop_after_goodbyes(exchange::CoordinatorServer* server) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (server->stats().connections > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server->stop();
+}
+
+// How the job ended, for `trainscope report` later: its wait status names the signal that killed it. A file that
+// cannot be written joins `not_written`.
+reports::JobEnd record_job_end(const fs::path& run_dir, pid_t child, int status, int code,
+                               std::vector<reports::UnwrittenReport>* not_written) {
+  reports::JobEnd job;
+  job.pid = child;
+  job.signaled = WIFSIGNALED(status);
+  job.exit_status = job.signaled ? 0 : code;
+  job.signal = job.signaled ? WTERMSIG(status) : 0;
+  if (const std::string write_error =
+          reports::replace_file((run_dir / reports::kJobEndFile).string(), reports::job_end_json(job).dump(2) + "\n");
+      !write_error.empty()) {
+    const size_t colon = write_error.rfind(": ");  // "cannot write <path>: why"
+    not_written->push_back(
+        {reports::kJobEndFile, colon != std::string::npos ? write_error.substr(colon + 2) : "", "trainscope run"});
+  }
+  return job;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  Config config;
+  char error[512];
+  if (!parse_config(environ, &config, error, sizeof(error))) {
+    std::fprintf(stderr, "%s\n", error);
+    return 2;
+  }
+  RunOptions options;
+  if (const ExitCode exit = parse_run_arguments(argc, argv, config, &options)) return *exit;
+  std::string join_address;  // host:port of another host's coordinator; empty: ours
+  if (const ExitCode exit = place_coordinator(&options, &join_address)) return *exit;
+  const bool several_hosts = !options.coordinator_flag.empty() || !options.join_flag.empty();
+  std::string token, run_suffix;
+  if (const ExitCode exit = choose_token(config, several_hosts, &token, &run_suffix)) return *exit;
+  std::string run_id = options.run_id;
+  const std::vector<std::string> command(argv + options.command, argv + argc);
+  if (const ExitCode exit = choose_run_id(config, several_hosts, run_suffix, command, &run_id)) return *exit;
+  fs::path run_dir;
+  if (const ExitCode exit = make_run_directory(options.dir, run_id, &run_dir)) return *exit;
+
+  exchange::CoordinatorServerOptions& server_options = options.server_options;
+  server_options.bind_address = options.bind;
+  server_options.token = token;
+  server_options.run_dir = run_dir.string();
+  UnwrittenReports unwritten;
+  std::unique_ptr<exchange::CoordinatorServer> server;
+  if (join_address.empty()) {
+    if (const ExitCode exit = start_coordinator(server_options, &unwritten, &server)) return *exit;
+  }
+  const std::string coordinator_address = server ? host_port_of(server->endpoint()) : join_address;
+  std::vector<std::string> env = job_environment(options.library, coordinator_address, token, run_dir, run_id);
 
   if (server)
     std::fprintf(stderr, "[trainscope][run] run directory %s, coordinator %s\n", run_dir.c_str(),
@@ -356,45 +461,16 @@ int cmd_run(int argc, char** argv) {
   else
     std::fprintf(stderr, "[trainscope][run] run directory %s, joining the coordinator at %s\n", run_dir.c_str(),
                  coordinator_address.c_str());
-  struct sigaction action {};
-  action.sa_handler = forward_signal;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGHUP, &action, nullptr);
   pid_t child = -1;
-  const int rc = posix_spawnp(&child, argv[i], nullptr, nullptr, argv + i, envp.data());
-  if (rc != 0) {
-    std::fprintf(stderr, "trainscope run: cannot start '%s': %s\n", argv[i], std::strerror(rc));
+  int status = 0;
+  if (!run_job(argv + options.command, env, &child, &status)) {
     if (server) server->stop();
     return 127;
   }
-  g_child = child;
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_child = 0;
-  // Let the last goodbyes and any final verdict arrive (bounded), then stop.
-  if (server) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (server->stats().connections > 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    server->stop();
-  }
+  if (server) stop_after_goodbyes(server.get());
   const int code = exit_status(status);
-  // How the job ended, for `trainscope report` later: its wait status names the signal that killed it.
-  reports::JobEnd job;
-  job.pid = child;
-  job.signaled = WIFSIGNALED(status);
-  job.exit_status = job.signaled ? 0 : code;
-  job.signal = job.signaled ? WTERMSIG(status) : 0;
   std::vector<reports::UnwrittenReport> not_written = unwritten.take();
-  if (const std::string write_error =
-          reports::replace_file((run_dir / reports::kJobEndFile).string(), reports::job_end_json(job).dump(2) + "\n");
-      !write_error.empty()) {
-    const size_t colon = write_error.rfind(": ");  // "cannot write <path>: why"
-    not_written.push_back(
-        {reports::kJobEndFile, colon != std::string::npos ? write_error.substr(colon + 2) : "", "trainscope run"});
-  }
+  const reports::JobEnd job = record_job_end(run_dir, child, status, code, &not_written);
   print_summary(run_dir.string(), code, job, std::move(not_written));
   return code;
 }

@@ -392,97 +392,120 @@ int compare_versions(const std::string& a, const std::string& b, bool* major_dif
   return 0;
 }
 
-std::vector<Finding> evaluate(const Facts& f) {
-  std::vector<Finding> out;
-  auto add = [&](const char* check, Severity severity, std::string found, std::string remedy = {}) {
-    out.push_back({check, severity, std::move(found), std::move(remedy)});
-  };
-  const Toolkit* build = f.build_toolkit >= 0 ? &f.toolkits[static_cast<size_t>(f.build_toolkit)] : nullptr;
-  auto describe = [](const Toolkit& t) {
-    return t.root + " (" + (t.version.empty() ? "version unknown" : "CUDA " + t.version) + ", " + t.source + ")";
-  };
+namespace {
 
-  // Several toolkits.
-  if (f.toolkits.empty()) {
-    add("toolkits", Severity::kInfo,
-        "no CUDA toolkit (nvcc) found: only needed to build CUDA extensions (DeepSpeed ops, custom kernels)");
-  } else if (f.toolkits.size() == 1) {
-    add("toolkits", Severity::kOk, "one CUDA toolkit: " + describe(f.toolkits[0]));
-  } else {
-    std::string list;
-    for (const Toolkit& t : f.toolkits) list += (list.empty() ? "" : "; ") + describe(t);
-    add("toolkits", Severity::kInfo,
-        std::to_string(f.toolkits.size()) + " CUDA toolkits: " + list + "; builds use " +
-            (build != nullptr ? build->root + " (" + f.build_toolkit_why + ")" : std::string("none of them")),
-        substitute(kPathOrder, "{root}", build != nullptr ? build->root : f.toolkits.back().root));
+std::string describe_toolkit(const Toolkit& t) {
+  return t.root + " (" + (t.version.empty() ? "version unknown" : "CUDA " + t.version) + ", " + t.source + ")";
+}
+
+// The compute capabilities of the GPUs here, each once, in order, and as a TORCH_CUDA_ARCH_LIST would list them.
+std::set<std::pair<int, int>> present_archs(const std::vector<Gpu>& gpus) {
+  std::set<std::pair<int, int>> present;
+  for (const Gpu& g : gpus) present.insert({g.major, g.minor});
+  return present;
+}
+std::string arch_list_of(const std::set<std::pair<int, int>>& present) {
+  std::string wanted;
+  for (const auto& [major, minor] : present) wanted += (wanted.empty() ? "" : ";") + arch_text(major, minor);
+  return wanted;
+}
+
+// One check per member, each adding its findings in the order doctor prints them.
+struct Evaluation {
+  const Facts& f;
+  const Toolkit* build;  // the toolkit builds use, or nullptr
+  std::vector<Finding> out;
+
+  void add(const char* check, Severity severity, std::string found, std::string remedy = {}) {
+    out.push_back({check, severity, std::move(found), std::move(remedy)});
   }
-  if (!f.cuda_home.empty() && build == nullptr) {
-    add("toolkits", Severity::kError, f.cuda_home_var + "=" + f.cuda_home + " is not a CUDA toolkit (no bin/nvcc)",
-        "Point " + f.cuda_home_var + " at the folder of the CUDA toolkit that matches your framework, or unset it.");
+
+  void check_toolkits() {
+    if (f.toolkits.empty()) {
+      add("toolkits", Severity::kInfo,
+          "no CUDA toolkit (nvcc) found: only needed to build CUDA extensions (DeepSpeed ops, custom kernels)");
+    } else if (f.toolkits.size() == 1) {
+      add("toolkits", Severity::kOk, "one CUDA toolkit: " + describe_toolkit(f.toolkits[0]));
+    } else {
+      std::string list;
+      for (const Toolkit& t : f.toolkits) list += (list.empty() ? "" : "; ") + describe_toolkit(t);
+      add("toolkits", Severity::kInfo,
+          std::to_string(f.toolkits.size()) + " CUDA toolkits: " + list + "; builds use " +
+              (build != nullptr ? build->root + " (" + f.build_toolkit_why + ")" : std::string("none of them")),
+          substitute(kPathOrder, "{root}", build != nullptr ? build->root : f.toolkits.back().root));
+    }
+    if (!f.cuda_home.empty() && build == nullptr) {
+      add("toolkits", Severity::kError, f.cuda_home_var + "=" + f.cuda_home + " is not a CUDA toolkit (no bin/nvcc)",
+          "Point " + f.cuda_home_var + " at the folder of the CUDA toolkit that matches your framework, or unset it.");
+    }
   }
 
   // nvcc vs the CUDA the framework was built with.
-  if (f.torch_dir.empty()) {
-    add("nvcc-vs-torch", Severity::kInfo,
-        f.python.empty()                ? "no Python interpreter found on PATH: PyTorch not checked"
-        : !f.python_note.empty()        ? f.python + " " + f.python_note + ": PyTorch not checked"
-        : !f.torch_version_file.empty() ? "the version of PyTorch could not be told from " + f.torch_version_file +
-                                              " (of " + f.python + "): not checked"
-                                        : "PyTorch is not installed for " + f.python);
-  } else if (!f.torch_cuda) {
-    add("nvcc-vs-torch", Severity::kInfo,
-        "PyTorch " + f.torch_version + " (" + f.torch_dir + ") is a CPU-only build: it uses no CUDA");
-  } else if (build == nullptr || build->version.empty()) {
-    add("nvcc-vs-torch", Severity::kInfo,
-        "PyTorch " + f.torch_version + " was built with CUDA " + *f.torch_cuda +
-            (build == nullptr ? "; no CUDA toolkit to compare it with"
-                              : "; the version of " + build->root + " could not be told"));
-  } else {
-    bool major_differs = false;
-    const int order = compare_versions(build->version, *f.torch_cuda, &major_differs);
-    const std::string found = "nvcc of " + build->root + " (" + f.build_toolkit_why + ") is CUDA " + build->version +
-                              "; PyTorch " + f.torch_version + " (" + f.torch_dir + ") was built with CUDA " +
-                              *f.torch_cuda;
-    if (order == 0) {
-      add("nvcc-vs-torch", Severity::kOk, found);
+  void check_nvcc_against_torch() {
+    if (f.torch_dir.empty()) {
+      add("nvcc-vs-torch", Severity::kInfo,
+          f.python.empty()                ? "no Python interpreter found on PATH: PyTorch not checked"
+          : !f.python_note.empty()        ? f.python + " " + f.python_note + ": PyTorch not checked"
+          : !f.torch_version_file.empty() ? "the version of PyTorch could not be told from " + f.torch_version_file +
+                                                " (of " + f.python + "): not checked"
+                                          : "PyTorch is not installed for " + f.python);
+    } else if (!f.torch_cuda) {
+      add("nvcc-vs-torch", Severity::kInfo,
+          "PyTorch " + f.torch_version + " (" + f.torch_dir + ") is a CPU-only build: it uses no CUDA");
+    } else if (build == nullptr || build->version.empty()) {
+      add("nvcc-vs-torch", Severity::kInfo,
+          "PyTorch " + f.torch_version + " was built with CUDA " + *f.torch_cuda +
+              (build == nullptr ? "; no CUDA toolkit to compare it with"
+                                : "; the version of " + build->root + " could not be told"));
     } else {
-      add("nvcc-vs-torch", major_differs ? Severity::kError : Severity::kWarning,
-          found + (major_differs ? ": extensions built with this nvcc will not load"
-                                 : ": the minor versions differ (builds usually work, but a mismatch is a suspect)"),
-          substitute(kIdenticalToolkits, "{torch}", *f.torch_cuda));
+      bool major_differs = false;
+      const int order = compare_versions(build->version, *f.torch_cuda, &major_differs);
+      const std::string found = "nvcc of " + build->root + " (" + f.build_toolkit_why + ") is CUDA " + build->version +
+                                "; PyTorch " + f.torch_version + " (" + f.torch_dir + ") was built with CUDA " +
+                                *f.torch_cuda;
+      if (order == 0) {
+        add("nvcc-vs-torch", Severity::kOk, found);
+      } else {
+        add("nvcc-vs-torch", major_differs ? Severity::kError : Severity::kWarning,
+            found + (major_differs ? ": extensions built with this nvcc will not load"
+                                   : ": the minor versions differ (builds usually work, but a mismatch is a suspect)"),
+            substitute(kIdenticalToolkits, "{torch}", *f.torch_cuda));
+      }
     }
   }
 
   // The driver's CUDA vs the framework's and the toolkit's.
-  if (f.driver_cuda.empty()) {
-    add("driver", Severity::kInfo,
-        "no NVIDIA driver could be asked (" + f.driver_note + ")" +
-            (f.driver_version.empty() ? "" : "; kernel module " + f.driver_version));
-  } else {
-    std::string found = "the driver" + (f.driver_version.empty() ? "" : " " + f.driver_version) +
-                        " supports CUDA up to " + f.driver_cuda;
-    Severity severity = Severity::kOk;
-    std::string need;
-    for (const auto& [who, version] :
-         {std::pair<std::string, std::string>{"PyTorch", f.torch_cuda.value_or("")},
-          std::pair<std::string, std::string>{"nvcc", build != nullptr ? build->version : ""}}) {
-      if (version.empty()) continue;
-      bool major_differs = false;
-      if (compare_versions(f.driver_cuda, version, &major_differs) >= 0) continue;
-      found += "; " + who + " needs CUDA " + version;
-      severity = std::max(severity, major_differs ? Severity::kError : Severity::kWarning);
-      if (need.empty() || compare_versions(version, need) > 0) need = version;
+  void check_driver() {
+    if (f.driver_cuda.empty()) {
+      add("driver", Severity::kInfo,
+          "no NVIDIA driver could be asked (" + f.driver_note + ")" +
+              (f.driver_version.empty() ? "" : "; kernel module " + f.driver_version));
+    } else {
+      std::string found = "the driver" + (f.driver_version.empty() ? "" : " " + f.driver_version) +
+                          " supports CUDA up to " + f.driver_cuda;
+      Severity severity = Severity::kOk;
+      std::string need;
+      for (const auto& [who, version] :
+           {std::pair<std::string, std::string>{"PyTorch", f.torch_cuda.value_or("")},
+            std::pair<std::string, std::string>{"nvcc", build != nullptr ? build->version : ""}}) {
+        if (version.empty()) continue;
+        bool major_differs = false;
+        if (compare_versions(f.driver_cuda, version, &major_differs) >= 0) continue;
+        found += "; " + who + " needs CUDA " + version;
+        severity = std::max(severity, major_differs ? Severity::kError : Severity::kWarning);
+        if (need.empty() || compare_versions(version, need) > 0) need = version;
+      }
+      if (severity == Severity::kWarning)
+        found +=
+            " (newer minor versions run on this driver only through CUDA's minor version compatibility: PTX "
+            "and some features are not available)";
+      add("driver", severity, found,
+          severity == Severity::kOk ? "" : substitute(substitute(kDriver, "{need}", need), "{have}", f.driver_cuda));
     }
-    if (severity == Severity::kWarning)
-      found +=
-          " (newer minor versions run on this driver only through CUDA's minor version compatibility: PTX "
-          "and some features are not available)";
-    add("driver", severity, found,
-        severity == Severity::kOk ? "" : substitute(substitute(kDriver, "{need}", need), "{have}", f.driver_cuda));
   }
 
   // PATH and LD_LIBRARY_PATH order.
-  {
+  void check_path_order() {
     std::vector<std::string> problems;
     const std::string want = build != nullptr ? build->root : "";
     if (!want.empty() && !f.path_nvcc.empty() && f.path_nvcc_toolkit != want)
@@ -513,7 +536,8 @@ std::vector<Finding> evaluate(const Facts& f) {
   }
 
   // gcc within the toolkit's range.
-  if (build != nullptr) {
+  void check_gcc() {
+    if (build == nullptr) return;
     if (f.gcc_version.empty()) {
       add("gcc", Severity::kInfo, "no gcc found for " + build->root + " (neither its bin/gcc nor one on PATH)");
     } else if (f.gcc_max_major < 0) {
@@ -537,11 +561,9 @@ std::vector<Finding> evaluate(const Facts& f) {
   }
 
   // TORCH_CUDA_ARCH_LIST against the GPUs.
-  {
-    std::set<std::pair<int, int>> present;
-    for (const Gpu& g : f.gpus) present.insert({g.major, g.minor});
-    std::string wanted;
-    for (const auto& [major, minor] : present) wanted += (wanted.empty() ? "" : ";") + arch_text(major, minor);
+  void check_arch_list() {
+    const std::set<std::pair<int, int>> present = present_archs(f.gpus);
+    const std::string wanted = arch_list_of(present);
     std::vector<Arch> archs;
     std::string bad;
     if (f.gpus.empty()) {
@@ -586,17 +608,18 @@ std::vector<Finding> evaluate(const Facts& f) {
     }
   }
 
-  // The kernel.
-  if (f.kernel_release.empty()) {
-    add("kernel", Severity::kInfo, "the kernel release could not be read");
-  } else if (exchange::kernel_older_than(f.kernel_release, 5, 5)) {
-    add("kernel", Severity::kWarning, "Linux " + f.kernel_release + " is older than 5.5", kKernel);
-  } else {
-    add("kernel", Severity::kOk, "Linux " + f.kernel_release);
+  void check_kernel() {
+    if (f.kernel_release.empty()) {
+      add("kernel", Severity::kInfo, "the kernel release could not be read");
+    } else if (exchange::kernel_older_than(f.kernel_release, 5, 5)) {
+      add("kernel", Severity::kWarning, "Linux " + f.kernel_release + " is older than 5.5", kKernel);
+    } else {
+      add("kernel", Severity::kOk, "Linux " + f.kernel_release);
+    }
   }
 
-  // Mixed GPU models.
-  if (!f.gpus.empty()) {
+  void check_gpu_models() {
+    if (f.gpus.empty()) return;
     std::vector<std::string> models;
     for (const Gpu& g : f.gpus)
       if (std::find(models.begin(), models.end(), g.name) == models.end()) models.push_back(g.name);
@@ -605,10 +628,7 @@ std::vector<Finding> evaluate(const Facts& f) {
       const auto n = std::count_if(f.gpus.begin(), f.gpus.end(), [&](const Gpu& g) { return g.name == m; });
       list += (list.empty() ? "" : ", ") + std::to_string(n) + " x " + m;
     }
-    std::string wanted;
-    std::set<std::pair<int, int>> present;
-    for (const Gpu& g : f.gpus) present.insert({g.major, g.minor});
-    for (const auto& [major, minor] : present) wanted += (wanted.empty() ? "" : ";") + arch_text(major, minor);
+    const std::string wanted = arch_list_of(present_archs(f.gpus));
     if (models.size() > 1)
       add("gpus", Severity::kWarning, "mixed GPU models: " + list, substitute(kMixedGpus, "{list}", wanted));
     else
@@ -616,31 +636,51 @@ std::vector<Finding> evaluate(const Facts& f) {
   }
 
   // NCCL library vs headers.
-  if (f.nccl_library_version.empty() && f.nccl_header_version.empty()) {
-    add("nccl", Severity::kInfo, "no NCCL library (" + f.nccl_note + ") and no nccl.h found");
-  } else if (f.nccl_library_version.empty()) {
-    add("nccl", Severity::kInfo,
-        "nccl.h " + f.nccl_header_version + " (" + f.nccl_header + "), but no NCCL library (" + f.nccl_note + ")");
-  } else if (f.nccl_header_version.empty()) {
-    add("nccl", Severity::kInfo,
-        "NCCL " + f.nccl_library_version + " (" + f.nccl_library + "); no nccl.h found (only needed to build)");
-  } else {
-    const std::string found = "NCCL library " + f.nccl_library_version + " (" + f.nccl_library + "), headers " +
-                              f.nccl_header_version + " (" + f.nccl_header + ")";
-    if (compare_versions(f.nccl_library_version, f.nccl_header_version) != 0)
-      add("nccl", Severity::kWarning,
-          found + ": code built with these headers may call functions or pass structures the library does not have",
-          kNccl);
-    else
-      add("nccl", Severity::kOk, found);
+  void check_nccl() {
+    if (f.nccl_library_version.empty() && f.nccl_header_version.empty()) {
+      add("nccl", Severity::kInfo, "no NCCL library (" + f.nccl_note + ") and no nccl.h found");
+    } else if (f.nccl_library_version.empty()) {
+      add("nccl", Severity::kInfo,
+          "nccl.h " + f.nccl_header_version + " (" + f.nccl_header + "), but no NCCL library (" + f.nccl_note + ")");
+    } else if (f.nccl_header_version.empty()) {
+      add("nccl", Severity::kInfo,
+          "NCCL " + f.nccl_library_version + " (" + f.nccl_library + "); no nccl.h found (only needed to build)");
+    } else {
+      const std::string found = "NCCL library " + f.nccl_library_version + " (" + f.nccl_library + "), headers " +
+                                f.nccl_header_version + " (" + f.nccl_header + ")";
+      if (compare_versions(f.nccl_library_version, f.nccl_header_version) != 0)
+        add("nccl", Severity::kWarning,
+            found + ": code built with these headers may call functions or pass structures the library does not have",
+            kNccl);
+      else
+        add("nccl", Severity::kOk, found);
+    }
   }
 
   // Files found but not read whole: what was told from them may be missing, and a FIFO or device where a version
   // file belongs stops the programs that read it too (import torch blocks on a FIFO version.py).
-  for (const FileNote& note : f.file_notes)
-    out.push_back({note.check, note.not_regular ? Severity::kWarning : Severity::kInfo, note.path + " " + note.problem,
-                   note.not_regular ? kNotRegular : ""});
-  return out;
+  void note_unread_files() {
+    for (const FileNote& note : f.file_notes)
+      out.push_back({note.check, note.not_regular ? Severity::kWarning : Severity::kInfo,
+                     note.path + " " + note.problem, note.not_regular ? kNotRegular : ""});
+  }
+};
+
+}  // namespace
+
+std::vector<Finding> evaluate(const Facts& f) {
+  Evaluation e{f, f.build_toolkit >= 0 ? &f.toolkits[static_cast<size_t>(f.build_toolkit)] : nullptr, {}};
+  e.check_toolkits();
+  e.check_nvcc_against_torch();
+  e.check_driver();
+  e.check_path_order();
+  e.check_gcc();
+  e.check_arch_list();
+  e.check_kernel();
+  e.check_gpu_models();
+  e.check_nccl();
+  e.note_unread_files();
+  return std::move(e.out);
 }
 
 }  // namespace trainscope::tools::doctor

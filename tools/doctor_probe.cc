@@ -289,78 +289,80 @@ void probe_nccl(const ProbeOptions& o, const std::vector<std::string>& site_dirs
   }
 }
 
-}  // namespace
-
-Facts probe(const ProbeOptions& o) {
-  Facts f;
-  const int timeout = o.command_timeout_seconds;
-  const std::vector<std::string> path = split_path(env("PATH"));
-  const std::vector<std::string> ld_path = split_path(env("LD_LIBRARY_PATH"));
-
-  // Python's import path: torch, and the pip wheels of CUDA and NCCL.
-  f.python = o.python.empty() ? which("python3", path) : o.python;
-  if (f.python.empty()) f.python = which("python", path);
+// Python's import path (returned): torch, and the pip wheels of CUDA and NCCL.
+std::vector<std::string> probe_python(const ProbeOptions& o, const std::vector<std::string>& path, Facts* f) {
+  f->python = o.python.empty() ? which("python3", path) : o.python;
+  if (f->python.empty()) f->python = which("python", path);
   std::vector<std::string> site_dirs;
-  if (!f.python.empty()) site_dirs = python_import_path(f.python, timeout, &f.python_note);
+  if (!f->python.empty()) site_dirs = python_import_path(f->python, o.command_timeout_seconds, &f->python_note);
   for (const std::string& site : site_dirs) {
     const std::string file = site + "/torch/version.py";
-    const auto text = read_text(file, "nvcc-vs-torch", &f);
-    if (!text || !parse_torch_version_py(*text, &f.torch_version, &f.torch_cuda)) {
+    const auto text = read_text(file, "nvcc-vs-torch", f);
+    if (!text || !parse_torch_version_py(*text, &f->torch_version, &f->torch_cuda)) {
       std::error_code ec;
-      if (f.torch_version_file.empty() && (text || fs::exists(file, ec))) f.torch_version_file = file;
+      if (f->torch_version_file.empty() && (text || fs::exists(file, ec))) f->torch_version_file = file;
       continue;
     }
-    f.torch_dir = site + "/torch";
+    f->torch_dir = site + "/torch";
     break;
   }
+  return site_dirs;
+}
 
-  // Toolkits: CUDA_HOME, the first nvcc on PATH, /usr/local/cuda*, conda, the pip nvidia-cuda-nvcc wheel.
-  f.cuda_home_var = !env("CUDA_HOME").empty() ? "CUDA_HOME" : !env("CUDA_PATH").empty() ? "CUDA_PATH" : "";
-  if (!f.cuda_home_var.empty()) f.cuda_home = env(f.cuda_home_var.c_str());
-  f.path_nvcc = which("nvcc", path);
-  if (!f.path_nvcc.empty()) f.path_nvcc_toolkit = fs::path(real(f.path_nvcc)).parent_path().parent_path().string();
+// Where a toolkit may be, with what found it: CUDA_HOME, the first nvcc on PATH, /usr/local/cuda*, conda, the pip
+// nvidia-cuda-nvcc wheel.
+std::vector<std::pair<std::string, std::string>> toolkit_candidates(const ProbeOptions& o, const Facts& f,
+                                                                    const std::vector<std::string>& site_dirs) {
   std::vector<std::pair<std::string, std::string>> candidates;  // folder, source
   if (!f.cuda_home.empty()) candidates.push_back({f.cuda_home, f.cuda_home_var});
   if (!f.path_nvcc_toolkit.empty()) candidates.push_back({f.path_nvcc_toolkit, "PATH"});
-  {
-    std::vector<std::string> local;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(o.root + "/usr/local", ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name == "cuda" || name.rfind("cuda-", 0) == 0) local.push_back(entry.path().string());
-    }
-    std::sort(local.begin(), local.end());
-    for (const std::string& dir : local) candidates.push_back({dir, "/usr/local"});
+  std::vector<std::string> local;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(o.root + "/usr/local", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "cuda" || name.rfind("cuda-", 0) == 0) local.push_back(entry.path().string());
   }
+  std::sort(local.begin(), local.end());
+  for (const std::string& dir : local) candidates.push_back({dir, "/usr/local"});
   for (const std::string& conda : {env("CONDA_PREFIX"), o.root + "/opt/conda"})
     if (!conda.empty()) candidates.push_back({conda, "conda"});
   for (const std::string& site : site_dirs) candidates.push_back({site + "/nvidia/cuda_nvcc", "pip nvidia-cuda-nvcc"});
-  for (const auto& [dir, source] : candidates) {
+  return candidates;
+}
+
+// Every toolkit found, each once, and the one builds use, as a build would choose it.
+void probe_toolkits(const ProbeOptions& o, const std::vector<std::string>& path,
+                    const std::vector<std::string>& site_dirs, Facts* f) {
+  f->cuda_home_var = !env("CUDA_HOME").empty() ? "CUDA_HOME" : !env("CUDA_PATH").empty() ? "CUDA_PATH" : "";
+  if (!f->cuda_home_var.empty()) f->cuda_home = env(f->cuda_home_var.c_str());
+  f->path_nvcc = which("nvcc", path);
+  if (!f->path_nvcc.empty()) f->path_nvcc_toolkit = fs::path(real(f->path_nvcc)).parent_path().parent_path().string();
+  for (const auto& [dir, source] : toolkit_candidates(o, *f, site_dirs)) {
     if (!is_executable(dir + "/bin/nvcc")) continue;
     const std::string root = real(dir);
-    if (std::any_of(f.toolkits.begin(), f.toolkits.end(), [&](const Toolkit& t) { return t.root == root; })) continue;
-    f.toolkits.push_back({root, toolkit_version(root, timeout, &f), source});
+    if (std::any_of(f->toolkits.begin(), f->toolkits.end(), [&](const Toolkit& t) { return t.root == root; })) continue;
+    f->toolkits.push_back({root, toolkit_version(root, o.command_timeout_seconds, f), source});
   }
   auto index_of = [&](const std::string& dir) {
     const std::string root = real(dir);
-    for (size_t i = 0; i < f.toolkits.size(); ++i)
-      if (f.toolkits[i].root == root) return static_cast<int>(i);
+    for (size_t i = 0; i < f->toolkits.size(); ++i)
+      if (f->toolkits[i].root == root) return static_cast<int>(i);
     return -1;
   };
-  if (!f.cuda_home.empty()) {
-    f.build_toolkit = index_of(f.cuda_home);
-    f.build_toolkit_why = f.cuda_home_var;
-  } else if (!f.path_nvcc_toolkit.empty()) {
-    f.build_toolkit = index_of(f.path_nvcc_toolkit);
-    f.build_toolkit_why = "the first nvcc on PATH";
+  if (!f->cuda_home.empty()) {
+    f->build_toolkit = index_of(f->cuda_home);
+    f->build_toolkit_why = f->cuda_home_var;
+  } else if (!f->path_nvcc_toolkit.empty()) {
+    f->build_toolkit = index_of(f->path_nvcc_toolkit);
+    f->build_toolkit_why = "the first nvcc on PATH";
   } else if (is_executable(o.root + "/usr/local/cuda/bin/nvcc")) {
-    f.build_toolkit = index_of(o.root + "/usr/local/cuda");
-    f.build_toolkit_why = "/usr/local/cuda";
+    f->build_toolkit = index_of(o.root + "/usr/local/cuda");
+    f->build_toolkit_why = "/usr/local/cuda";
   }
-  const std::string build_root =
-      f.build_toolkit >= 0 ? f.toolkits[static_cast<size_t>(f.build_toolkit)].root : std::string();
+}
 
-  // The first libcudart the loader would find through LD_LIBRARY_PATH, and CUDA folders named that do not exist.
+// The first libcudart the loader would find through LD_LIBRARY_PATH, and CUDA folders named that do not exist.
+void probe_search_paths(const std::vector<std::string>& path, const std::vector<std::string>& ld_path, Facts* f) {
   for (const std::string& dir : ld_path) {
     std::error_code ec;
     std::vector<std::string> found;
@@ -370,8 +372,8 @@ Facts probe(const ProbeOptions& o) {
     }
     if (found.empty()) continue;
     std::sort(found.begin(), found.end());
-    f.ld_cudart = found.front();
-    f.ld_cudart_toolkit = toolkit_of_library_dir(dir);
+    f->ld_cudart = found.front();
+    f->ld_cudart_toolkit = toolkit_of_library_dir(dir);
     break;
   }
   for (const auto& [name, list] :
@@ -382,39 +384,54 @@ Facts probe(const ProbeOptions& o) {
       std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
       std::error_code ec;
       if (lower.find("cuda") != std::string::npos && !fs::exists(dir, ec))
-        f.dead_dirs.push_back(std::string(name) + " entry " + dir);
+        f->dead_dirs.push_back(std::string(name) + " entry " + dir);
     }
   }
+}
 
-  // The host compiler nvcc uses: the toolkit's own bin/gcc (the seed's symlink), else the first gcc on PATH.
-  if (!build_root.empty()) {
-    f.gcc = is_executable(build_root + "/bin/gcc") ? build_root + "/bin/gcc" : which("gcc", path);
-    if (!f.gcc.empty()) {
-      if (const auto out = run_capture({f.gcc, "-dumpfullversion", "-dumpversion"}, timeout))
-        f.gcc_version = parse_gcc_version(*out);
-    }
-    std::vector<std::string> configs = {build_root + "/include/crt/host_config.h"};
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(build_root + "/targets", ec))
-      configs.push_back(entry.path().string() + "/include/crt/host_config.h");
-    for (const std::string& config : configs) {
-      if (const auto text = read_text(config, "gcc", &f)) {
-        f.host_config = config;
-        f.gcc_max_major = parse_host_config_gcc_max(*text);
-        break;
-      }
+// The host compiler nvcc uses: the toolkit's own bin/gcc (the seed's symlink), else the first gcc on PATH.
+void probe_gcc(const std::string& build_root, const std::vector<std::string>& path, int timeout, Facts* f) {
+  f->gcc = is_executable(build_root + "/bin/gcc") ? build_root + "/bin/gcc" : which("gcc", path);
+  if (!f->gcc.empty()) {
+    if (const auto out = run_capture({f->gcc, "-dumpfullversion", "-dumpversion"}, timeout))
+      f->gcc_version = parse_gcc_version(*out);
+  }
+  std::vector<std::string> configs = {build_root + "/include/crt/host_config.h"};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(build_root + "/targets", ec))
+    configs.push_back(entry.path().string() + "/include/crt/host_config.h");
+  for (const std::string& config : configs) {
+    if (const auto text = read_text(config, "gcc", f)) {
+      f->host_config = config;
+      f->gcc_max_major = parse_host_config_gcc_max(*text);
+      break;
     }
   }
+}
 
-  if (const char* arch = std::getenv("TORCH_CUDA_ARCH_LIST"); arch != nullptr) f.arch_list = arch;
-
-  if (const auto release = read_text(o.root + "/proc/sys/kernel/osrelease", "kernel", &f)) {
-    f.kernel_release = release->substr(0, release->find_first_of("\r\n"));
+void probe_kernel(const ProbeOptions& o, Facts* f) {
+  if (const auto release = read_text(o.root + "/proc/sys/kernel/osrelease", "kernel", f)) {
+    f->kernel_release = release->substr(0, release->find_first_of("\r\n"));
   } else if (o.root.empty()) {
     utsname u{};
-    if (uname(&u) == 0) f.kernel_release = u.release;
+    if (uname(&u) == 0) f->kernel_release = u.release;
   }
+}
 
+}  // namespace
+
+Facts probe(const ProbeOptions& o) {
+  Facts f;
+  const std::vector<std::string> path = split_path(env("PATH"));
+  const std::vector<std::string> ld_path = split_path(env("LD_LIBRARY_PATH"));
+  const std::vector<std::string> site_dirs = probe_python(o, path, &f);
+  probe_toolkits(o, path, site_dirs, &f);
+  const std::string build_root =
+      f.build_toolkit >= 0 ? f.toolkits[static_cast<size_t>(f.build_toolkit)].root : std::string();
+  probe_search_paths(path, ld_path, &f);
+  if (!build_root.empty()) probe_gcc(build_root, path, o.command_timeout_seconds, &f);
+  if (const char* arch = std::getenv("TORCH_CUDA_ARCH_LIST"); arch != nullptr) f.arch_list = arch;
+  probe_kernel(o, &f);
   probe_driver(o, &f);
   probe_nccl(o, site_dirs, build_root, &f);
   return f;
