@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "base/run_files.h"
+
 namespace trainscope::recorder {
 namespace {
 
@@ -489,13 +491,13 @@ bool read_run_directory(const std::string& dir, RunDirectory* out, std::string* 
     const fs::path& p = entry.path();
     std::error_code entry_ec;
     // Anything named *.tsrec is a recorder to read, a folder or a FIFO too: what it is instead is said as its error.
-    if (p.extension() == ".tsrec") {
+    if (p.extension() == run_files::kRecorderExtension) {
       paths.push_back(p.string());
     } else if (entry.is_directory(entry_ec)) {
       // Remember run folders one level down: the user may have passed TRAINSCOPE_DIR itself.
       std::error_code sub_ec;
       for (const fs::directory_entry& sub : fs::directory_iterator(p, sub_ec)) {
-        if (sub.path().extension() == ".tsrec") {
+        if (sub.path().extension() == run_files::kRecorderExtension) {
           subdirs_with_records.push_back(p.filename().string());
           break;
         }

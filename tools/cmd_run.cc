@@ -27,6 +27,7 @@
 #include "analysis/run_summary.h"
 #include "base/flight_recorder_reader.h"
 #include "base/printable.h"
+#include "base/private_files.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/job_secret.h"
 #include "reports/exchange_reports.h"
@@ -411,13 +412,11 @@ reports::JobEnd record_job_end(const fs::path& run_dir, pid_t child, int status,
   job.signaled = WIFSIGNALED(status);
   job.exit_status = job.signaled ? 0 : code;
   job.signal = job.signaled ? WTERMSIG(status) : 0;
-  if (const std::string write_error =
-          reports::replace_file((run_dir / reports::kJobEndFile).string(), reports::job_end_json(job).dump(2) + "\n");
-      !write_error.empty()) {
-    const size_t colon = write_error.rfind(": ");  // "cannot write <path>: why"
-    not_written->push_back(
-        {reports::kJobEndFile, colon != std::string::npos ? write_error.substr(colon + 2) : "", "trainscope run"});
-  }
+  const std::string content = reports::job_end_json(job).dump(2) + "\n";
+  if (const int error =
+          files::replace_file((run_dir / reports::kJobEndFile).string().c_str(), content.data(), content.size());
+      error != 0)
+    not_written->push_back({reports::kJobEndFile, files::error_text(error), "trainscope run"});
   return job;
 }
 
