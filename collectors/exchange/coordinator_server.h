@@ -96,6 +96,7 @@ class CoordinatorServer {
 
  private:
   struct State;
+  class Loop;  // the server thread's loop, over State (coordinator_server.cc)
   void run();
 
   CoordinatorServerOptions options_;

@@ -136,7 +136,16 @@ class ExchangeClient {
   ExchangeClientStats stats() const;
 
  private:
+  struct Session;  // what the client's thread holds while it runs (exchange_client.cc)
   void run();
+  bool open_socket(Session& s);  // false (said) when the socket cannot be set up
+  void read_monitor(Session& s);
+  void note_unreachable(Session& s, uint64_t now_ms);
+  void receive_all(Session& s);
+  bool send_stacks(Session& s);
+  bool send_pending(Session& s);
+  void flush_and_say_goodbye(Session& s);
+  void wait_a_little(Session& s);
   void log(LogLevel level, const std::string& message) const;
 
   ExchangeClientOptions options_;
