@@ -455,10 +455,13 @@ std::string append_file(const std::string& path, const std::string& content) {
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json) {
   WrittenReport written;
-  if (std::string error = make_report_directory(dir); !error.empty()) {
-    written.error = std::move(error);
+  const auto fail = [&](std::string message, std::string_view extension, std::string cause) {
+    written.error = std::move(message);
+    written.unwritten.report = base_name + std::string(extension);
+    written.unwritten.cause = std::move(cause);
     return written;
-  }
+  };
+  if (std::string error = make_report_directory(dir); !error.empty()) return fail(error, ".json", error);
   const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // Both files are written whole under temporary names first, then published with link(), which never replaces a
   // name: the JSON, then the text. A reader (trainscope report during a hang, a test polling for the report) that
@@ -477,35 +480,31 @@ WrittenReport write_report(const std::string& dir, const std::string& base_name,
     }
   } json_cleanup{json_temporary}, text_cleanup{text_temporary};
   if (const int error = files::write_new_file(json_temporary.c_str(), json_text.data(), json_text.size()); error != 0) {
-    written.error = "cannot write " + json_temporary + ": " + files::error_text(error);
-    return written;
+    return fail("cannot write " + json_temporary + ": " + files::error_text(error), ".json", files::error_text(error));
   }
   json_cleanup.made = true;
   if (const int error = files::write_new_file(text_temporary.c_str(), text.data(), text.size()); error != 0) {
-    written.error = "cannot write " + text_temporary + ": " + files::error_text(error);
-    return written;
+    return fail("cannot write " + text_temporary + ": " + files::error_text(error), ".txt", files::error_text(error));
   }
   text_cleanup.made = true;
   for (int attempt = 1; attempt <= 100; ++attempt) {
     const std::string stem = dir + "/" + base_name + (attempt == 1 ? "" : "-" + std::to_string(attempt));
     if (::link(json_temporary.c_str(), (stem + ".json").c_str()) != 0) {
       if (errno == EEXIST) continue;
-      written.error = "cannot write " + stem + ".json: " + std::strerror(errno);
-      return written;
+      const int error = errno;
+      return fail("cannot write " + stem + ".json: " + std::strerror(error), ".json", std::strerror(error));
     }
     if (::link(text_temporary.c_str(), (stem + ".txt").c_str()) != 0) {
       const int error = errno;
       ::unlink((stem + ".json").c_str());  // ours, just published: the pair moves to the next name
       if (error == EEXIST) continue;
-      written.error = "cannot write " + stem + ".txt: " + std::strerror(error);
-      return written;
+      return fail("cannot write " + stem + ".txt: " + std::strerror(error), ".txt", std::strerror(error));
     }
     written.text_path = stem + ".txt";
     written.json_path = stem + ".json";
     return written;
   }
-  written.error = "too many reports named " + base_name + " in " + dir;
-  return written;
+  return fail("too many reports named " + base_name + " in " + dir, ".json", "too many reports of that name");
 }
 
 }  // namespace trainscope::reports

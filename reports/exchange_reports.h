@@ -15,6 +15,7 @@
 #include "base/call_stack.h"
 #include "base/fingerprint.h"
 #include "reports/cuda_launches.h"
+#include "reports/unwritten_report.h"
 
 namespace trainscope::reports {
 
@@ -144,7 +145,9 @@ std::string vanished_base_name(const VanishedReport& report);  // "vanished-rank
 struct WrittenReport {
   std::string text_path;
   std::string json_path;
-  std::string error;  // empty on success
+  std::string error;          // empty on success; else the message for a log, with the path
+  UnwrittenReport unwritten;  // with `error`: the report's file name and why, for whoever keeps note (`by` is left
+                              // to the caller)
 };
 
 // Creates the run directory and its missing parents (0700) and makes sure it is private (files::make_private_directory:

@@ -104,14 +104,12 @@ int exit_status(int status) {
   return 1;
 }
 
-// What the coordinator could not write, as it says so in its log (a full disk): the summary names each report and why.
+// What the coordinator could not write (a full disk), as it tells: the summary names each report and why.
 class UnwrittenReports {
  public:
-  void note(const std::string& message) {
-    reports::UnwrittenReport unwritten;
-    if (!reports::parse_coordinator_write_error(message, &unwritten)) return;
+  void note(const reports::UnwrittenReport& unwritten) {
     std::lock_guard<std::mutex> lock(mutex_);
-    reports_.push_back(std::move(unwritten));
+    reports_.push_back(unwritten);
   }
   std::vector<reports::UnwrittenReport> take() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -315,11 +313,11 @@ ExitCode start_coordinator(exchange::CoordinatorServerOptions options, Unwritten
                            std::unique_ptr<exchange::CoordinatorServer>* server) {
   options.log = [unwritten](exchange::LogLevel level, const std::string& message) {
     if (level == exchange::LogLevel::kDebug) return;
-    if (level >= exchange::LogLevel::kWarning) unwritten->note(message);
     // The ranks print each verdict's report; the coordinator's own line is enough here.
     const size_t newline = message.find('\n');
     std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());
   };
+  options.on_unwritten = [unwritten](const reports::UnwrittenReport& report) { unwritten->note(report); };
   *server = std::make_unique<exchange::CoordinatorServer>(options);
   std::string server_error;
   if (!(*server)->start(&server_error)) {

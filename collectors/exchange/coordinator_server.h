@@ -38,9 +38,11 @@
 #include <string>
 #include <thread>
 
+#include "base/run_files.h"
 #include "collectors/exchange/connection_gate.h"
 #include "collectors/exchange/coordinator_core.h"
 #include "collectors/exchange/wire_protocol.h"
+#include "reports/unwritten_report.h"
 
 namespace trainscope::exchange {
 
@@ -65,6 +67,9 @@ struct CoordinatorServerOptions {
   size_t max_messages_per_wakeup = 4096;           // then tick and look at disconnects before reading more
   LogSink log;                                     // may be empty
   std::function<void(const Verdict&)> on_verdict;  // on the server thread, after the report is written; may be empty
+  // A report (or the manifest, or origin.*) it could not write, a full disk say: on the server thread, once per report
+  // (the manifest's and the origin's once until they are written again); may be empty. Its log says so too, in words.
+  std::function<void(const reports::UnwrittenReport&)> on_unwritten;
 };
 
 struct CoordinatorServerStats {
@@ -109,7 +114,7 @@ class CoordinatorServer {
 };
 
 // Base name of the origin report in the run directory: origin.txt, origin.json.
-inline constexpr const char* kOriginBaseName = "origin";
+inline constexpr const char* kOriginBaseName = run_files::info_of(run_files::ReportKind::kOrigin).stem;
 
 // Text, JSON and file base name of a verdict's report.
 struct RenderedReport {

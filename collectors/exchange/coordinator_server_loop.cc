@@ -15,6 +15,9 @@
 
 #include <zmq.hpp>
 
+#include "base/clocks.h"
+#include "base/private_files.h"
+#include "base/run_files.h"
 #include "collectors/exchange/accepted_sockets.h"
 #include "collectors/exchange/coordinator_server.h"
 #include "collectors/exchange/coordinator_server_state.h"
@@ -30,11 +33,7 @@ constexpr uint64_t kRefusalSummaryIntervalNs =
     60'000'000'000ull;  // refused connections are summed up at most this often
 constexpr uint64_t kDescriptorRecountIntervalNs = 100'000'000ull;
 
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+using clocks::realtime_ns;
 
 }  // namespace
 
@@ -47,6 +46,7 @@ class CoordinatorServer::Loop {
 
  private:
   void log(LogLevel level, const std::string& message);
+  void unwritten(reports::UnwrittenReport report);
   bool send_to(const std::string& id, const std::vector<uint8_t>& bytes);
   void log_malformed(const std::string& why);
   void write_manifest(uint64_t now_ns, bool force);
@@ -131,6 +131,11 @@ void CoordinatorServer::Loop::log(LogLevel level, const std::string& message) {
   if (options_.log) options_.log(level, message);
 }
 
+void CoordinatorServer::Loop::unwritten(reports::UnwrittenReport report) {
+  report.by = "the coordinator";
+  if (options_.on_unwritten) options_.on_unwritten(report);
+}
+
 bool CoordinatorServer::Loop::send_to(const std::string& id, const std::vector<uint8_t>& bytes) {
   try {
     if (!state_.router.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
@@ -161,11 +166,13 @@ void CoordinatorServer::Loop::write_manifest(uint64_t now_ns, bool force) {
   state_.manifest_hellos = hellos;
   state_.manifest_written_ns = now_ns;
   const nlohmann::json manifest = state_.core.manifest();
-  if (const std::string error =
-          reports::replace_file(options_.run_dir + "/manifest.json",
-                                manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-      !error.empty()) {
-    if (!state_.manifest_failed) log(LogLevel::kWarning, "coordinator: " + error);
+  const std::string path = options_.run_dir + "/" + run_files::kManifestFile;
+  const std::string content = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (const int error = files::replace_file(path.c_str(), content.data(), content.size()); error != 0) {
+    if (!state_.manifest_failed) {
+      log(LogLevel::kWarning, "coordinator: cannot write " + path + ": " + files::error_text(error));
+      unwritten({run_files::kManifestFile, files::error_text(error), ""});
+    }
     state_.manifest_failed = true;
   }
   for (const auto& warning : manifest["warnings"]) {
@@ -184,13 +191,19 @@ bool CoordinatorServer::Loop::write_origin() {
   const std::string text = reports::format_origin_text(firsts);
   const nlohmann::json json = reports::origin_json(firsts);
   // The JSON first: whoever sees the new text sees the JSON that goes with it.
-  std::string error = reports::replace_file(origin_json_path_,
-                                            json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  if (error.empty()) error = reports::replace_file(origin_text_path_, text);
-  if (!error.empty()) {
+  const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string* failed = &origin_json_path_;
+  int error = files::replace_file(origin_json_path_.c_str(), json_text.data(), json_text.size());
+  if (error == 0) {
+    failed = &origin_text_path_;
+    error = files::replace_file(origin_text_path_.c_str(), text.data(), text.size());
+  }
+  if (error != 0) {
     ++local_stats_.report_errors;
-    if (state_.origin_failed_generation == 0)  // once: a full disk must not flood the log
-      log(LogLevel::kError, "coordinator: " + error);
+    if (state_.origin_failed_generation == 0) {  // once: a full disk must not flood the log
+      log(LogLevel::kError, "coordinator: cannot write " + *failed + ": " + files::error_text(error));
+      unwritten({failed->substr(failed->rfind('/') + 1), files::error_text(error), ""});
+    }
     state_.origin_failed_generation = generation;
     return false;
   }
@@ -304,6 +317,7 @@ void CoordinatorServer::Loop::deliver(std::vector<CoreVerdict> verdicts) {
     if (!written.error.empty()) {
       ++local_stats_.report_errors;
       log(LogLevel::kError, "coordinator: " + written.error);
+      if (!written.unwritten.report.empty()) unwritten(written.unwritten);
     }
     Verdict message;
     message.kind = verdict.kind;

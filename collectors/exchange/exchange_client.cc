@@ -17,6 +17,7 @@
 
 #include <zmq.hpp>
 
+#include "base/clocks.h"
 #include "collectors/exchange/job_secret.h"
 
 namespace trainscope::exchange {
@@ -26,17 +27,9 @@ namespace {
 constexpr int kMonitoredEvents =
     ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | kHandshakeFailedEvents;
 
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+using clocks::realtime_ns;
 
-uint64_t monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000ull + static_cast<uint64_t>(ts.tv_nsec) / 1000000ull;
-}
+uint64_t monotonic_ms() { return clocks::monotonic_ns() / 1000000ull; }
 
 // False when the socket could not take the frame now (no connection: ZMQ_IMMEDIATE; or the high-water mark).
 bool try_send(zmq::socket_t& socket, const std::vector<uint8_t>& bytes) {

@@ -126,16 +126,8 @@ recorder::StopReason stop_reason_of(exchange::VerdictKind kind) {
   return recorder::StopReason::kNone;
 }
 
-// `recorder`: where the coordinator hosted here notes the reports it could not write (nullptr for the client's sink).
-exchange::LogSink log_sink(recorder::FileHeader* recorder = nullptr) {
-  return [recorder](exchange::LogLevel level, const std::string& message) {
-    // A report the coordinator could not write (a full disk): this process's recorder says so, and why, where the
-    // run summary finds it even when no file can be written any more. The recorder keeps one such note: not the
-    // manifest's, whose absence the summary shows anyway, so that a verdict's report is the one named.
-    reports::UnwrittenReport unwritten;
-    if (recorder != nullptr && level >= exchange::LogLevel::kWarning &&
-        reports::parse_coordinator_write_error(message, &unwritten) && unwritten.report != run_files::kManifestFile)
-      recorder::record_unwritten_report(recorder, unwritten.report.c_str(), unwritten.cause.c_str());
+exchange::LogSink log_sink() {
+  return [](exchange::LogLevel level, const std::string& message) {
     LogLevel ours = LogLevel::kInfo;
     switch (level) {
       case exchange::LogLevel::kDebug:
@@ -224,7 +216,14 @@ class Exchange {
           config_.on_desync == VerdictPolicy::kAbort ? exchange::VerdictAction::kAbort : exchange::VerdictAction::kWarn;
       options.core.desync_timeout_ns = uint64_t{config_.desync_timeout_seconds} * 1000000000ull;
       options.expected_ranks = setup_.world;  // bounds the connections it holds (coordinator_server.h)
-      options.log = log_sink(setup_.recorder);
+      options.log = log_sink();
+      // A report the coordinator could not write (a full disk): this process's recorder says so, and why, where the
+      // run summary finds it even when no file can be written any more. The recorder keeps one such note: not the
+      // manifest's, whose absence the summary shows anyway, so that a verdict's report is the one named.
+      options.on_unwritten = [recorder = setup_.recorder](const reports::UnwrittenReport& unwritten) {
+        if (recorder != nullptr && unwritten.report != run_files::kManifestFile)
+          recorder::record_unwritten_report(recorder, unwritten.report.c_str(), unwritten.cause.c_str());
+      };
       server_ = std::make_unique<exchange::CoordinatorServer>(options);
       std::string error;
       bool started = server_->start(&error);

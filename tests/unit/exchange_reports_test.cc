@@ -467,8 +467,23 @@ TEST(ExchangeReportsTest, TheRunDirectoryMustBePrivate) {
                                               "to it");
     const WrittenReport refused = write_report(run, "vanished-rank1", "x\n", nlohmann::json::object());
     EXPECT_EQ(refused.error.rfind("cannot use the run directory " + run, 0), 0u) << refused.error;
+    EXPECT_EQ(refused.unwritten.report, "vanished-rank1.json");
     EXPECT_TRUE(std::filesystem::is_empty(run)) << "nothing written into it";
   }
+}
+
+// A report that cannot be written says which file and why as values (WrittenReport::unwritten), for the coordinator to
+// hand on (the engine's recorder note, trainscope run's summary) without parsing its log line back.
+TEST(ExchangeReportsTest, AReportThatCannotBeWrittenNamesItsFileAndWhyAsValues) {
+  testing::TempDir dir;
+  const std::string file = dir.path() + "/a-file";
+  std::ofstream(file) << "not a folder\n";
+  ASSERT_TRUE(std::filesystem::is_regular_file(file));
+  const WrittenReport written = write_report(file + "/run", "mismatch-3f2a9c-5", "x\n", nlohmann::json::object());
+  EXPECT_FALSE(written.error.empty());
+  EXPECT_EQ(written.unwritten.report, "mismatch-3f2a9c-5.json");
+  EXPECT_NE(written.unwritten.cause.find("Not a directory"), std::string::npos) << written.unwritten.cause;
+  EXPECT_TRUE(written.text_path.empty());
 }
 
 // A desync's waiting and missing ranks with what their GPU streams were doing, read from their flight recorders.

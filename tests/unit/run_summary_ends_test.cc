@@ -463,30 +463,6 @@ TEST(ProcessEnds, TheNoteOfUnwrittenReportsKeepsTheFirstThatSaysWhy) {
   EXPECT_EQ(std::string(g.unwritten_cause), std::string(sizeof(g.unwritten_cause) - 1, 'y'));
 }
 
-TEST(ProcessEnds, TheCoordinatorsWriteErrorsNameTheReportAndWhy) {
-  UnwrittenReport u;
-  ASSERT_TRUE(parse_coordinator_write_error(
-      "coordinator: cannot write /runs/job/.mismatch-3f2a9c-5.4242.0.part-json: No space left on device", &u));
-  EXPECT_EQ(u.report, "mismatch-3f2a9c-5.json");
-  EXPECT_EQ(u.cause, "No space left on device");
-  EXPECT_EQ(u.by, "the coordinator");
-  ASSERT_TRUE(parse_coordinator_write_error(
-      "coordinator: cannot write /runs/job/.desync-3f2a9c-813.4242.7.part-text: Read-only file system", &u));
-  EXPECT_EQ(u.report, "desync-3f2a9c-813.txt");
-  EXPECT_EQ(u.cause, "Read-only file system");
-  ASSERT_TRUE(
-      parse_coordinator_write_error("coordinator: cannot write /runs/job/vanished-rank2.json: Input/output error", &u));
-  EXPECT_EQ(u.report, "vanished-rank2.json");
-  ASSERT_TRUE(
-      parse_coordinator_write_error("coordinator: cannot write /runs/job/origin.txt or /runs/job/origin.json", &u));
-  EXPECT_EQ(u.report, "origin.txt and origin.json");
-  EXPECT_EQ(u.cause, "");
-  ASSERT_TRUE(parse_coordinator_write_error("coordinator: cannot write /runs/job/manifest.json", &u));
-  EXPECT_EQ(u.report, "manifest.json");
-  EXPECT_FALSE(parse_coordinator_write_error("coordinator: mismatch (abort), report /runs/job/mismatch-1-2.txt", &u));
-  EXPECT_FALSE(parse_coordinator_write_error("frames: cannot write /runs/job/x.json", &u));
-}
-
 // ---- nothing went wrong -------------------------------------------------------------------------------------------
 
 TEST(ProcessEnds, NothingWentWrongOnlyWhenEveryProcessExitedZeroAndAllIsClean) {
