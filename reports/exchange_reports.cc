@@ -425,31 +425,33 @@ std::string vanished_base_name(const VanishedReport& report) {
          std::to_string(report.global_rank);
 }
 
-std::string make_report_directory(const std::string& dir, std::string* notice) {
-  if (dir.empty()) return "no run directory given";
+bool make_report_directory(const std::string& dir, std::string* error, std::string* notice) {
+  const auto fail = [error](std::string why) {
+    if (error != nullptr) *error = std::move(why);
+    return false;
+  };
+  if (dir.empty()) return fail("no run directory given");
   const files::PrivateDirectory made = files::make_private_directory(dir.c_str());
   if (made.error == files::kOthersWrite)
-    return "cannot use the run directory " + dir + ": it belongs to another user (uid " +
-           std::to_string(made.owner_uid) + ") and others can write to it";
+    return fail("cannot use the run directory " + dir + ": it belongs to another user (uid " +
+                std::to_string(made.owner_uid) + ") and others can write to it");
   if (made.error == files::kNotDirectory || made.error == files::kIsSymlink)
-    return "cannot use the run directory " + dir + ": " + files::error_text(made.error);
-  if (made.error != 0) return "cannot create the run directory " + dir + ": " + files::error_text(made.error);
+    return fail("cannot use the run directory " + dir + ": " + files::error_text(made.error));
+  if (made.error != 0) return fail("cannot create the run directory " + dir + ": " + files::error_text(made.error));
   if (made.old_mode != 0 && notice != nullptr) {
     char mode[16];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(made.old_mode));
     *notice = "made the run directory " + dir + " private: it was mode " + mode + ", open to other users";
   }
-  return {};
+  return true;
 }
 
-std::string replace_file(const std::string& path, const std::string& content) {
-  const int error = files::replace_file(path.c_str(), content.data(), content.size());
-  return error == 0 ? std::string() : "cannot write " + path + ": " + files::error_text(error);
+int replace_file(const std::string& path, const std::string& content) {
+  return files::replace_file(path.c_str(), content.data(), content.size());
 }
 
-std::string append_file(const std::string& path, const std::string& content) {
-  const int error = files::append_file(path.c_str(), content.data(), content.size());
-  return error == 0 ? std::string() : "cannot write " + path + ": " + files::error_text(error);
+int append_file(const std::string& path, const std::string& content) {
+  return files::append_file(path.c_str(), content.data(), content.size());
 }
 
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
@@ -461,7 +463,7 @@ WrittenReport write_report(const std::string& dir, const std::string& base_name,
     written.unwritten.cause = std::move(cause);
     return written;
   };
-  if (std::string error = make_report_directory(dir); !error.empty()) return fail(error, ".json", error);
+  if (std::string error; !make_report_directory(dir, &error)) return fail(error, ".json", error);
   const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // Both files are written whole under temporary names first, then published with link(), which never replaces a
   // name: the JSON, then the text. A reader (trainscope report during a hang, a test polling for the report) that

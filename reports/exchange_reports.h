@@ -152,8 +152,8 @@ struct WrittenReport {
 
 // Creates the run directory and its missing parents (0700) and makes sure it is private (files::make_private_directory:
 // not a link; ours and open to others: made 0700, said in `notice` when given; another user's that others can write
-// to: refused). Returns an error message, cause first, empty on success.
-std::string make_report_directory(const std::string& dir, std::string* notice = nullptr);
+// to: refused). False with `error` saying why.
+bool make_report_directory(const std::string& dir, std::string* error, std::string* notice = nullptr);
 
 // Writes <dir>/<base>.txt and <dir>/<base>.json, files mode 0600, creating dir (0700) when missing. An existing
 // file (or link, or anything else) is never overwritten: the name gets a "-2", "-3", ... suffix instead. Each file
@@ -163,10 +163,11 @@ WrittenReport write_report(const std::string& dir, const std::string& base_name,
 
 // Replaces `path` atomically with `content` (files::replace_file: mode 0600, written beside it, then renamed; a link or
 // a file we did not create is never replaced): a reader, or a crash, never leaves half a file. Reports that grow
-// (near-overflow warnings, the origin, the manifest) are rewritten this way. Returns "" or why not, path first.
-std::string replace_file(const std::string& path, const std::string& content);
+// (near-overflow warnings, the origin, the manifest) are rewritten this way. Returns 0 or files::'s error (an errno
+// value or a refusal; files::error_text says it).
+int replace_file(const std::string& path, const std::string& content);
 // Appends `content` to `path` (files::append_file: created 0600; a link or a file we did not create is refused): the
-// trace, frame by frame. Returns "" or why not, path first.
-std::string append_file(const std::string& path, const std::string& content);
+// trace, frame by frame. Returns 0 or files::'s error.
+int append_file(const std::string& path, const std::string& content);
 
 }  // namespace trainscope::reports

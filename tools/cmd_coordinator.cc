@@ -85,7 +85,7 @@ int cmd_coordinator(int argc, char** argv) {
   }
   // The run directory before anything listens: a --dir that is a file, or cannot be made, is a wrong argument.
   std::string made_private;
-  if (const std::string error = reports::make_report_directory(options.run_dir, &made_private); !error.empty())
+  if (std::string error; !reports::make_report_directory(options.run_dir, &error, &made_private))
     return usage_error("--dir: " + error);
   if (!made_private.empty()) std::fprintf(stderr, "[trainscope warning] %s\n", made_private.c_str());
 

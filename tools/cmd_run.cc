@@ -300,8 +300,8 @@ ExitCode make_run_directory(const std::string& dir, const std::string& run_id, f
     return 1;
   }
   std::string made_private;
-  if (const std::string made = reports::make_report_directory(run_dir->string(), &made_private); !made.empty()) {
-    std::fprintf(stderr, "trainscope run: %s\n", made.c_str());
+  if (std::string error; !reports::make_report_directory(run_dir->string(), &error, &made_private)) {
+    std::fprintf(stderr, "trainscope run: %s\n", error.c_str());
     return 1;
   }
   if (!made_private.empty()) std::fprintf(stderr, "[trainscope][run] warning: %s\n", made_private.c_str());

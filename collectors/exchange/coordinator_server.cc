@@ -63,10 +63,7 @@ bool CoordinatorServer::start(std::string* error) {
     if (error) *error = "the job token is empty";
     return false;
   }
-  if (const std::string made = reports::make_report_directory(options_.run_dir); !made.empty()) {
-    if (error) *error = made;
-    return false;
-  }
+  if (!reports::make_report_directory(options_.run_dir, error)) return false;
   if (options_.hello_deadline_ms <= 0) {
     if (error) *error = "the hello deadline must be a positive number of milliseconds";
     return false;

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "base/printable.h"
@@ -24,6 +25,47 @@ namespace {
 bool g_started = false;
 trainscope::recorder::FileHeader* g_recorder = nullptr;  // for the calls counted at stop
 
+// Exceptions contained at the entry points (base/errors.h: none crosses into the job), counted; the first is said in
+// the log when it happens and the count at the end, so a swallowed failure is never a silent one.
+std::atomic<uint64_t> g_contained{0};
+const char* g_first_contained_entry = nullptr;
+char g_first_contained_what[160];
+
+// Called inside a catch (...) of entry point `entry`. Allocates nothing unless it logs, and never throws.
+void contained(const char* entry) noexcept {
+  if (g_contained.fetch_add(1, std::memory_order_relaxed) != 0) return;
+  g_first_contained_entry = entry;
+  std::snprintf(g_first_contained_what, sizeof(g_first_contained_what), "%s", "an exception of unknown type");
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    std::snprintf(g_first_contained_what, sizeof(g_first_contained_what), "%s", e.what());
+  } catch (...) {
+  }
+  if (!g_started) return;
+  try {
+    trainscope::engine::log(trainscope::LogLevel::kWarn,
+                            (std::string("engine: ") + entry + " failed (" + g_first_contained_what +
+                             "); the job goes on, without what that call would have recorded")
+                                .c_str());
+  } catch (...) {
+  }
+}
+
+// At the end: how many failures were contained, when there were any.
+void say_contained() noexcept {
+  const uint64_t count = g_contained.load(std::memory_order_relaxed);
+  if (count == 0 || !g_started) return;
+  try {
+    trainscope::engine::log(trainscope::LogLevel::kWarn,
+                            ("engine: " + std::to_string(count) + " failure" + (count == 1 ? "" : "s") +
+                             " contained at the engine's entry points, the first in " + g_first_contained_entry + " (" +
+                             g_first_contained_what + ")")
+                                .c_str());
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* args) {
@@ -33,10 +75,11 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     return 1;
   try {
     const std::string log_path = args->log_path != nullptr ? args->log_path : "";
-    const std::string error = trainscope::engine::start_logging(*args->config, args->global_rank, log_path);
+    std::string error;
+    const bool logging = trainscope::engine::start_logging(*args->config, args->global_rank, log_path, &error);
     g_started = true;
     g_recorder = args->recorder;
-    if (!error.empty()) {
+    if (!logging) {
       trainscope::engine::log(
           LogLevel::kWarn,
           ("cannot open the log file " + trainscope::reports::printable(log_path) + ": " + error).c_str());
@@ -76,6 +119,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     trainscope::engine::prepare_launches(launches);
     return 0;
   } catch (...) {
+    contained("trainscope_engine_start");
     return 1;
   }
 }
@@ -85,6 +129,7 @@ TS_ENGINE_EXPORT void trainscope_engine_job_key(const trainscope::JobKeyArgs* ar
   try {
     trainscope::engine::job_key_known(*args);
   } catch (...) {
+    contained("trainscope_engine_job_key");
     // Never an exception into the job's communicator creation.
   }
 }
@@ -103,6 +148,7 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
   try {
     trainscope::engine::skip_all_parked();  // before the frame thread's last pass, so it does not wait on them
   } catch (...) {
+    contained("trainscope_engine_stop");
   }
   try {
     // While every thread of ours is alive (the last passes after this are not counted).
@@ -117,10 +163,12 @@ TS_ENGINE_EXPORT void trainscope_engine_stop(void) {
                               trainscope::engine::describe_background_cpu(cpu, calls).c_str());
     }
   } catch (...) {
+    contained("trainscope_engine_stop");
   }
   trainscope::engine::stop_launches();
   trainscope::engine::stop_frames();
   trainscope::engine::stop_exchange();
+  say_contained();
   trainscope::engine::flush_logs();
 }
 
@@ -129,6 +177,7 @@ TS_ENGINE_EXPORT void trainscope_engine_note_call_site(const trainscope::CallSit
   try {
     trainscope::engine::capture_call_site(*site);
   } catch (...) {
+    contained("trainscope_engine_note_call_site");
     // A stack is a nicety of the report: never worth an exception in the job.
   }
 }
@@ -137,6 +186,7 @@ TS_ENGINE_EXPORT void* trainscope_engine_watch_begin(const trainscope::recorder:
   try {
     return trainscope::engine::watch_begin(*record, index);
   } catch (...) {
+    contained("trainscope_engine_watch_begin");
     return nullptr;  // out of memory: this call goes unwatched (its record's frame is then never complete)
   }
 }
@@ -145,6 +195,7 @@ TS_ENGINE_EXPORT void trainscope_engine_watch_end(void* token, int32_t result) {
   try {
     trainscope::engine::watch_end(static_cast<trainscope::engine::WatchedCall*>(token), result);
   } catch (...) {
+    contained("trainscope_engine_watch_end");
     // Never an exception into the job.
   }
 }
@@ -153,6 +204,7 @@ TS_ENGINE_EXPORT void trainscope_engine_group_end(int32_t executed, int32_t resu
   try {
     trainscope::engine::group_end(executed != 0, result);
   } catch (...) {
+    contained("trainscope_engine_group_end");
   }
 }
 
@@ -164,6 +216,7 @@ TS_ENGINE_EXPORT void trainscope_engine_comm_async_state(uint64_t comm_id, int32
   try {
     trainscope::engine::comm_async_state(comm_id, state);
   } catch (...) {
+    contained("trainscope_engine_comm_async_state");
     // Out of memory for a reason string: the calls stay parked until the next call, the end or the exit.
   }
 }
@@ -172,6 +225,7 @@ TS_ENGINE_EXPORT void trainscope_engine_comm_next_call(uint64_t comm_id, uint16_
   try {
     trainscope::engine::comm_next_call(comm_id, op);
   } catch (...) {
+    contained("trainscope_engine_comm_next_call");
   }
 }
 
@@ -179,6 +233,7 @@ TS_ENGINE_EXPORT int trainscope_engine_step_marker_matches(const char* name) {
   try {
     return name != nullptr && trainscope::engine::step_marker_matches(name) ? 1 : 0;
   } catch (...) {
+    contained("trainscope_engine_step_marker_matches");
     return 0;
   }
 }
@@ -188,6 +243,7 @@ TS_ENGINE_EXPORT void trainscope_engine_batch_call(const trainscope::recorder::R
   try {
     trainscope::engine::batch_gate_call(*record);
   } catch (...) {
+    contained("trainscope_engine_batch_call");
     // Never an exception into the job (the gate allocates nothing per call; the stop itself catches its own).
   }
 }
@@ -196,6 +252,7 @@ TS_ENGINE_EXPORT void trainscope_engine_batch_marker(void) {
   try {
     trainscope::engine::batch_gate_marker();
   } catch (...) {
+    contained("trainscope_engine_batch_marker");
   }
 }
 
@@ -212,6 +269,7 @@ TS_ENGINE_EXPORT int trainscope_engine_module_frame(const trainscope::recorder::
       trainscope::engine::log(trainscope::LogLevel::kWarn, ("module frames: a frame was refused: " + why).c_str());
     return -1;
   } catch (...) {
+    contained("trainscope_engine_module_frame");
     return -1;  // never an exception into the job
   }
 }
@@ -221,6 +279,7 @@ TS_ENGINE_EXPORT void trainscope_engine_start_launches(void) {
   try {
     trainscope::engine::start_launches();
   } catch (...) {
+    contained("trainscope_engine_start_launches");
     // Never an exception into the job's cuInit: launches are then not recorded.
   }
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/printable.h"
+#include "base/private_files.h"
 #include "base/run_files.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
@@ -70,37 +71,35 @@ int32_t pid_of(const recorder::FileHeader* header) {
   return header != nullptr ? header->pid : static_cast<int32_t>(getpid());
 }
 
-// A report file that could not be written ("cannot write <path>: why"), noted in the recorder by file name and cause.
-void note_unwritten(recorder::FileHeader* header, const std::string& error) {
-  const std::string prefix = "cannot write ";
-  if (error.rfind(prefix, 0) != 0) return recorder::record_unwritten_report(header, error.c_str(), "");
-  const size_t colon = error.find(": ", prefix.size());
-  const std::string path =
-      error.substr(prefix.size(), colon == std::string::npos ? std::string::npos : colon - prefix.size());
-  const std::string cause = colon == std::string::npos ? "" : error.substr(colon + 2);
-  const size_t slash = path.rfind('/');
-  recorder::record_unwritten_report(header, (slash == std::string::npos ? path : path.substr(slash + 1)).c_str(),
-                                    cause.c_str());
-}
-
-// One report as text and JSON in the run directory. Returns "" or "cannot write <path>: why".
-std::string write_report_files(const std::string& run_dir, const std::string& base, const std::string& text,
-                               const nlohmann::json& json) {
-  const std::string stem = run_dir + "/" + base;
+// One report as text and JSON in the run directory: true, or false with `failed` naming the file and why.
+bool write_report_files(const std::string& run_dir, const std::string& base, const std::string& text,
+                        const nlohmann::json& json, reports::UnwrittenReport* failed) {
   const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // The JSON first: whoever sees the text (a person, a test) sees both.
-  std::string error = reports::replace_file(stem + ".json", dumped);
-  if (error.empty()) error = reports::replace_file(stem + ".txt", text);
-  return error;
+  std::string file = base + ".json";
+  int error = reports::replace_file(run_dir + "/" + file, dumped);
+  if (error == 0) {
+    file = base + ".txt";
+    error = reports::replace_file(run_dir + "/" + file, text);
+  }
+  if (error == 0) return true;
+  *failed = {file, files::error_text(error), ""};
+  return false;
+}
+
+// What a failed write says in the log: "cannot write <path>: why".
+std::string unwritten_text(const std::string& run_dir, const reports::UnwrittenReport& failed) {
+  return "cannot write " + run_dir + "/" + failed.report + ": " + failed.cause;
 }
 
 // The same, saying on failure why (a stop's report is written once: nothing to repeat).
 void write_report(const std::string& run_dir, const std::string& base, const std::string& text,
                   const nlohmann::json& json) {
-  const std::string error = write_report_files(run_dir, base, text, json);
-  if (error.empty()) return;
-  if (g_stop_setup != nullptr) note_unwritten(g_stop_setup->recorder, error);
-  log(LogLevel::kWarn, ("frames: " + error).c_str());
+  reports::UnwrittenReport failed;
+  if (write_report_files(run_dir, base, text, json, &failed)) return;
+  if (g_stop_setup != nullptr)
+    recorder::record_unwritten_report(g_stop_setup->recorder, failed.report.c_str(), failed.cause.c_str());
+  log(LogLevel::kWarn, ("frames: " + unwritten_text(run_dir, failed)).c_str());
 }
 
 // The user asked for the stop: say goodbye to the coordinator (so this is no vanished rank), mark the recorder as
@@ -262,17 +261,17 @@ class FrameThread {
   }
 
   void write(const std::string& base, const std::string& text, const nlohmann::json& json) {
-    warn_write_failure(write_report_files(run_dir(), base, text, json));
+    reports::UnwrittenReport failed;
+    if (!write_report_files(run_dir(), base, text, json, &failed)) warn_write_failure(failed);
   }
 
   // A report that cannot be written is said once per file: a trace written frame by frame must not flood the log.
   // The recorder notes it too (a full disk leaves the log unwritten; the recorder's header is already on disk), where
   // the run summary names the file and why.
-  void warn_write_failure(const std::string& error) {
-    if (error.empty()) return;
-    note_unwritten(header_, error);
-    if (!write_failures_.insert(error.substr(0, error.find(": "))).second) return;
-    log(LogLevel::kWarn, ("frames: " + error).c_str());
+  void warn_write_failure(const reports::UnwrittenReport& failed) {
+    recorder::record_unwritten_report(header_, failed.report.c_str(), failed.cause.c_str());
+    if (!write_failures_.insert(failed.report).second) return;
+    log(LogLevel::kWarn, ("frames: " + unwritten_text(run_dir(), failed)).c_str());
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
@@ -301,7 +300,7 @@ class FrameThread {
     std::string text;
     if (batch_start) text += reports::format_trace_batch_start(frame.batch);
     text += reports::format_trace_frame(frame);
-    const std::string stem = run_dir() + "/" + run_files::per_process_name(run_files::kTraceStem, rank(), pid());
+    const std::string base = run_files::per_process_name(run_files::kTraceStem, rank(), pid());
     nlohmann::json line = {{"batch_number", frame.batch}, {"name", frame.name}, {"kind", frame.kind}};
     nlohmann::json rows = nlohmann::json::array();
     for (const reports::FrameRow& row : frame.rows) rows.push_back(reports::format_frame_row(row));
@@ -310,11 +309,14 @@ class FrameThread {
     const nlohmann::json numbers = reports::frame_json(frame);
     line["stats"] = numbers["rows"];
     if (frame.launch) line["launch"] = numbers["launch"];  // kernel, grid, block, stream
-    std::string error = reports::append_file(stem + ".txt", text);
-    if (error.empty())
-      error = reports::append_file(stem + ".jsonl",
+    std::string file = base + ".txt";
+    int error = reports::append_file(run_dir() + "/" + file, text);
+    if (error == 0) {
+      file = base + ".jsonl";
+      error = reports::append_file(run_dir() + "/" + file,
                                    line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    warn_write_failure(error);
+    }
+    if (error != 0) warn_write_failure({file, files::error_text(error), ""});
     log(LogLevel::kInfo, text.substr(0, text.size() - 1).c_str());
   }
 

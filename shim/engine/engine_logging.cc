@@ -67,19 +67,20 @@ void apply_rank_locked(LogState& state) {
 
 }  // namespace
 
-std::string start_logging(const Config& config, int32_t global_rank, const std::string& log_path) {
+bool start_logging(const Config& config, int32_t global_rank, const std::string& log_path, std::string* error) {
   LogState& state = *g_state;
   std::lock_guard<std::mutex> lock(state.mutex);
   state.config = config;
   state.rank = global_rank;
   state.stderr_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   state.file_sink.reset();
-  std::string error;
+  bool opened = true;
   if (!log_path.empty()) {
     // Opened here, not by spdlog: never through a link, never a file of another user.
     const int fd = files::open_append(log_path.c_str());
     if (fd < 0) {
-      error = files::error_text(-fd);
+      opened = false;
+      if (error != nullptr) *error = files::error_text(-fd);
     } else {
       state.file_sink = std::make_shared<FdFileSink>(fd);
     }
@@ -92,7 +93,7 @@ std::string start_logging(const Config& config, int32_t global_rank, const std::
   state.logger->flush_on(spdlog::level::trace);
   state.logger->set_error_handler([](const std::string&) {});
   apply_rank_locked(state);
-  return error;
+  return opened;
 }
 
 void set_logging_rank(int32_t global_rank) {

@@ -8,9 +8,9 @@
 
 namespace trainscope::engine {
 
-// (Re)creates the logger. Never throws: a log file that cannot be opened leaves stderr logging and returns its
-// error text (empty on success).
-std::string start_logging(const Config& config, int32_t global_rank, const std::string& log_path);
+// (Re)creates the logger. Never throws: a log file that cannot be opened leaves stderr logging and returns false with
+// `error` saying why.
+bool start_logging(const Config& config, int32_t global_rank, const std::string& log_path, std::string* error);
 
 // Changes the rank shown in every line and whether this process logs to stderr.
 void set_logging_rank(int32_t global_rank);

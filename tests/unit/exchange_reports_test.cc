@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/private_files.h"
 #include "collectors/exchange/recorder_tail.h"
 #include "reports/exchange_reports.h"
 #include "reports/recorder_report.h"
@@ -422,7 +423,7 @@ TEST(ExchangeReportsTest, ALinkPlantedAtAReportsNameIsNeverWrittenThrough) {
   const std::string outside = elsewhere.path() + "/precious";
   std::ofstream(outside) << "precious\n";
   const std::string run = dir.path() + "/run";
-  ASSERT_TRUE(make_report_directory(run).empty());
+  ASSERT_TRUE(make_report_directory(run, nullptr));
   ASSERT_EQ(symlink(outside.c_str(), (run + "/vanished-rank3.txt").c_str()), 0);
   ASSERT_EQ(symlink(outside.c_str(), (run + "/vanished-rank3-2.json").c_str()), 0);
   VanishedReport report;
@@ -434,13 +435,12 @@ TEST(ExchangeReportsTest, ALinkPlantedAtAReportsNameIsNeverWrittenThrough) {
   EXPECT_EQ(testing::read_file(outside), "precious\n");
   EXPECT_TRUE(std::filesystem::is_symlink(run + "/vanished-rank3.txt"));
 
-  // A file replaced in place (the origin, the manifest) is refused at a link, saying where and why.
+  // A file replaced in place (the origin, the manifest) is refused at a link, saying why.
   ASSERT_EQ(symlink(outside.c_str(), (run + "/manifest.json").c_str()), 0);
-  EXPECT_EQ(replace_file(run + "/manifest.json", "{}\n"),
-            "cannot write " + run + "/manifest.json: it is a symbolic link, and trainscope never writes through one");
+  EXPECT_EQ(replace_file(run + "/manifest.json", "{}\n"), files::kIsSymlink);
   ASSERT_EQ(symlink(outside.c_str(), (run + "/trace-rank0.txt").c_str()), 0);
-  EXPECT_EQ(append_file(run + "/trace-rank0.txt", "frame\n"),
-            "cannot write " + run + "/trace-rank0.txt: it is a symbolic link, and trainscope never writes through one");
+  EXPECT_EQ(append_file(run + "/trace-rank0.txt", "frame\n"), files::kIsSymlink);
+  EXPECT_STREQ(files::error_text(files::kIsSymlink), "it is a symbolic link, and trainscope never writes through one");
   EXPECT_EQ(testing::read_file(outside), "precious\n");
 }
 
@@ -450,21 +450,23 @@ TEST(ExchangeReportsTest, TheRunDirectoryMustBePrivate) {
   ASSERT_EQ(mkdir(run.c_str(), 0777), 0);
   ASSERT_EQ(chmod(run.c_str(), 0777), 0);
   std::string notice;
-  EXPECT_EQ(make_report_directory(run, &notice), "");
+  std::string error;
+  EXPECT_TRUE(make_report_directory(run, &error, &notice)) << error;
   EXPECT_EQ(notice, "made the run directory " + run + " private: it was mode 0777, open to other users");
   struct stat info {};
   ASSERT_EQ(stat(run.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0700u);
   const std::string link = dir.path() + "/link";
   ASSERT_EQ(symlink(run.c_str(), link.c_str()), 0);
-  EXPECT_EQ(make_report_directory(link), "cannot use the run directory " + link +
-                                             ": it is a symbolic link, and trainscope never writes through one");
+  EXPECT_FALSE(make_report_directory(link, &error));
+  EXPECT_EQ(error, "cannot use the run directory " + link +
+                       ": it is a symbolic link, and trainscope never writes through one");
   if (geteuid() == 0) {
     ASSERT_EQ(chown(run.c_str(), 65534, 65534), 0);
     ASSERT_EQ(chmod(run.c_str(), 0777), 0);
-    EXPECT_EQ(make_report_directory(run), "cannot use the run directory " + run +
-                                              ": it belongs to another user (uid 65534) and others can write "
-                                              "to it");
+    EXPECT_FALSE(make_report_directory(run, &error));
+    EXPECT_EQ(error, "cannot use the run directory " + run +
+                         ": it belongs to another user (uid 65534) and others can write to it");
     const WrittenReport refused = write_report(run, "vanished-rank1", "x\n", nlohmann::json::object());
     EXPECT_EQ(refused.error.rfind("cannot use the run directory " + run, 0), 0u) << refused.error;
     EXPECT_EQ(refused.unwritten.report, "vanished-rank1.json");

@@ -98,7 +98,7 @@ class Hosts {
     for (int32_t rank = 0; rank < world; ++rank)
       ranks.push_back({{"rank", rank}, {"launcher_rank", rank}, {"host", "node" + std::to_string(rank / 2)}});
     const std::string manifest = json({{"world_size", world}, {"ranks", ranks}, {"warnings", json::array()}}).dump();
-    ASSERT_EQ(replace_file(folder(host) + "/manifest.json", manifest), "");
+    ASSERT_EQ(replace_file(folder(host) + "/manifest.json", manifest), 0);
   }
 
  private:
