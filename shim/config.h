@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/log_level.h"
 #include "shim/config_vars.h"
 
 namespace trainscope {
 
-enum class LogLevel : uint8_t { kTrace = 0, kDebug, kInfo, kWarn, kError, kCritical, kOff };
 enum class LogRanksMode : uint8_t { kMain = 0, kAll, kList };
 enum class ValueSource : uint8_t { kDefault = 0, kEnvironment };
 

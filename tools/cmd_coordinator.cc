@@ -89,10 +89,9 @@ int cmd_coordinator(int argc, char** argv) {
     return usage_error("--dir: " + error);
   if (!made_private.empty()) std::fprintf(stderr, "[trainscope warning] %s\n", made_private.c_str());
 
-  options.log = [](exchange::LogLevel level, const std::string& message) {
-    static constexpr const char* kLevels[] = {"debug", "info", "warning", "error"};
-    if (level == exchange::LogLevel::kDebug) return;
-    std::fprintf(stderr, "[trainscope %s] %s\n", kLevels[static_cast<int>(level)], message.c_str());
+  options.log = [](LogLevel level, const std::string& message) {
+    if (level <= LogLevel::kDebug) return;
+    std::fprintf(stderr, "[trainscope %s] %s\n", log_level_word(level), message.c_str());
   };
   // Block the signals before any thread starts, so every thread inherits the mask and sigwait() gets them.
   sigset_t signals;

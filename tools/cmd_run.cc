@@ -311,8 +311,8 @@ ExitCode make_run_directory(const std::string& dir, const std::string& run_id, f
 // Joining another host's coordinator, this host starts none: then `server` stays empty.
 ExitCode start_coordinator(exchange::CoordinatorServerOptions options, UnwrittenReports* unwritten,
                            std::unique_ptr<exchange::CoordinatorServer>* server) {
-  options.log = [unwritten](exchange::LogLevel level, const std::string& message) {
-    if (level == exchange::LogLevel::kDebug) return;
+  options.log = [unwritten](LogLevel level, const std::string& message) {
+    if (level <= LogLevel::kDebug) return;
     // The ranks print each verdict's report; the coordinator's own line is enough here.
     const size_t newline = message.find('\n');
     std::fprintf(stderr, "[trainscope][run] %s\n", message.substr(0, newline).c_str());

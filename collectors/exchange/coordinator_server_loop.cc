@@ -150,7 +150,7 @@ void CoordinatorServer::Loop::log_malformed(const std::string& why) {
   // The first few in full, then a sample: a broken or hostile peer must not flood the log.
   if (state_.malformed_logged < 10 || local_stats_.malformed % 1000 == 0) {
     ++state_.malformed_logged;
-    log(LogLevel::kWarning,
+    log(LogLevel::kWarn,
         "coordinator: dropped a malformed message (" + std::to_string(local_stats_.malformed) + " so far): " + why);
   }
 }
@@ -170,14 +170,14 @@ void CoordinatorServer::Loop::write_manifest(uint64_t now_ns, bool force) {
   const std::string content = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (const int error = files::replace_file(path.c_str(), content.data(), content.size()); error != 0) {
     if (!state_.manifest_failed) {
-      log(LogLevel::kWarning, "coordinator: cannot write " + path + ": " + files::error_text(error));
+      log(LogLevel::kWarn, "coordinator: cannot write " + path + ": " + files::error_text(error));
       unwritten({run_files::kManifestFile, files::error_text(error), ""});
     }
     state_.manifest_failed = true;
   }
   for (const auto& warning : manifest["warnings"]) {
     const std::string text = warning.get<std::string>();
-    if (state_.logged_warnings.insert(text).second) log(LogLevel::kWarning, "job manifest: " + text);
+    if (state_.logged_warnings.insert(text).second) log(LogLevel::kWarn, "job manifest: " + text);
   }
 }
 
@@ -209,7 +209,7 @@ bool CoordinatorServer::Loop::write_origin() {
   }
   const bool first_write = state_.origin_generation == 0;
   state_.origin_generation = generation;
-  log(first_write ? LogLevel::kWarning : LogLevel::kDebug,
+  log(first_write ? LogLevel::kWarn : LogLevel::kDebug,
       "coordinator: inf/nan origin (" + std::to_string(firsts.size()) + (firsts.size() == 1 ? " rank" : " ranks") +
           " so far), report " + origin_text_path_ + "\n" + text);
   return true;
@@ -327,7 +327,7 @@ void CoordinatorServer::Loop::deliver(std::vector<CoreVerdict> verdicts) {
     message.text_path = written.text_path;
     message.json_path = written.json_path;
     message.text = rendered.text;
-    log(verdict.action == VerdictAction::kAbort ? LogLevel::kError : LogLevel::kWarning,
+    log(verdict.action == VerdictAction::kAbort ? LogLevel::kError : LogLevel::kWarn,
         std::string("coordinator: ") + verdict_kind_name(verdict.kind) + " (" + verdict_action_name(verdict.action) +
             ")" + (written.text_path.empty() ? "" : ", report " + written.text_path) + "\n" + rendered.text);
     const std::vector<uint8_t> bytes = encode(message);
@@ -381,13 +381,13 @@ void CoordinatorServer::Loop::log_turned_away(uint64_t now_ns, bool at_stop) {
   const uint64_t turned_away = gate.refused() + gate.hello_timeouts;
   if (turned_away == state_.turned_away_logged || (!at_stop && now_ns < state_.next_refusal_summary_ns)) return;
   state_.next_refusal_summary_ns = now_ns + kRefusalSummaryIntervalNs;
-  log(LogLevel::kWarning, "coordinator: closed " + std::to_string(turned_away - state_.turned_away_logged) +
-                              " more connection(s) of peers that had not said a valid hello; in all " +
-                              std::to_string(gate.hello_timeouts) + " without a hello within " +
-                              std::to_string(options_.hello_deadline_ms) + " ms, " +
-                              std::to_string(gate.refused_unauthenticated) + " over the cap on those at once, " +
-                              std::to_string(gate.refused_over_ranks) + " over the job's rank count, " +
-                              std::to_string(gate.refused_descriptors) + " to keep the job's last descriptors free");
+  log(LogLevel::kWarn, "coordinator: closed " + std::to_string(turned_away - state_.turned_away_logged) +
+                           " more connection(s) of peers that had not said a valid hello; in all " +
+                           std::to_string(gate.hello_timeouts) + " without a hello within " +
+                           std::to_string(options_.hello_deadline_ms) + " ms, " +
+                           std::to_string(gate.refused_unauthenticated) + " over the cap on those at once, " +
+                           std::to_string(gate.refused_over_ranks) + " over the job's rank count, " +
+                           std::to_string(gate.refused_descriptors) + " to keep the job's last descriptors free");
   state_.turned_away_logged = turned_away;
 }
 
@@ -395,9 +395,9 @@ void CoordinatorServer::Loop::log_first_turned_away(const std::string& what, uin
   if (state_.turned_away_logged != 0) return;
   state_.turned_away_logged = 1;
   state_.next_refusal_summary_ns = now_ns + kRefusalSummaryIntervalNs;
-  log(LogLevel::kWarning, "coordinator: closed a connection that had not said a valid hello: " + what +
-                              " (not one of this job's ranks, or one that will connect again); later ones are "
-                              "counted and summed up at most once a minute");
+  log(LogLevel::kWarn, "coordinator: closed a connection that had not said a valid hello: " + what +
+                           " (not one of this job's ranks, or one that will connect again); later ones are "
+                           "counted and summed up at most once a minute");
 }
 
 size_t CoordinatorServer::Loop::known_ranks() const {
@@ -491,9 +491,9 @@ void CoordinatorServer::Loop::read_monitor_events(uint64_t now_ns, int max_event
       // Someone without the job's secret: a stray program, another job, or an attack. Refused by ZeroMQ already.
       ++local_stats_.rejected_handshakes;
       if (local_stats_.rejected_handshakes <= 3 || local_stats_.rejected_handshakes % 1000 == 0)
-        log(LogLevel::kWarning, "coordinator: refused a connection that does not hold this job's key (" +
-                                    std::to_string(local_stats_.rejected_handshakes) +
-                                    " so far): not one of this job's ranks");
+        log(LogLevel::kWarn, "coordinator: refused a connection that does not hold this job's key (" +
+                                 std::to_string(local_stats_.rejected_handshakes) +
+                                 " so far): not one of this job's ranks");
       continue;
     }
     if (kind != ZMQ_EVENT_DISCONNECTED) continue;
@@ -540,8 +540,8 @@ void CoordinatorServer::Loop::handle(const std::string& id, zmq::message_t& payl
   if (const auto* hello = std::get_if<Hello>(&decoded.message)) {
     if (!tokens_equal(options_.token, hello->token)) {
       ++local_stats_.rejected_tokens;
-      log(LogLevel::kWarning, "coordinator: rejected rank " + std::to_string(hello->global_rank) + " (host " +
-                                  hello->host + ", pid " + std::to_string(hello->pid) + "): wrong job token");
+      log(LogLevel::kWarn, "coordinator: rejected rank " + std::to_string(hello->global_rank) + " (host " +
+                               hello->host + ", pid " + std::to_string(hello->pid) + "): wrong job token");
       send_to(id, encode(Reject{RejectReason::kBadToken, "wrong job token"}));
       return;
     }

@@ -323,10 +323,10 @@ void ExchangeClient::read_monitor(Session& s) {
       impostors_.fetch_add(1);
       if (!s.warned_impostor) {
         s.warned_impostor = true;
-        log(LogLevel::kWarning, "exchange: the program listening at " + options_.endpoint +
-                                    " is not this job's coordinator (it cannot prove it holds the job's key): "
-                                    "nothing is sent to it, cross-rank checks wait for the real one; is another "
-                                    "program or another run using that port?");
+        log(LogLevel::kWarn, "exchange: the program listening at " + options_.endpoint +
+                                 " is not this job's coordinator (it cannot prove it holds the job's key): "
+                                 "nothing is sent to it, cross-rank checks wait for the real one; is another "
+                                 "program or another run using that port?");
       }
     }
   }
@@ -336,8 +336,8 @@ void ExchangeClient::note_unreachable(Session& s, uint64_t now_ms) {
   if (!s.warned_unreachable &&
       now_ms - s.unreachable_since_ms >= static_cast<uint64_t>(options_.unreachable_warning_ms)) {
     s.warned_unreachable = true;
-    log(LogLevel::kWarning, "exchange: the coordinator at " + options_.endpoint +
-                                " is not reachable; the job runs on and records locally, retrying in the background");
+    log(LogLevel::kWarn, "exchange: the coordinator at " + options_.endpoint +
+                             " is not reachable; the job runs on and records locally, retrying in the background");
   }
 }
 
@@ -354,12 +354,12 @@ void ExchangeClient::receive_all(Session& s) {
     const DecodeResult decoded =
         decode(std::span<const uint8_t>(static_cast<const uint8_t*>(message.data()), message.size()));
     if (!decoded.ok) {
-      log(LogLevel::kWarning, "exchange: dropped a malformed message from the coordinator: " + decoded.error);
+      log(LogLevel::kWarn, "exchange: dropped a malformed message from the coordinator: " + decoded.error);
       continue;
     }
     if (std::holds_alternative<Welcome>(decoded.message)) {
       if (!welcomed_.exchange(true)) {
-        log(s.warned_unreachable ? LogLevel::kWarning : LogLevel::kDebug,
+        log(s.warned_unreachable ? LogLevel::kWarn : LogLevel::kDebug,
             "exchange: connected to the coordinator at " + options_.endpoint);
       }
     } else if (const auto* reject = std::get_if<Reject>(&decoded.message)) {
@@ -475,8 +475,8 @@ void ExchangeClient::flush_and_say_goodbye(Session& s) {
     s.socket.set(zmq::sockopt::linger, options_.stop_flush_timeout_ms);
   } else if (!welcomed_.load() && !s.warned_unreachable) {
     // A short job ends before the unreachable warning is due: say it here, once, or nobody learns it.
-    log(LogLevel::kWarning, "exchange: the coordinator at " + options_.endpoint +
-                                " was never reached: this rank's calls were not checked against the other ranks'");
+    log(LogLevel::kWarn, "exchange: the coordinator at " + options_.endpoint +
+                             " was never reached: this rank's calls were not checked against the other ranks'");
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "base/call_stack.h"
 #include "base/fingerprint.h"
+#include "base/log_level.h"
 
 namespace trainscope::exchange {
 
@@ -69,7 +70,7 @@ enum class RejectReason : uint8_t {
 
 // Where the client and the server send their one-line messages (the engine forwards them to its logger). Called on
 // the client's or server's own thread; it must not block for long and must not throw.
-enum class LogLevel : uint8_t { kDebug = 0, kInfo, kWarning, kError };
+using trainscope::LogLevel;  // base/log_level.h
 using LogSink = std::function<void(LogLevel level, const std::string& message)>;
 
 const char* verdict_kind_name(VerdictKind kind);        // "mismatch", "desync", "vanished", "nonfinite"

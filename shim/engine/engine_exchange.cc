@@ -127,26 +127,11 @@ recorder::StopReason stop_reason_of(exchange::VerdictKind kind) {
 }
 
 exchange::LogSink log_sink() {
-  return [](exchange::LogLevel level, const std::string& message) {
-    LogLevel ours = LogLevel::kInfo;
-    switch (level) {
-      case exchange::LogLevel::kDebug:
-        ours = LogLevel::kDebug;
-        break;
-      case exchange::LogLevel::kInfo:
-        ours = LogLevel::kInfo;
-        break;
-      case exchange::LogLevel::kWarning:
-        ours = LogLevel::kWarn;
-        break;
-      case exchange::LogLevel::kError:
-        ours = LogLevel::kError;
-        break;
-    }
+  return [](LogLevel level, const std::string& message) {
     // The coordinator hosted here logs each verdict with its report; this rank's own verdict handler logs the
     // report again, so keep only the coordinator's first line.
     const size_t newline = message.find('\n');
-    log(ours, newline == std::string::npos ? message.c_str() : message.substr(0, newline).c_str());
+    log(level, newline == std::string::npos ? message.c_str() : message.substr(0, newline).c_str());
   };
 }
 
