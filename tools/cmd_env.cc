@@ -13,6 +13,7 @@
 
 #include "shim/config.h"
 #include "tools/commands.h"
+#include "tools/configuration_doc.h"
 #include "tools/install_layout.h"
 
 namespace trainscope::tools {
@@ -99,11 +100,9 @@ nlohmann::ordered_json path_or_null(const std::string& path) {
   return path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(path);
 }
 
-// docs/configuration.md's reference table, generated from config_vars.h by the hidden option --markdown (printed)
-// or --markdown=FILE (written between FILE's two marker lines); CmdEnv.DocsTableIsGenerated fails while they differ.
-constexpr char kTableBegin[] =
-    "<!-- Generated from shim/config_vars.h by `trainscope env --markdown=docs/configuration.md`: do not edit. -->\n";
-constexpr char kTableEnd[] = "<!-- End of the generated table. -->\n";
+// docs/configuration.md's reference table (configuration_doc.h), by the hidden option --markdown.
+constexpr const char* kTableBegin = kConfigurationTableBegin;
+constexpr const char* kTableEnd = kConfigurationTableEnd;
 
 // A table cell: a | would end it.
 std::string cell(const char* text) {

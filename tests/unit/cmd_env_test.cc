@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "shim/config.h"
+#include "tools/configuration_doc.h"
 
 #include <cerrno>
 #include <fstream>
@@ -233,12 +234,11 @@ TEST(CmdEnv, DocsTableIsGenerated) {
   std::stringstream text;
   text << in.rdbuf();
   const std::string doc = text.str();
-  const std::string begin_line =
-      "<!-- Generated from shim/config_vars.h by `trainscope env --markdown=docs/configuration.md`: do not edit. -->\n";
+  const std::string begin_line = trainscope::tools::kConfigurationTableBegin;
   const size_t begin = doc.find(begin_line);
   ASSERT_NE(begin, std::string::npos) << path << " lost its generated table's first marker line";
   const size_t body = begin + begin_line.size();
-  const size_t end = doc.find("<!-- End of the generated table. -->\n", body);
+  const size_t end = doc.find(trainscope::tools::kConfigurationTableEnd, body);
   ASSERT_NE(end, std::string::npos) << path << " lost its generated table's last marker line";
   const RunResult r = run_tool({"env", "--markdown"}, {"PATH=/usr/bin:/bin"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -64,14 +64,10 @@ std::string value_of(const Config& config, ConfigVar var) {
 
 // ---- table and defaults ----
 
-TEST(Config, TableNamesEveryVariableInEnumOrder) {
+// The table and the enum are made from one X-list (config_vars.h), so their order cannot differ; what the list can
+// still lack is the text a user reads.
+TEST(Config, EveryVariableSaysWhatItAcceptsAndWhatItDoes) {
   const ConfigVarInfo* vars = config_vars();
-  EXPECT_STREQ(vars[kVarEnable].name, "TRAINSCOPE_ENABLE");
-  EXPECT_STREQ(vars[kVarDir].name, "TRAINSCOPE_DIR");
-  EXPECT_STREQ(vars[kVarRunId].name, "TRAINSCOPE_RUN_ID");
-  EXPECT_STREQ(vars[kVarRecorderRecords].name, "TRAINSCOPE_RECORDER_RECORDS");
-  EXPECT_STREQ(vars[kVarLogLevel].name, "TRAINSCOPE_LOG_LEVEL");
-  EXPECT_STREQ(vars[kVarLogRanks].name, "TRAINSCOPE_LOG_RANKS");
   for (int i = 0; i < kConfigVarCount; ++i) {
     ASSERT_NE(vars[i].default_text, nullptr);
     ASSERT_NE(vars[i].accepted, nullptr);
