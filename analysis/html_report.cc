@@ -19,6 +19,7 @@
 
 #include "analysis/html_page_assets.h"
 #include "analysis/run_timeline.h"
+#include "base/bounded_file.h"
 #include "base/flight_record_format.h"
 #include "base/printable.h"
 #include "base/private_files.h"
@@ -31,43 +32,6 @@ namespace {
 using nlohmann::json;
 
 // ---- Reading the per-batch traces --------------------------------------------------------------------------------
-
-// The first `limit` bytes of a regular file (never blocking on a FIFO, never through a link). False, with `error`,
-// when it cannot be read; `truncated` when it is longer.
-bool read_prefix(const std::string& path, size_t limit, std::string* out, bool* truncated, std::string* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    *error = std::strerror(errno);
-    return false;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *error = "not a regular file";
-    ::close(fd);
-    return false;
-  }
-  out->clear();
-  *truncated = false;
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *error = std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    if (n == 0) break;
-    const size_t room = limit - out->size();
-    out->append(buffer, std::min(room, static_cast<size_t>(n)));
-    if (static_cast<size_t>(n) > room) {
-      *truncated = true;
-      break;
-    }
-  }
-  ::close(fd);
-  return true;
-}
 
 // One point's value: a finite abs max, or "inf" / "nan".
 struct Value {
@@ -188,12 +152,15 @@ std::optional<json> trace_plot(const std::string& dir, const TraceFile& trace) {
   std::string base = trace.file.substr(0, trace.file.rfind('.'));
   const std::string file = base + ".jsonl";
   std::string text;
-  bool truncated = false;
-  std::string error;
-  if (!read_prefix(dir + "/" + file, kMaxTraceBytesRead, &text, &truncated, &error)) {
-    if (error == std::strerror(ENOENT)) return std::nullopt;  // a trace in text only
-    return plot_json(trace.rank, file, "batch", {}, {}, "cannot read " + file + ": " + error);
+  const files::BoundedRead read = files::read_bounded(dir + "/" + file, kMaxTraceBytesRead, false, &text);
+  if (read.outcome == files::ReadOutcome::kMissing) return std::nullopt;  // a trace in text only
+  if (read.outcome != files::ReadOutcome::kRead) {
+    const std::string why = read.outcome == files::ReadOutcome::kNotRegular
+                                ? std::string("not a regular file (") + files::file_type_name(read.mode) + ")"
+                                : std::strerror(read.error);
+    return plot_json(trace.rank, file, "batch", {}, {}, "cannot read " + file + ": " + why);
   }
+  const bool truncated = read.truncated;
   std::vector<Series> series;
   std::map<std::string, size_t> index;
   std::map<uint64_t, size_t> frames_in_batch;

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <utility>
 
+#include "base/bounded_file.h"
 #include "reports/cuda_error_report.h"
 #include "reports/frame_report.h"
 #include "reports/json_members.h"
@@ -94,47 +95,26 @@ bool natural_less(std::string_view a, std::string_view b) {
 
 // ---- Reading -----------------------------------------------------------------------------------------------------
 
-// Reads a whole regular file of at most `limit` bytes.
+// Reads a whole regular file of at most `limit` bytes (links followed, a FIFO never waited on).
 bool read_file(const fs::path& path, uint64_t limit, std::string* out, std::string* error) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec) {
-    *error = "cannot access: " + ec.message();
-    return false;
+  const files::BoundedRead read = files::read_bounded(path.string(), limit, /*follow_links=*/true, out);
+  switch (read.outcome) {
+    case files::ReadOutcome::kRead:
+      if (!read.truncated) return true;
+      out->clear();
+      *error = "larger than " + std::to_string(limit >> 20) + " MiB, not read";
+      return false;
+    case files::ReadOutcome::kMissing:
+      *error = std::string("cannot access: ") + std::strerror(read.error);
+      return false;
+    case files::ReadOutcome::kNotRegular:
+      *error = std::string("not a regular file (") + files::file_type_name(read.mode) + ")";
+      return false;
+    case files::ReadOutcome::kFailed:
+      *error = std::string("cannot read: ") + std::strerror(read.error);
+      return false;
   }
-  if (!fs::is_regular_file(status)) {
-    *error = "not a regular file";
-    return false;
-  }
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec) {
-    *error = "cannot access: " + ec.message();
-    return false;
-  }
-  if (size > limit) {
-    *error = "larger than " + std::to_string(limit >> 20) + " MiB, not read";
-    return false;
-  }
-  FILE* file = std::fopen(path.c_str(), "rbe");
-  if (file == nullptr) {
-    *error = std::string("cannot open: ") + std::strerror(errno);
-    return false;
-  }
-  out->clear();
-  char buffer[65536];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0 && out->size() <= limit) out->append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) {
-    *error = "read error";
-    return false;
-  }
-  if (out->size() > limit) {
-    *error = "larger than " + std::to_string(limit >> 20) + " MiB, not read";
-    return false;
-  }
-  return true;
+  return false;
 }
 
 // Whether the JSON text nests no deeper than kMaxJsonDepth (nlohmann's parser recurses per level).

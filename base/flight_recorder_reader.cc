@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "base/bounded_file.h"
 #include "base/run_files.h"
 
 namespace trainscope::recorder {
@@ -81,15 +82,6 @@ void terminate_field(char (&field)[N]) {
   field[N - 1] = '\0';
 }
 
-// What a file that is not a regular one is, for its error.
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "of another kind";
-}
-
 bool fail(std::string* error, const std::string& path, const std::string& what) {
   *error = path + ": " + what;
   return false;
@@ -100,7 +92,8 @@ bool check_file_itself(int fd, const std::string& path, uint64_t* size, std::str
   if (fd < 0) return fail(error, path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) return fail(error, path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail(error, path, std::string("not a regular file (") + kind_of(st.st_mode) + ")");
+  if (!S_ISREG(st.st_mode))
+    return fail(error, path, std::string("not a regular file (") + files::file_type_name(st.st_mode) + ")");
   *size = static_cast<uint64_t>(st.st_size);
   if (*size == 0) {
     return fail(error, path, "empty file (0 bytes): its process died while creating the recorder, or it is not one");

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/bounded_file.h"
 #include "kernels/cuda_devices.h"
 
 extern char** environ;
@@ -64,15 +65,6 @@ std::string real(const std::string& path) {
 constexpr size_t kFileLimit = 256 << 10;
 constexpr const char* kFileLimitText = "256 KiB";
 
-const char* file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a plain file";
-}
-
 // The file's first kFileLimit bytes; nullopt when it is missing (silently) or could not be read (noted).
 std::optional<std::string> read_text(const std::string& path, const char* check, Facts* f) {
   auto note = [&](std::string problem, bool not_regular) {
@@ -80,39 +72,22 @@ std::optional<std::string> read_text(const std::string& path, const char* check,
       if (n.path == path) return;
     f->file_notes.push_back({check, path, std::move(problem), not_regular});
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG)
-      note(std::string("cannot be opened (") + std::strerror(errno) + ")", false);
-    return std::nullopt;
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    note(std::string("is not a regular file (") + file_kind(st.st_mode) + "): not read", true);
-    ::close(fd);
-    return std::nullopt;
-  }
   std::string text;
-  char buffer[65536];
-  bool cut = false;
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      note(std::string("cannot be read (") + std::strerror(errno) + ")", false);
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    const size_t room = kFileLimit - text.size();
-    text.append(buffer, std::min(room, static_cast<size_t>(n)));
-    if (static_cast<size_t>(n) > room) {
-      cut = true;
+  const files::BoundedRead read = files::read_bounded(path, kFileLimit, /*follow_links=*/true, &text);
+  switch (read.outcome) {
+    case files::ReadOutcome::kRead:
       break;
-    }
+    case files::ReadOutcome::kMissing:
+      return std::nullopt;
+    case files::ReadOutcome::kNotRegular:
+      note(std::string("is not a regular file (") + files::file_type_name(read.mode) + "): not read", true);
+      return std::nullopt;
+    case files::ReadOutcome::kFailed:
+      if (read.error == ENAMETOOLONG) return std::nullopt;
+      note(std::string("cannot be read (") + std::strerror(read.error) + ")", false);
+      return std::nullopt;
   }
-  ::close(fd);
-  if (cut)
+  if (read.truncated)
     note(std::string("is longer than ") + kFileLimitText + ": only its first " + kFileLimitText + " were read", false);
   return text;
 }
