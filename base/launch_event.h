@@ -1,9 +1,10 @@
 // The launch collector's input: one CUDA API call as a CUPTI callback saw it, in plain C++ terms.
 //
-// The CUPTI adapter (shim/engine/engine_launches.cc) is the only code that knows CUPTI's callback ids and parameter
-// structs; it turns each callback into an ApiCall and hands it to the LaunchCollector (launch_collector.h), which is
-// plain C++ tested on CPU with synthetic streams of these. Everything a report needs must be in here: the collector
-// never calls CUDA itself, it asks the CudaQueries interface below (the driver in the engine, a table in tests).
+// The CUPTI adapter's callbacks (shim/engine/job_thread/launch_callbacks.cc) are the only code that knows CUPTI's
+// callback ids and parameter structs; they turn each callback into an ApiCall and hand it to the LaunchCollector
+// (launch_collector.h), which is plain C++ tested on CPU with synthetic streams of these. Everything a report needs
+// must be in here: the collector never calls CUDA itself, it asks the CudaQueries interface below (the driver in the
+// engine, a table in tests).
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 #include "shim/engine/job_thread/engine_kernel_frames.h"
 #include "shim/engine/job_thread/engine_module_frames.h"
 #include "shim/engine/job_thread/engine_watch.h"
+#include "shim/engine/job_thread/stack_capture.h"
 #include "shim/engine_api.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -1,6 +1,6 @@
 // The stacks of NCCL call sites: the Python frames the shim read at a site's first sight and the native stack,
-// captured on the job's thread then (the C++ runtime's unwinder walks the return addresses, no symbols), symbolised
-// later on the engine's threads when a report may need them.
+// captured on the job's thread then (the C++ runtime's unwinder walks the return addresses, no symbols:
+// job_thread/stack_capture.h), symbolised later on the engine's threads when a report may need them (here).
 //
 // A call site is the shim's: its id is the site's index + 1 in the flight recorder's site table (one per native
 // return address and Python stack), and the same id is the stack id the exchange sends with each fingerprint.
@@ -9,13 +9,8 @@
 #include <cstdint>
 
 #include "base/call_stack.h"
-#include "shim/engine_api.h"
 
 namespace trainscope::engine {
-
-// Keeps the site's Python frames (copied) and captures the calling thread's native stack from the frame of
-// `site.caller` outwards. Only the first capture of a site is kept. Called on the job's thread, once per site.
-void capture_call_site(const CallSiteCapture& site);
 
 // Whether a stack was captured for the site (a site the shim saw before the engine started has none).
 bool has_stack(uint32_t site);

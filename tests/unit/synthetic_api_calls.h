@@ -1,5 +1,5 @@
 // Synthetic CUPTI callbacks for the launch collector's tests: one ApiCall built field by field, as the adapter
-// (shim/engine/engine_launches.cc) fills it from a real callback.
+// (shim/engine/job_thread/launch_callbacks.cc) fills it from a real callback.
 #pragma once
 
 #include <cstdint>
