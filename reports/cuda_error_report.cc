@@ -224,20 +224,7 @@ CudaErrorFiles write_cuda_error_report(const std::string& run_dir, const Recorde
     written.error = "cannot use the run directory " + run_dir + ": " + files::error_text(made.error);
     return written;
   }
-  const std::string stem = run_dir + "/" + cuda_error_base_name(report);
-  // The JSON first, as write_report() does: whoever sees the text sees both.
-  const std::string json_text =
-      cuda_error_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const std::string text = format_cuda_error_text(report);
-  for (const auto& [path, content] : {std::pair{stem + ".json", &json_text}, std::pair{stem + ".txt", &text}}) {
-    if (const int error = files::replace_file(path.c_str(), content->data(), content->size()); error != 0) {
-      written.error = "cannot write " + path + ": " + files::error_text(error);
-      return written;
-    }
-  }
-  written.json_path = stem + ".json";
-  written.text_path = stem + ".txt";
-  return written;
+  return replace_report(run_dir, cuda_error_base_name(report), format_cuda_error_text(report), cuda_error_json(report));
 }
 
 CudaErrorFiles write_cuda_error_report(const std::string& run_dir, const std::string& recorder_path) {

@@ -28,6 +28,7 @@
 
 #include "base/flight_recorder_reader.h"
 #include "reports/cuda_launches.h"
+#include "reports/report_files.h"
 
 namespace trainscope::reports {
 
@@ -75,11 +76,7 @@ std::string cuda_error_base_name(const CudaErrorReport& report);
 // "callbacks and kernel completion", "callbacks only: kernel completion not tracked", "not collected: <note>", ...
 std::string launch_mode_text(uint32_t mode, const std::string& note);
 
-struct CudaErrorFiles {
-  std::string text_path;
-  std::string json_path;
-  std::string error;  // empty on success
-};
+using CudaErrorFiles = WrittenReport;  // report_files.h: the paths, or the error and the unwritten file
 // Builds the report from `file` and writes <run_dir>/<base>.json then <base>.txt (mode 0600, the folder made private
 // as every report's is), each replaced whole (files::replace_file: never through a link, never over a file trainscope
 // did not create), so that the engine can write it at the error and again at stop. Returns the paths, or in `error`

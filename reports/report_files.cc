@@ -34,6 +34,23 @@ bool make_report_directory(const std::string& dir, std::string* error, std::stri
   return true;
 }
 
+WrittenReport replace_report(const std::string& dir, const std::string& base_name, const std::string& text,
+                             const nlohmann::json& json) {
+  WrittenReport written;
+  const std::string json_text = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  for (const auto& [extension, content] : {std::pair{".json", &json_text}, std::pair{".txt", &text}}) {
+    const std::string file = base_name + extension;
+    if (const int error = replace_file(dir + "/" + file, *content); error != 0) {
+      written.error = "cannot write " + dir + "/" + file + ": " + files::error_text(error);
+      written.unwritten = {file, files::error_text(error), ""};
+      return written;
+    }
+  }
+  written.json_path = dir + "/" + base_name + ".json";
+  written.text_path = dir + "/" + base_name + ".txt";
+  return written;
+}
+
 int replace_file(const std::string& path, const std::string& content) {
   return files::replace_file(path.c_str(), content.data(), content.size());
 }

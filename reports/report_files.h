@@ -36,6 +36,11 @@ bool make_report_directory(const std::string& dir, std::string* error, std::stri
 WrittenReport write_report(const std::string& dir, const std::string& base_name, const std::string& text,
                            const nlohmann::json& json);
 
+// Replaces <dir>/<base>.json, then <dir>/<base>.txt, each whole (replace_file below). The directory must exist. On
+// failure `error` says what and why and `unwritten` names the file (`by` left to the caller).
+WrittenReport replace_report(const std::string& dir, const std::string& base_name, const std::string& text,
+                             const nlohmann::json& json);
+
 // Replaces `path` atomically with `content` (files::replace_file: mode 0600, written beside it, then renamed; a link or
 // a file we did not create is never replaced): a reader, or a crash, never leaves half a file. Reports that grow
 // (near-overflow warnings, the origin, the manifest) are rewritten this way. Returns 0 or files::'s error (an errno

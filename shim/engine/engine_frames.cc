@@ -74,16 +74,9 @@ int32_t pid_of(const recorder::FileHeader* header) {
 // One report as text and JSON in the run directory: true, or false with `failed` naming the file and why.
 bool write_report_files(const std::string& run_dir, const std::string& base, const std::string& text,
                         const nlohmann::json& json, reports::UnwrittenReport* failed) {
-  const std::string dumped = json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  // The JSON first: whoever sees the text (a person, a test) sees both.
-  std::string file = base + ".json";
-  int error = reports::replace_file(run_dir + "/" + file, dumped);
-  if (error == 0) {
-    file = base + ".txt";
-    error = reports::replace_file(run_dir + "/" + file, text);
-  }
-  if (error == 0) return true;
-  *failed = {file, files::error_text(error), ""};
+  const reports::WrittenReport written = reports::replace_report(run_dir, base, text, json);
+  if (written.error.empty()) return true;
+  *failed = written.unwritten;
   return false;
 }
 
