@@ -58,33 +58,39 @@ class MappedFile {
   ~MappedFile() {
     if (data_ != nullptr) munmap(data_, size_);
   }
-  // Empty string on success.
-  std::string open(const char* path) {
+  // False with `error` saying why (base/errors.h).
+  bool open(const char* path, std::string* error) {
     const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::string("cannot open '") + path + "': " + std::strerror(errno);
+    if (fd < 0) {
+      *error = std::string("cannot open '") + path + "': " + std::strerror(errno);
+      return false;
+    }
     struct stat st {};
     if (fstat(fd, &st) != 0) {
-      const int error = errno;
+      const int stat_error = errno;
       close(fd);
-      return std::string("cannot stat '") + path + "': " + std::strerror(error);
+      *error = std::string("cannot stat '") + path + "': " + std::strerror(stat_error);
+      return false;
     }
     if (!S_ISREG(st.st_mode)) {
       close(fd);
-      return std::string("'") + path + "' is not a regular file";
+      *error = std::string("'") + path + "' is not a regular file";
+      return false;
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
     if (size_ > 0) {
       void* data = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       if (data == MAP_FAILED) {
-        const int error = errno;
+        const int map_error = errno;
         close(fd);
-        return std::string("cannot map '") + path + "': " + std::strerror(error);
+        *error = std::string("cannot map '") + path + "': " + std::strerror(map_error);
+        return false;
       }
       data_ = data;
       madvise(data_, size_, MADV_SEQUENTIAL);
     }
     close(fd);
-    return {};
+    return true;
   }
   const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
   std::uint64_t size() const { return size_; }
@@ -145,7 +151,7 @@ int cmd_stats(int argc, char** argv) {
   const std::uint64_t element_size = stats::dtype_size(*dtype);
 
   MappedFile file;
-  if (std::string error = file.open(path); !error.empty()) return usage_error(error);
+  if (std::string error; !file.open(path, &error)) return usage_error(error);
   if (offset > file.size()) {
     return usage_error("--offset " + std::to_string(offset) + " is past the end of '" + path + "' (" +
                        std::to_string(file.size()) + " bytes)");
