@@ -51,6 +51,9 @@ inline std::uint32_t dtype_size(DType type) { return dtype_rules(type).size; }
 inline bool dtype_is_float(DType type) { return dtype_rules(type).is_float; }
 // Canonical short name: fp64 fp32 fp16 bf16 e4m3 e5m2 int8 uint8 int32 uint32 int64 uint64.
 const char* dtype_name(DType type);
+// PyTorch's name, as the frame reports' warnings say it: float64 float32 float16 bfloat16 float8_e4m3fn float8_e5m2,
+// int8 ... uint64. Both names come from one table (stats_host.cc), which parse_dtype accepts too.
+const char* torch_dtype_name(DType type);
 // Accepts the canonical names and the usual PyTorch and NCCL spellings (float32, float, torch.half, bfloat16,
 // float8_e4m3fn, ncclFloat16, ncclBfloat16, ...), case-insensitively.
 std::optional<DType> parse_dtype(std::string_view name);

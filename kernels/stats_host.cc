@@ -11,6 +11,34 @@
 namespace trainscope::stats {
 namespace {
 
+// Each type's two names, indexed by DType: written once here for every report and every parser.
+struct Names {
+  DType type;
+  const char* short_name;  // dtype_name
+  const char* torch_name;  // torch_dtype_name
+};
+constexpr Names kNames[] = {
+    {DType::kFloat64, "fp64", "float64"},
+    {DType::kFloat32, "fp32", "float32"},
+    {DType::kFloat16, "fp16", "float16"},
+    {DType::kBfloat16, "bf16", "bfloat16"},
+    {DType::kFloat8E4M3, "e4m3", "float8_e4m3fn"},
+    {DType::kFloat8E5M2, "e5m2", "float8_e5m2"},
+    {DType::kInt8, "int8", "int8"},
+    {DType::kUint8, "uint8", "uint8"},
+    {DType::kInt32, "int32", "int32"},
+    {DType::kUint32, "uint32", "uint32"},
+    {DType::kInt64, "int64", "int64"},
+    {DType::kUint64, "uint64", "uint64"},
+};
+constexpr bool names_in_enum_order() {
+  for (size_t i = 0; i < std::size(kNames); ++i)
+    if (static_cast<size_t>(kNames[i].type) != i) return false;
+  return std::size(kNames) == static_cast<size_t>(kDTypeCount);
+}
+static_assert(names_in_enum_order(), "kNames is indexed by DType and names every type");
+
+// Every spelling parse_dtype accepts, both names of each type among them (StatsHost.EveryTypesNamesParseBack).
 struct Spelling {
   const char* name;
   DType type;
@@ -201,33 +229,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 const char* dtype_name(DType type) {
-  switch (type) {
-    case DType::kFloat64:
-      return "fp64";
-    case DType::kFloat32:
-      return "fp32";
-    case DType::kFloat16:
-      return "fp16";
-    case DType::kBfloat16:
-      return "bf16";
-    case DType::kFloat8E4M3:
-      return "e4m3";
-    case DType::kFloat8E5M2:
-      return "e5m2";
-    case DType::kInt8:
-      return "int8";
-    case DType::kUint8:
-      return "uint8";
-    case DType::kInt32:
-      return "int32";
-    case DType::kUint32:
-      return "uint32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUint64:
-      return "uint64";
-  }
-  return "unknown";
+  const size_t index = static_cast<size_t>(type);
+  return index < std::size(kNames) ? kNames[index].short_name : "unknown";
+}
+
+const char* torch_dtype_name(DType type) {
+  const size_t index = static_cast<size_t>(type);
+  return index < std::size(kNames) ? kNames[index].torch_name : "unknown";
 }
 
 std::optional<DType> parse_dtype(std::string_view name) {

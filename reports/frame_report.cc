@@ -481,24 +481,7 @@ double largest_finite_value(DType dtype) {
   }
 }
 
-const char* long_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64:
-      return "float64";
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kBfloat16:
-      return "bfloat16";
-    case DType::kFloat8E4M3:
-      return "float8_e4m3fn";
-    case DType::kFloat8E5M2:
-      return "float8_e5m2";
-    default:
-      return stats::dtype_name(dtype);
-  }
-}
+const char* long_dtype_name(DType dtype) { return stats::torch_dtype_name(dtype); }
 
 NearOverflow check_near_overflow(const TensorStats& stats, std::string_view frame_name, std::string_view label,
                                  double threshold) {

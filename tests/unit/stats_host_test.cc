@@ -554,3 +554,15 @@ TEST_P(StatsHostFastPass, AgreesWithTheDefinitionAcrossBlocks) {
     }
   }
 }
+
+// Each type's two names (the short one of the statistics, PyTorch's of the warnings) come from one table and parse
+// back to the type.
+TEST(StatsHost, EveryTypesNamesParseBack) {
+  for (int i = 0; i < trainscope::stats::kDTypeCount; ++i) {
+    const auto type = static_cast<DType>(i);
+    EXPECT_EQ(trainscope::stats::parse_dtype(trainscope::stats::dtype_name(type)), type) << i;
+    EXPECT_EQ(trainscope::stats::parse_dtype(trainscope::stats::torch_dtype_name(type)), type) << i;
+  }
+  EXPECT_STREQ(trainscope::stats::torch_dtype_name(DType::kFloat8E4M3), "float8_e4m3fn");
+  EXPECT_STREQ(trainscope::stats::dtype_name(DType::kBfloat16), "bf16");
+}
