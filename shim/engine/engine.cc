@@ -9,7 +9,6 @@
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frames.h"
 #include "shim/engine/engine_launches.h"
-#include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
 #include "shim/engine/job_thread/engine_batches.h"
@@ -17,6 +16,7 @@
 #include "shim/engine/job_thread/engine_module_frames.h"
 #include "shim/engine/job_thread/engine_watch.h"
 #include "shim/engine/job_thread/stack_capture.h"
+#include "shim/engine/shared/engine_logging.h"
 #include "shim/engine_api.h"
 
 #define TS_ENGINE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -32,10 +32,10 @@
 #include "reports/recorder_report.h"
 #include "reports/unwritten_report.h"
 #include "shim/engine/engine_frames.h"
-#include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
+#include "shim/engine/shared/engine_logging.h"
 
 namespace trainscope::engine {
 

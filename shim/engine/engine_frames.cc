@@ -27,12 +27,12 @@
 #include "reports/recorder_report.h"
 #include "shim/engine/engine_exchange.h"
 #include "shim/engine/engine_frame_feed.h"
-#include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_ring.h"
 #include "shim/engine/engine_stacks.h"
 #include "shim/engine/engine_threads.h"
 #include "shim/engine/job_thread/engine_kernel_frames.h"
 #include "shim/engine/job_thread/engine_watch.h"
+#include "shim/engine/shared/engine_logging.h"
 
 namespace trainscope::engine {
 namespace {

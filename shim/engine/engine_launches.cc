@@ -27,12 +27,12 @@
 #include "base/printable.h"
 #include "collectors/launches/launch_collector.h"
 #include "reports/cuda_error_report.h"
-#include "shim/engine/cupti_library.h"
-#include "shim/engine/engine_launches_detail.h"
-#include "shim/engine/engine_logging.h"
 #include "shim/engine/engine_threads.h"
 #include "shim/engine/job_thread/engine_batches.h"
 #include "shim/engine/job_thread/engine_kernel_frames.h"
+#include "shim/engine/shared/cupti_library.h"
+#include "shim/engine/shared/engine_launches_detail.h"
+#include "shim/engine/shared/engine_logging.h"
 
 namespace trainscope::engine {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "shim/engine/engine_stacks_detail.h"
+#include "shim/engine/shared/engine_stacks_detail.h"
 
 namespace trainscope::engine {
 

@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "shim/engine/bounded_queue.h"
 #include "shim/engine/job_thread/engine_watch.h"
+#include "shim/engine/shared/bounded_queue.h"
 
 namespace trainscope::engine {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "collectors/frames/batch_tracker.h"
 #include "shim/engine/engine_frames.h"
-#include "shim/engine/engine_logging.h"
 #include "shim/engine/job_thread/engine_kernel_frames.h"
+#include "shim/engine/shared/engine_logging.h"
 
 namespace trainscope::engine {
 namespace {

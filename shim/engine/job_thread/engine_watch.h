@@ -24,7 +24,7 @@
 #include "base/flight_record_format.h"
 #include "kernels/gpu_stats.h"
 #include "kernels/stats.h"
-#include "shim/engine/bounded_queue.h"
+#include "shim/engine/shared/bounded_queue.h"
 
 namespace trainscope::engine {
 

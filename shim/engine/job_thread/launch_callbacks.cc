@@ -15,8 +15,8 @@
 #include "base/launch_event.h"
 #include "collectors/launches/launch_collector.h"
 #include "kernels/gpu_stats.h"
-#include "shim/engine/cuda_driver_queries.h"
-#include "shim/engine/engine_launches_detail.h"
+#include "shim/engine/shared/cuda_driver_queries.h"
+#include "shim/engine/shared/engine_launches_detail.h"
 
 namespace trainscope::engine {
 namespace {

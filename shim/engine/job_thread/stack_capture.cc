@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "shim/engine/engine_stacks_detail.h"
+#include "shim/engine/shared/engine_stacks_detail.h"
 
 namespace trainscope::engine {
 

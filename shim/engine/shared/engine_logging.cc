@@ -1,5 +1,5 @@
 // spdlog-based logging of the engine (see engine_logging.h).
-#include "shim/engine/engine_logging.h"
+#include "shim/engine/shared/engine_logging.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

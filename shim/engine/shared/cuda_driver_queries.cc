@@ -1,6 +1,6 @@
 // The driver's answers (see cuda_driver_queries.h): its three entry points resolved once, on the handle the statistics
 // kernel opened, and asked inside OwnCudaCalls.
-#include "shim/engine/cuda_driver_queries.h"
+#include "shim/engine/shared/cuda_driver_queries.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

@@ -1,6 +1,6 @@
 // Finding and loading libcupti (see cupti_library.h): the copy already in the process, else the first candidate that
 // loads, searched where the job's CUDA would be (the library path, the toolkit, the job's Python wheels).
-#include "shim/engine/cupti_library.h"
+#include "shim/engine/shared/cupti_library.h"
 
 #include <dlfcn.h>
 #include <link.h>
