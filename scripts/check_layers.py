@@ -16,6 +16,10 @@ LAYERS = [
     ("live reports", ["reports/"]),
     ("exchange and frames", ["collectors/exchange/", "collectors/frames/"]),
     ("shim", ["shim/"]),
+    # The engine, in three: what both its worlds use (its log, the two adapters' hand-off state), what runs inside the
+    # job's calls, and its entry points and own threads.
+    ("engine shared", ["shim/engine/shared/"]),
+    ("engine job thread", ["shim/engine/job_thread/"]),
     ("engine", ["shim/engine/"]),
     ("analysis", ["analysis/"]),
     ("tools", ["tools/", "demo/", "python/"]),

@@ -110,7 +110,7 @@ TS_ENGINE_EXPORT int trainscope_engine_start(const trainscope::EngineStartArgs* 
     frames.recorder = args->recorder;
     frames.run_dir = setup.run_dir;
     trainscope::engine::start_frames(frames);
-    trainscope::engine::start_batch_gate(*args->config);
+    trainscope::engine::start_batch_gate(*args->config, &trainscope::engine::stop_after_batch);
     trainscope::engine::LaunchesSetup launches;
     launches.config = args->config;
     launches.recorder = args->recorder;

@@ -12,24 +12,9 @@
 // writes the cuda-error report when the job's first CUDA error happened.
 #pragma once
 
-#include <string>
-
-#include "base/flight_record_format.h"
-#include "shim/config.h"
-
-namespace trainscope::launches {
-class LaunchWatcher;
-}
+#include "shim/engine/shared/launches_setup.h"
 
 namespace trainscope::engine {
-
-struct LaunchesSetup {
-  const Config* config = nullptr;
-  recorder::FileHeader* recorder = nullptr;  // the live flight recorder (nullptr: nothing is recorded, no collector)
-  std::string run_dir;
-  std::string recorder_path;
-  launches::LaunchWatcher* watcher = nullptr;  // watched kernels' frames (TRAINSCOPE_WATCH=kernels:REGEX); may be null
-};
 
 // At engine start: keeps the setup, and starts the collector when the CUDA driver is already in the process.
 void prepare_launches(const LaunchesSetup& setup);

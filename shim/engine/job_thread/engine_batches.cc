@@ -7,7 +7,6 @@
 #include <string>
 
 #include "collectors/frames/batch_tracker.h"
-#include "shim/engine/engine_frames.h"
 #include "shim/engine/job_thread/engine_kernel_frames.h"
 #include "shim/engine/shared/engine_logging.h"
 
@@ -72,12 +71,14 @@ class BatchGate {
   uint64_t module_batch_ = 0;
 };
 
-BatchGate* g_gate = nullptr;  // leaked: job threads may be in a hook while the process exits
+BatchGate* g_gate = nullptr;      // leaked: job threads may be in a hook while the process exits
+StopAfterBatch g_stop = nullptr;  // set with g_gate
 
 }  // namespace
 
-void start_batch_gate(const Config& config) {
-  if (!config.abort_after_batch_set || g_gate != nullptr) return;
+void start_batch_gate(const Config& config, StopAfterBatch stop) {
+  if (!config.abort_after_batch_set || g_gate != nullptr || stop == nullptr) return;
+  g_stop = stop;
   batch::StepMarker marker;
   std::string error;
   if (!batch::parse_step_marker(config.step_marker, &marker, &error)) {
@@ -98,18 +99,18 @@ void batch_gate_call(const recorder::Record& record) {
   if (gate != nullptr && op == Op::kModuleForward) {
     // A module's gradients and a skipped step belong to the batch of the forward before them: they never stop it.
     if (record.aux != recorder::kModuleRecordForward && record.aux != recorder::kModuleRecordRoot) return;
-    if (gate->on_module(record.aux == recorder::kModuleRecordRoot)) stop_after_batch(gate->last_batch());
+    if (gate->on_module(record.aux == recorder::kModuleRecordRoot)) g_stop(gate->last_batch());
     return;
   }
   if (gate == nullptr || !gate->counts_calls() || gate->counts_modules() || record.comm_id == 0 ||
       !(recorder::is_collective(op) || recorder::is_point_to_point(op)))
     return;
-  if (gate->on_call(record)) stop_after_batch(gate->last_batch());
+  if (gate->on_call(record)) g_stop(gate->last_batch());
 }
 
 void batch_gate_marker() {
   BatchGate* gate = g_gate;
-  if (gate != nullptr && gate->on_marker()) stop_after_batch(gate->last_batch());
+  if (gate != nullptr && gate->on_marker()) g_stop(gate->last_batch());
 }
 
 void batch_gate_launch(uint64_t function_handle) {
@@ -117,8 +118,7 @@ void batch_gate_launch(uint64_t function_handle) {
   // Launches end batches only where optimizer kernels can be told (auto, with the launch collector's predicate).
   if (gate == nullptr || !gate->counts_launches() || gate->counts_modules() || !has_optimizer_kernel_predicate())
     return;
-  if (gate->on_launch(function_handle != 0 && is_optimizer_kernel(function_handle)))
-    stop_after_batch(gate->last_batch());
+  if (gate->on_launch(function_handle != 0 && is_optimizer_kernel(function_handle))) g_stop(gate->last_batch());
 }
 
 void abandon_batch_gate() { g_gate = nullptr; }

@@ -17,7 +17,8 @@
 //                              has already ended, at that call: the calls of later batches made before it returned
 //                              (until then no call's batch was known); while a lost period is relearnt, no stop
 // Calls made at once on several threads are counted in the order they reach the check (the recorder's order may
-// differ by that race). The stop itself: engine_frames.h's stop_after_batch (reports first, then exit 87).
+// differ by that race). The stop itself is the engine's (engine_frames.h's stop_after_batch: reports first, then exit
+// 87), handed in at start: this folder, the job's side, includes nothing of the engine's own threads.
 #pragma once
 
 #include "base/flight_record_format.h"
@@ -25,8 +26,12 @@
 
 namespace trainscope::engine {
 
-// Arms the gate when config.abort_after_batch_set (never throws; a failure is logged and leaves no gate).
-void start_batch_gate(const Config& config);
+// Stops the rank after batch `batch`; never returns.
+using StopAfterBatch = void (*)(uint64_t batch);
+
+// Arms the gate when config.abort_after_batch_set (never throws; a failure is logged and leaves no gate); `stop` is
+// called, on the job's thread, when a call or a marker belongs to a batch after N.
+void start_batch_gate(const Config& config, StopAfterBatch stop);
 // The job's thread: a call was recorded as `record` (any op: only collectives and send/recv on a communicator, and
 // module forwards, count) / an NVTX step marker was recorded. Stops the rank, never returning, when it belongs to a
 // batch after N.

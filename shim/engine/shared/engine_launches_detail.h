@@ -14,9 +14,9 @@
 
 #include "base/flight_recorder_writer.h"
 #include "collectors/launches/launch_collector.h"
-#include "shim/engine/engine_launches.h"
 #include "shim/engine/shared/cuda_driver_queries.h"
 #include "shim/engine/shared/cupti_library.h"
+#include "shim/engine/shared/launches_setup.h"
 
 namespace trainscope::engine {
 
