@@ -874,26 +874,6 @@ bool config_token_valid(const char* value, const char** reason) {
   return true;
 }
 
-const char* log_level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace:
-      return "trace";
-    case LogLevel::kDebug:
-      return "debug";
-    case LogLevel::kInfo:
-      return "info";
-    case LogLevel::kWarn:
-      return "warn";
-    case LogLevel::kError:
-      return "error";
-    case LogLevel::kCritical:
-      return "critical";
-    case LogLevel::kOff:
-      return "off";
-  }
-  return "unknown";
-}
-
 bool config_value_text(const Config& config, ConfigVar var, char* out, size_t out_len) {
   if (out == nullptr || out_len == 0) return false;
   out[0] = '\0';

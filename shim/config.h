@@ -159,9 +159,6 @@ bool config_traces_batch(const Config& config, uint64_t batch);
 // ("(too short)", "(too long)", "(character outside [A-Za-z0-9._-])").
 bool config_token_valid(const char* value, const char** reason);
 
-// Name of a level as accepted by TRAINSCOPE_LOG_LEVEL.
-const char* log_level_name(LogLevel level);
-
 // Writes the effective value of `var` in its canonical accepted form ("1", "warn", "0,3,5-7"), NUL-terminated, so
 // that `trainscope env` and the shim's own logs show the same text. Returns false if it was truncated to fit.
 bool config_value_text(const Config& config, ConfigVar var, char* out, size_t out_len);

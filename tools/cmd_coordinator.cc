@@ -91,7 +91,8 @@ int cmd_coordinator(int argc, char** argv) {
 
   options.log = [](LogLevel level, const std::string& message) {
     if (level <= LogLevel::kDebug) return;
-    std::fprintf(stderr, "[trainscope %s] %s\n", log_level_word(level), message.c_str());
+    std::fprintf(stderr, "[trainscope %s] %s\n", level == LogLevel::kWarn ? "warning" : log_level_name(level),
+                 message.c_str());
   };
   // Block the signals before any thread starts, so every thread inherits the mask and sigwait() gets them.
   sigset_t signals;
