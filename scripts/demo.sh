@@ -41,7 +41,7 @@ TRAINSCOPE_STEP_MARKER='collective:^ncclAllReduce$' TRAINSCOPE_LOG_LEVEL=warn \
   build/tools/trainscope run --dir "$runs" -- "${launch[@]}" build/demo/demo_train 20 --overflow-at 12 2>&1 |
   grep -v '^\[trainscope\]\[rank 0\] error: *$' | sed -n '/^trainscope: the job exited/,$p'
 set -e
-overflow_run=$(ls -td "$runs"/run-* | head -1)
+overflow_run=$(ls -td "$runs"/run-* | sed -n 1p)
 echo
 echo "== what rank 2 (the one that produced the inf) wrote: $overflow_run/nonfinite-rank2.txt"
 cat "$overflow_run/nonfinite-rank2.txt"

@@ -62,7 +62,7 @@ cp "$build/kernels/stats_kernels.fatbin" "$kit/"
 {
   echo "trainscope GPU kit"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  echo "built: $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -n 1)"
+  echo "built: $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | sed -n 1p)"
   echo "nvcc: $("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version | tail -n 1)"
   echo "binaries: ${binaries[*]}"
   echo "lib: $(cd "$kit/lib" && echo *)"

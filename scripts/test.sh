@@ -19,6 +19,8 @@ mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.
 clang-format --dry-run --Werror "${sources[@]}"
 echo "== $(date -u +%T) layer check (every #include goes down the layers of docs/layers.md)"
 python3 scripts/check_layers.py
+echo "== $(date -u +%T) pipe check (no reader that leaves early under pipefail: scripts/check_pipes.py)"
+python3 scripts/check_pipes.py
 
 echo "== $(date -u +%T) build (RelWithDebInfo, -Werror)"
 mkdir -p build-ci

@@ -19,7 +19,7 @@ python=""
 for version in 3.11 3.12 3.13 3.10; do
   candidate="$(command -v "python$version" || true)"
   if [ -z "$candidate" ] && command -v pyenv >/dev/null; then
-    candidate="$(pyenv prefix "$(pyenv versions --bare | grep -m1 "^$version\.")" 2>/dev/null)/bin/python$version" || true
+    candidate="$(pyenv prefix "$(pyenv versions --bare | grep "^$version\." | sed -n 1p)" 2>/dev/null)/bin/python$version" || true
   fi
   if [ -n "$candidate" ] && [ -x "$candidate" ]; then python="$candidate"; break; fi
 done

@@ -55,7 +55,7 @@ echo "module frames: T5 (4+4 layers, d_model 128) training step on 1 CPU thread,
 declare -A step=()
 for configuration in "${configurations[@]}"; do
   step[$configuration]=$(printf '%s\n' ${medians[$configuration]} | median)
-  least=$(printf '%s\n' ${mins[$configuration]} | sort -n | head -n 1)
+  least=$(printf '%s\n' ${mins[$configuration]} | sort -n | sed -n 1p)
   awk -v name="$configuration" -v ms="${step[$configuration]}" -v base="${step[unwatched]}" -v least="$least" \
     -v runs="${medians[$configuration]% }" 'BEGIN {
       printf "  %-10s %8.2f ms per step  %.3fx  (least %.2f ms; rounds: %s)\n", name, ms, ms / base, least, runs }'

@@ -12,7 +12,7 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 pythons=()
 for minor in 9 10 11 12 13; do
-  found="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null | head -n 1)"
+  found="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null | sed -n 1p)"
   [ -z "$found" ] && found="$(command -v python3."$minor" || true)"
   if [ -n "$found" ]; then pythons+=("$found"); else echo "python 3.$minor: not found on this machine, skipped"; fi
 done

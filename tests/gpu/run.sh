@@ -30,7 +30,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 0
 fi
 nvidia-smi >"$work/nvidia-smi.txt" 2>&1
-say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
+say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed -n 1p)"
 
 kit="${TRAINSCOPE_GPU_KIT:-gpu-kit}"
 if [ -f "$kit/kit.txt" ]; then
@@ -81,7 +81,7 @@ step() {  # step NAME SECONDS COMMAND...: runs with a time limit, logs to NAME.l
   else
     local rc=$?
     say "$name: FAILED, exit $rc$([ $rc -eq 124 ] && echo " (past its $limit s)") after $((SECONDS - start)) s"
-    grep -E '^\[  FAILED  \]|Failure|ERROR SUMMARY|error' "$work/$name.log" | head -n 20 | sed 's/^/    /' |
+    grep -E '^\[  FAILED  \]|Failure|ERROR SUMMARY|error' "$work/$name.log" | sed -n 1,20p | sed 's/^/    /' |
       tee -a "$summary"
     status=1
   fi
@@ -159,7 +159,7 @@ if [ -n "$nccl_dir" ]; then
 fi
 # trainscope doctor (issue 13) on a real driver: the driver's CUDA and every GPU (nvidia-smi's names) are found.
 timeout 120 "$build/tools/trainscope" doctor --json >"$work/doctor.json" 2>"$work/doctor.err"
-gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | sed -n 1p)"
 if grep -q '"check": "gpus"' "$work/doctor.json" && grep -q -F "$gpu_name" "$work/doctor.json" &&
   grep -q 'supports CUDA up to' "$work/doctor.json"; then
   say "doctor (real driver and GPUs): OK"
@@ -175,7 +175,7 @@ if [ -n "$nccl_dir" ]; then
   step commcheck-gpu 120 "$build/tests/programs/ts-launch" -n "$gpus" --timeout 100 -- \
     "$build/tools/trainscope" commcheck --buffers device --timeout 60
   say "commcheck ($gpus rank(s), device buffers): $(grep -c 'is OK (global rank' "$work/commcheck-gpu.log") of $gpus OK"
-  sed 's/^/    /' "$work/commcheck-gpu.log" | head -n 16 | tee -a "$summary"
+  sed 's/^/    /' "$work/commcheck-gpu.log" | sed -n 1,16p | tee -a "$summary"
 fi
 if [ -n "$nccl_dir" ]; then
   # Python stacks on a real framework (issue 10): a one-rank PyTorch job whose ncclAllReduce calls must carry the line
@@ -191,7 +191,7 @@ if [ -n "$nccl_dir" ]; then
       say "pytorch-python-stack: FAILED (no ncclAllReduce with torch_job.py:$line in torch-report.txt)"
       status=1
     fi
-    grep -E "ncclAllReduce|Python" "$work/torch-report.txt" | head -n 8 | sed 's/^/    /' | tee -a "$summary"
+    grep -E "ncclAllReduce|Python" "$work/torch-report.txt" | sed -n 1,8p | sed 's/^/    /' | tee -a "$summary"
   else
     say "pytorch-python-stack: skipped (no torch in this machine's python3)"
   fi
@@ -214,7 +214,7 @@ if [ -x "$program" ]; then
     say "kernel-frames (fp16 overflow in grow_kernel at batch 3): FAILED (see launch-runs/chain)"
     status=1
   fi
-  sed 's/^/    /' "$nonfinite" 2>/dev/null | head -n 20 | tee -a "$summary"
+  sed 's/^/    /' "$nonfinite" 2>/dev/null | sed -n 1,20p | tee -a "$summary"
   timeout 60 "$build/tools/trainscope" report "$launches/chain" >"$work/launches-chain-report.txt" 2>&1
   if grep -q "fused_adam_kernel" "$work/launches-chain-report.txt"; then
     say "launches-in-report (last launches per stream): OK"
@@ -251,7 +251,7 @@ if [ -x "$program" ]; then
     say "cuda-error-report (oob_write_kernel, then cudaStreamSynchronize): FAILED (see launch-runs/oob)"
     status=1
   fi
-  sed 's/^/    /' "$error_report" 2>/dev/null | head -n 20 | tee -a "$summary"
+  sed 's/^/    /' "$error_report" 2>/dev/null | sed -n 1,20p | tee -a "$summary"
   # Calling-thread cost per launch: a launch-bound loop without the shim, and with TRAINSCOPE_LAUNCHES off/calls/on.
   for mode in none off calls on; do
     preload="$shim"

@@ -37,8 +37,8 @@ for f in bin/trainscope lib/libtrainscope-engine.so; do
   [ "$bundled" -gt 0 ] || want=""
   rpath="$(readelf -d "$tree/$f" | sed -n 's/.*(RPATH).*\[\(.*\)\]/\1/p')"
   [ "$rpath" = "$want" ] || fail "$f has RPATH '$rpath', expected '$want'"
-  ! readelf -d "$tree/$f" | grep -q '(RUNPATH)' || fail "$f has a RUNPATH (it would hide the RPATH)"
-  ! needed "$tree/$f" | grep -q '^libstdc++' || fail "$f needs libstdc++ (it is linked statically)"
+  ! readelf -d "$tree/$f" | grep '(RUNPATH)' >/dev/null || fail "$f has a RUNPATH (it would hide the RPATH)"
+  ! needed "$tree/$f" | grep '^libstdc++' >/dev/null || fail "$f needs libstdc++ (it is linked statically)"
   resolved="$(env -i /usr/bin/ldd "$tree/$f")"
   ! grep -q 'not found' <<<"$resolved" || fail "$f: unresolved libraries: $resolved"
   while read -r name _ path _; do

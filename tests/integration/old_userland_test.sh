@@ -40,14 +40,17 @@ if [ ! -f "$root/.complete" ]; then
   if [ ! -f "$root/.complete" ]; then
     # The Debian archive the system's own apt uses (its entry for this release's main suite).
     codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
-    mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v codename="$codename" '
-      /^[[:space:]]*$/ { if (suites ~ ("(^| )" codename "( |$)") && uris != "") { print uris; exit } uris = ""; suites = "" }
+    # Every stage reads all of its input: under pipefail, a reader that leaves early (head, awk's exit) can end the
+    # writer with SIGPIPE, and the assignment then stops this script with status 141 and no message.
+    mirror="$({ cat /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } | awk -v codename="$codename" '
+      function take() { if (found == "" && suites ~ ("(^| )" codename "( |$)") && uris != "") found = uris }
+      /^[[:space:]]*$/ { take(); uris = ""; suites = "" }
       /^URIs:/ { uris = $2 }
       /^Suites:/ { $1 = ""; suites = $0 " " }
-      END { if (suites ~ ("(^| )" codename "( |$)") && uris != "") print uris }' | head -n 1)"
+      END { take(); if (found != "") print found }')"
     if [ -z "$mirror" ]; then
-      mirror="$(sed -n -E "s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+)[[:space:]]+$codename[[:space:]].*/\2/p" \
-        /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n 1)"
+      mirror="$({ sed -n -E "s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+)[[:space:]]+$codename[[:space:]].*/\2/p" \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } | sed -n 1p)"
     fi
     [ -n "$mirror" ] || fail "no Debian archive for '$codename' in the system's apt sources"
     echo "old_userland_test: making the $suite root in $root (once: a few minutes)"
@@ -82,7 +85,7 @@ cp "$source_dir/tests/programs/python/"*.py "$work/jobs/"
 chroot_program="$(command -v chroot)"
 in_root() { env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 "$chroot_program" "$root" "$@"; }
 
-glibc="$(in_root /usr/bin/ldd --version | head -n 1 | awk '{print $NF}')"
+glibc="$(in_root /usr/bin/ldd --version | sed -n 1p | awk '{print $NF}')"
 python="$(in_root python3 --version)"
 echo "old_userland_test: $suite root: glibc $glibc, $python"
 in_root python3 -m venv "$inside/venv" >"$work/venv.log" 2>&1 || { cat "$work/venv.log"; fail "python3 -m venv failed"; }
@@ -102,7 +105,7 @@ in_root env TS_NCCL_PATH="$inside/nccl/libnccl.so.2" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 "$inside/jobs/forward_backward_job.py" --steps 3 --fault backward-count --rank 1 --step 1 \
   >"$work/job.out" 2>"$work/job.err" || status=$?
 [ "$status" -eq 86 ] || { cat "$work/job.out" "$work/job.err"; fail "the job exited $status, not 86 (a mismatch verdict)"; }
-mismatch="$(ls "$work/runs/old/" | grep '^mismatch-.*\.txt$' | head -n 1)"
+mismatch="$(ls "$work/runs/old/" | grep '^mismatch-.*\.txt$' | sed -n 1p)"
 [ -n "$mismatch" ] || { ls "$work/runs/old"; cat "$work/job.err"; fail "no mismatch report in the run"; }
 grep -q "^Cannot apply desired operation due to shape mismatches" "$work/runs/old/$mismatch" ||
   { cat "$work/runs/old/$mismatch"; fail "the mismatch report does not say so"; }

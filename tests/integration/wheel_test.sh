@@ -86,7 +86,7 @@ python -m trainscope env --no-such-flag 2>/dev/null || status=$?
 trainscope env >"$work/env.txt"
 for line in "  preloaded by \`trainscope run\`: $package/lib/libtrainscope.so" \
   "  engine (loaded by it on first NCCL use): $package/lib/libtrainscope-engine.so" \
-  "  glibc found: $(ldd --version | head -n 1 | awk '{print $NF}')"; do
+  "  glibc found: $(ldd --version | sed -n 1p | awk '{print $NF}')"; do
   grep -qxF "$line" "$work/env.txt" || { cat "$work/env.txt"; fail "trainscope env does not say: $line"; }
 done
 if [ "${tag#manylinux_}" != "$tag" ]; then
@@ -124,7 +124,7 @@ grep -q ncclAllReduce "$work/report" || { cat "$work/report"; fail "the report n
 # Each rank's recorder and engine log (the engine writes the log: it was loaded).
 for rank in 0 1; do
   for kind in tsrec log; do
-    ls "$work/runs/wheel" | grep -q "^rank-$rank\..*\.$kind\$" || { ls "$work/runs/wheel"; fail "no $kind for rank $rank"; }
+    ls "$work/runs/wheel" | grep "^rank-$rank\..*\.$kind\$" >/dev/null || { ls "$work/runs/wheel"; fail "no $kind for rank $rank"; }
   done
 done
 # Most jobs are Python: a ctypes job (NCCL on a library handle, as vLLM's) through the installed command, the venv's

@@ -6,7 +6,7 @@
 # Usage: wheel_tools_venv.sh
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")/../.." && pwd -P)"
-zig="$(grep -o 'ziglang==[0-9.]*' "$source_dir/pyproject.toml" | head -n 1)"
+zig="$(grep -o 'ziglang==[0-9.]*' "$source_dir/pyproject.toml" | sed -n 1p)"
 [ -n "$zig" ] || { echo "wheel_tools_venv: pyproject.toml pins no ziglang==VERSION" >&2; exit 1; }
 requirements="auditwheel==6.8.2 $zig"
 cache="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
