@@ -543,6 +543,11 @@ bool parse_kernel_dtype(const char* value, Config* out, const char**) {
   return false;
 }
 
+bool parse_thread_class(const char* value, Config* out, const char**) {
+  static constexpr Choice<ThreadClass> kChoices[] = {{"idle", ThreadClass::kIdle}, {"normal", ThreadClass::kNormal}};
+  return parse_choice(value, kChoices, &out->thread_class);
+}
+
 bool append(char* out, size_t out_len, size_t* used, const char* text) {
   const int n = snprintf(out + *used, out_len - *used, "%s", text);
   if (n < 0 || static_cast<size_t>(n) >= out_len - *used) {
@@ -676,6 +681,9 @@ bool text_launches(const Config& c, char* out, size_t len, size_t* used) {
 }
 bool text_kernel_dtype(const Config& c, char* out, size_t len, size_t* used) {
   return append(out, len, used, c.kernel_dtype);
+}
+bool text_thread_class(const Config& c, char* out, size_t len, size_t* used) {
+  return append(out, len, used, c.thread_class == ThreadClass::kIdle ? "idle" : "normal");
 }
 
 // The tables derived from config_vars.h, indexed by ConfigVar. Constant-initialised at compile time, so reading

@@ -66,6 +66,12 @@ enum class LaunchesMode : uint8_t {
   kOff,     // no launch collector
 };
 
+// TRAINSCOPE_THREAD_CLASS: the scheduling class of trainscope's bulk threads (see base/thread_class.h).
+enum class ThreadClass : uint8_t {
+  kIdle = 0,  // SCHED_IDLE: they run on the cores the job leaves idle
+  kNormal,    // the job's own class (SCHED_OTHER)
+};
+
 // TRAINSCOPE_STEP_MARKER's form; the regex itself is compiled (and checked) by the engine and `trainscope env`.
 enum class StepMarkerForm : uint8_t { kAuto = 0, kNvtx, kCollective, kEvery };
 
@@ -112,6 +118,7 @@ struct Config {
   uint64_t abort_after_batch;
   LaunchesMode launches;
   char kernel_dtype[kMaxKernelDtype + 1];  // TRAINSCOPE_KERNEL_DTYPE's canonical name ("float16"); empty: from the name
+  ThreadClass thread_class;
   ValueSource source[kConfigVarCount];
   // A launcher rank variable (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) holds a rank, so the
   // process is one of many and an unknown rank must not be taken for the main one (see config_logs_to_stderr).

@@ -88,4 +88,8 @@
   X(KERNEL_DTYPE, kVarKernelDtype, "",                                                                                 \
     "float64|float32|float16|bfloat16|float8_e4m3|float8_e5m2|int8|uint8|int32|uint32|int64|uint64",                   \
     parse_kernel_dtype, text_kernel_dtype,                                                                             \
-    "Element type of a watched kernel's buffers when its demangled name does not say; empty skips those buffers.")
+    "Element type of a watched kernel's buffers when its demangled name does not say; empty skips those buffers.")     \
+  X(THREAD_CLASS, kVarThreadClass, "idle", "idle|normal", parse_thread_class, text_thread_class,                       \
+    "idle runs trainscope's frame thread in the idle scheduling class (SCHED_IDLE), on the cores the job leaves "      \
+    "idle, with a guard in the job's class that makes its passes when it falls 250 ms behind; normal runs it in the "  \
+    "job's own class. The exchange's threads (its client, the coordinator, ZeroMQ's) always run in the job's class.")

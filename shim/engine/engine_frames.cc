@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -17,9 +18,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/clocks.h"
 #include "base/printable.h"
 #include "base/private_files.h"
 #include "base/run_files.h"
+#include "base/thread_class.h"
+#include "base/wake_flag.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
 #include "reports/exchange_reports.h"
@@ -46,6 +50,14 @@ constexpr auto kFrameInterval = std::chrono::milliseconds(20);
 constexpr auto kStopVerdictWait = std::chrono::seconds(4);
 // TRAINSCOPE_ABORT_AFTER_BATCH: how long the stopping thread waits for device statistics of the calls before the stop.
 constexpr auto kStopFramesWait = std::chrono::seconds(2);
+// TRAINSCOPE_THREAD_CLASS=idle: the frame thread runs where the job leaves a core idle; on a node whose cores are all
+// busy it may not run for seconds. A guard in the job's class wakes this often and, when no pass has ended for as
+// long, makes one itself: frames (and an inf/nan's first report, which the coordinator waits 1 s for) are never
+// much later than this. While the frame thread keeps up the guard only wakes, 4 times a second.
+constexpr auto kGuardInterval = std::chrono::milliseconds(250);
+// At exit, how long the job's thread waits for an idle frame thread to end; past it, the thread is left to end on its
+// own (it finds the final pass made) rather than hold the job's exit up.
+constexpr auto kIdleExitWait = std::chrono::milliseconds(100);
 
 // What a stop needs, whether or not the frame thread runs (set by start_frames; leaked).
 struct StopSetup {
@@ -126,10 +138,15 @@ class FrameThread {
   // Returns once the thread runs: a fork() right after the engine's start (a Python job forking its workers after
   // its first NCCL call) must not copy a thread still in its start-up, where the C library or a sanitizer
   // allocates, into a child that would inherit the allocator's lock held.
+  // Both threads say they run before they enter their loops (the frame thread enters the idle class after that,
+  // so that the job's thread never waits here for an idle-class thread).
   void start() {
     thread_ = std::thread([this] { loop(); });
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait(lock, [this] { return running_; });
+    if (config_.thread_class != ThreadClass::kIdle) return;
+    guard_ = std::thread([this] { guard_loop(); });
+    wake_.wait(lock, [this] { return guard_running_; });
   }
 
   // The run's files move into its own folder once the job key is known (job_key.h); reports follow them.
@@ -139,14 +156,27 @@ class FrameThread {
   }
 
   void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+    stopping_.raise();
+    if (guard_.joinable() && guard_.get_id() != std::this_thread::get_id()) guard_.join();
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
+      if (loop_ended_.wait_for(kIdleExitWait)) {
+        thread_.join();
+      } else {
+        thread_.detach();  // this object is never freed (g_frames)
+      }
     }
-    wake_.notify_all();
-    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-    pass();              // what completed since
-    release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
+    uint64_t guard_passes = 0;
+    {
+      std::lock_guard<std::mutex> lock(pass_mutex_);
+      pass_locked();             // what completed since
+      feed_.release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
+      final_pass_made_ = true;   // a frame thread left behind passes no more
+      guard_passes = guard_passes_;
+    }
+    if (guard_passes > 0)
+      log(LogLevel::kInfo, ("frames: the idle-class frame thread fell behind (the cores were busy); " +
+                            std::to_string(guard_passes) + " passes were made in the job's class instead")
+                               .c_str());
     if (feed_.launches_unwatched() > 0)
       log(LogLevel::kWarn, ("frames: " + std::to_string(feed_.launches_unwatched()) +
                             " watched kernel launches never handed their buffers over (no frame)")
@@ -166,7 +196,10 @@ class FrameThread {
     }
   }
 
-  void abandon() { thread_.detach(); }
+  void abandon() {
+    thread_.detach();
+    if (guard_.joinable()) guard_.detach();
+  }
 
   // fork(): the parent waits for the frame thread's pass to end and keeps it from starting another until the fork
   // is done, so that the child is never copied while this thread holds an allocator's lock (ASan's and other
@@ -213,21 +246,62 @@ class FrameThread {
 
   void loop() {
     name_this_thread("ts-frames");
-    std::unique_lock<std::mutex> lock(mutex_);
-    running_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = true;
+    }
     wake_.notify_all();
-    while (!stopping_) {
-      lock.unlock();
+    if (config_.thread_class == ThreadClass::kIdle) {
+      if (const int refused = enter_idle_class(); refused != 0) {
+        // Under the pass's lock, as every allocation of this thread: a fork() waits for it (hold_for_fork).
+        std::lock_guard<std::mutex> lock(pass_mutex_);
+        log(LogLevel::kInfo,
+            (std::string("frames: the frame thread stays in the job's scheduling class (SCHED_IDLE: ") +
+             std::strerror(refused) + ")")
+                .c_str());
+      }
+    }
+    // From here on it shares nothing with the job's threads that they could wait on but the pass itself: it sleeps
+    // on futexes (base/wake_flag.h), and the guard only tries the pass.
+    while (!stopping_.raised()) {
       pass();
-      lock.lock();
-      wake_.wait_for(lock, kFrameInterval, [this] { return stopping_; });
+      if (stopping_.wait_for(kFrameInterval)) break;
+    }
+    loop_ended_.raise();
+  }
+
+  // In the job's class, beside an idle-class frame thread: a pass when none has ended for kGuardInterval. A frame
+  // thread preempted in the middle of its pass holds the pass; the guard tries again at its next wakeup.
+  void guard_loop() {
+    name_this_thread("ts-frames-late");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      guard_running_ = true;
+    }
+    wake_.notify_all();
+    while (!stopping_.wait_for(kGuardInterval)) {
+      const uint64_t since = clocks::monotonic_ns() - last_pass_end_ns_.load(std::memory_order_relaxed);
+      if (since < static_cast<uint64_t>(std::chrono::nanoseconds(kGuardInterval).count())) continue;
+      std::unique_lock<std::mutex> pass(pass_mutex_, std::try_to_lock);
+      if (pass.owns_lock() && !final_pass_made_) {
+        pass_locked();
+        ++guard_passes_;
+      }
     }
   }
 
   // Returns whether the front frame waits for statistics (computed on a device, or a launch's not handed over yet).
   bool pass() {
     std::lock_guard<std::mutex> lock(pass_mutex_);
-    return feed_.pass(header_);
+    return pass_locked();
+  }
+
+  // Under pass_mutex_.
+  bool pass_locked() {
+    if (final_pass_made_) return false;
+    const bool waits = feed_.pass(header_);
+    last_pass_end_ns_.store(clocks::monotonic_ns(), std::memory_order_relaxed);
+    return waits;
   }
 
   void release_all_held() {
@@ -394,10 +468,16 @@ class FrameThread {
   std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
-  bool running_ = false;   // under mutex_: loop() has begun
-  std::mutex pass_mutex_;  // the thread and stop() both pass
+  bool running_ = false;        // under mutex_: loop() has begun
+  bool guard_running_ = false;  // under mutex_: guard_loop() has begun
+  WakeFlag stopping_;
+  WakeFlag loop_ended_;
+  std::mutex pass_mutex_;                      // the threads and stop() all pass
+  bool final_pass_made_ = false;               // under pass_mutex_: stop() made the last pass
+  uint64_t guard_passes_ = 0;                  // under pass_mutex_
+  std::atomic<uint64_t> last_pass_end_ns_{0};  // monotonic
   std::thread thread_;
+  std::thread guard_;
 };
 
 FrameThread* g_frames = nullptr;  // leaked on purpose, as the exchange

@@ -44,13 +44,14 @@ start_spinners() {
 ranks=4
 calls=$((iterations * 6))  # per rank, not counting the group's start and end
 
-configurations=(unwatched recorder defaults every watch-off)
+configurations=(unwatched recorder defaults every watch-off normal-class)
 settings() {  # $1: a configuration; prints its environment, one VAR=value per line
   case "$1" in
     recorder) printf '%s\n' TRAINSCOPE_COORDINATOR=off TRAINSCOPE_WATCH=off ;;
     defaults) ;;
     every) printf '%s\n' TRAINSCOPE_STEP_MARKER=every:100 ;;
     watch-off) printf '%s\n' TRAINSCOPE_WATCH=off ;;
+    normal-class) printf '%s\n' TRAINSCOPE_THREAD_CLASS=normal ;;  # the defaults before the idle class
   esac
 }
 

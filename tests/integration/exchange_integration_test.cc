@@ -6,7 +6,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +17,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -625,6 +630,203 @@ TEST(EngineThreads, AreNamedAndTheirCpuPerCallIsSaidAtTheEnd) {
   const std::string tail = log.substr(count, log.find('\n', count) - count);
   EXPECT_NE(tail.find("ts-frames "), std::string::npos) << tail;
   EXPECT_NE(tail.find("ts-coordinator "), std::string::npos) << tail;
+}
+
+// Each thread of a process by name, with its scheduling policy (SCHED_OTHER 0, SCHED_BATCH 3, SCHED_IDLE 5): field
+// 41 of /proc/PID/task/TID/stat. ZeroMQ's threads are named "ZMQbg/IO/0", "ZMQbg/Reaper"; the job's own threads
+// carry the program's name.
+std::multimap<std::string, int> thread_policies(pid_t pid) {
+  std::multimap<std::string, int> policies;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name = testing::read_file(task.path() / "comm");
+    while (!name.empty() && name.back() == '\n') name.pop_back();
+    const std::string stat = testing::read_file(task.path() / "stat");
+    const size_t end_of_name = stat.rfind(')');
+    if (name.empty() || end_of_name == std::string::npos) continue;  // the thread ended meanwhile
+    std::istringstream fields(stat.substr(end_of_name + 2));
+    std::string field;
+    int policy = -1;
+    for (int number = 3; fields >> field; ++number) {
+      if (number == 41) {
+        policy = std::stoi(field);
+        break;
+      }
+    }
+    policies.emplace(name, policy);
+  }
+  return policies;
+}
+
+// Rank 0 of a 2-rank job, stopped after its first all-reduce (every engine thread has started then): its threads'
+// policies under `thread_class` (unset: the default).
+std::multimap<std::string, int> rank0_thread_policies(const std::optional<std::string>& thread_class) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_THREAD_CLASS"] = thread_class;
+  const std::string go = dir.path() + "/go";
+  const pid_t launcher =
+      testing::start_process({TS_LAUNCH, "-n", "2", "--timeout", "120", "--", program("loop_program"), "--iterations",
+                              "50", "--open-files", "1", "--after", go},
+                             options);
+  EXPECT_GT(launcher, 0);
+  if (launcher <= 0) return {};
+  std::multimap<std::string, int> policies;
+  if (!hosted_coordinator(dir).empty()) {
+    const pid_t rank0 = rank0_pid(run_dir(dir));
+    eventually(
+        [&] {
+          policies = thread_policies(rank0);
+          return policies.count("ts-frames") && policies.count("ts-client") && policies.count("ts-coordinator") &&
+                 policies.count("ZMQbg/IO/0");
+        },
+        1500);
+  }
+  std::ofstream(go).put('\n');
+  const ProcessResult job = testing::wait_process(launcher, 90);
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+  return policies;
+}
+
+std::string describe(const std::multimap<std::string, int>& policies) {
+  std::string text;
+  for (const auto& [name, policy] : policies) text += name + "=" + std::to_string(policy) + " ";
+  return text;
+}
+
+constexpr int kSchedOther = 0;
+constexpr int kSchedIdle = 5;
+
+// TRAINSCOPE_THREAD_CLASS=idle (the default): the frame thread runs in SCHED_IDLE, on the cores the job leaves idle,
+// with its guard beside it in the normal class; the coordinator, the exchange client and every ZeroMQ thread (pings,
+// reconnections, goodbyes) stay in the normal class, and so does every thread of the job (issue 20).
+TEST(EngineThreads, TheFrameThreadRunsInTheIdleClassAndTheJobAndConnectionsInTheNormalOne) {
+  const std::multimap<std::string, int> policies = rank0_thread_policies(std::nullopt);
+  ASSERT_TRUE(policies.count("ts-frames") && policies.count("ts-frames-late") && policies.count("ts-client") &&
+              policies.count("ts-coordinator"))
+      << describe(policies);
+  size_t zeromq = 0;
+  size_t job = 0;
+  for (const auto& [name, policy] : policies) {
+    if (name == "ts-frames") {
+      EXPECT_EQ(policy, kSchedIdle) << name << ": " << describe(policies);
+    } else {
+      EXPECT_EQ(policy, kSchedOther) << name << ": " << describe(policies);
+      zeromq += name.rfind("ZMQbg/", 0) == 0;
+      job += name.rfind("ts-", 0) != 0 && name.rfind("ZMQbg/", 0) != 0;
+    }
+  }
+  EXPECT_GE(zeromq, 2u) << "the client's I/O thread and the coordinator's: " << describe(policies);
+  EXPECT_GE(job, 1u) << "the job's main thread: " << describe(policies);
+}
+
+// TRAINSCOPE_THREAD_CLASS=normal: every thread in the job's own class, as before the idle class, and no guard.
+TEST(EngineThreads, NormalClassKeepsEveryThreadInTheJobsClass) {
+  const std::multimap<std::string, int> policies = rank0_thread_policies("normal");
+  ASSERT_TRUE(policies.count("ts-frames") && policies.count("ts-client")) << describe(policies);
+  EXPECT_EQ(policies.count("ts-frames-late"), 0u) << describe(policies);
+  for (const auto& [name, policy] : policies) EXPECT_EQ(policy, kSchedOther) << name << ": " << describe(policies);
+}
+
+// The thread of `pid` named `name` (-1 when there is none).
+pid_t thread_named(pid_t pid, const std::string& name) {
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string comm = testing::read_file(task.path() / "comm");
+    while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    if (comm == name) return static_cast<pid_t>(std::atol(task.path().filename().c_str()));
+  }
+  return -1;
+}
+
+// Holds one thread of another process still, as a starved idle-class thread is on a node whose cores are all busy:
+// PTRACE_SEIZE then PTRACE_INTERRUPT stop that thread alone. Lets it go when destroyed, or reaps it if its process
+// ended meanwhile (a traced thread that dies waits for its tracer).
+class HeldThread {
+ public:
+  explicit HeldThread(pid_t tid) : tid_(tid) {
+    if (ptrace(PTRACE_SEIZE, tid_, nullptr, nullptr) != 0) {
+      error_ = std::strerror(errno);
+      return;
+    }
+    int status = 0;
+    if (ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0 || waitpid(tid_, &status, __WALL) != tid_) {
+      error_ = std::strerror(errno);
+      ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+      return;
+    }
+    held_ = true;
+  }
+  ~HeldThread() {
+    if (held_) ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+    reap();
+  }
+  bool held() const { return held_; }
+  const std::string& error() const { return error_; }
+  // Whether the thread has died (its process exited), reaping it then; never blocks.
+  bool reap() {
+    if (!held_) return true;
+    int status = 0;
+    const pid_t got = waitpid(tid_, &status, __WALL | WNOHANG);
+    if (got == tid_ && (WIFEXITED(status) || WIFSIGNALED(status))) held_ = false;
+    if (got < 0 && errno == ECHILD) held_ = false;
+    return !held_;
+  }
+
+ private:
+  pid_t tid_;
+  bool held_ = false;
+  std::string error_;
+};
+
+// TRAINSCOPE_THREAD_CLASS=idle on a node whose cores are all busy: the idle-class frame thread gets no core. Here it
+// is held still from before the first inf to the job's end. The guard in the job's class makes its passes (the inf of
+// step 2 is reported while the frame thread has not run), and the job's exit does not wait for the frame thread: the
+// rank makes the last pass itself and exits 0, saying that the guard stood in (issue 20).
+TEST(EngineThreads, AnIdleFrameThreadThatGetsNoCoreNeitherLosesFramesNorHoldsTheExitUp) {
+  TempDir dir;
+  ProcessOptions options = job_options(dir);
+  options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
+  options.env["TRAINSCOPE_STEP_MARKER"] = "every:3";  // a step is a batch
+  const std::string go = dir.path() + "/go";
+  const std::string end = dir.path() + "/end";
+  const pid_t launcher = testing::start_process(
+      {TS_LAUNCH,       "-n",  "2",      "--timeout", "120",    "--", program("train_program"), "--steps", "4",
+       "--inject",      "inf", "--rank", "0",         "--step", "2",  "--wait-before",          "1",       go,
+       "--wait-before", "4",   end},
+      options);
+  ASSERT_GT(launcher, 0);
+  pid_t rank0 = -1;
+  pid_t frames = -1;
+  eventually([&] {
+    rank0 = rank0_pid(run_dir(dir));
+    frames = rank0 > 0 ? thread_named(rank0, "ts-frames") : -1;
+    return frames > 0 && thread_named(rank0, "ts-frames-late") > 0;
+  });
+  std::optional<HeldThread> held;
+  if (frames > 0) held.emplace(frames);
+  if (!held || !held->held()) {
+    std::ofstream(go).put('\n');
+    std::ofstream(end).put('\n');
+    testing::wait_process(launcher, 90);
+    if (frames <= 0) FAIL() << "rank 0 has no ts-frames and ts-frames-late threads";
+    GTEST_SKIP() << "ptrace cannot hold a thread on this machine (" << held->error() << ")";
+  }
+  // Steps 1-3 run, rank 0 sends an inf at step 2, then the ranks wait before their end: only the guard can pass.
+  std::ofstream(go).put('\n');
+  const bool reported = eventually([&] { return fs::exists(run_dir(dir) + "/nonfinite-rank0.txt"); });
+  // The job ends with the frame thread still held (a traced thread that dies waits to be reaped by its tracer).
+  std::ofstream(end).put('\n');
+  EXPECT_TRUE(eventually([&] { return held->reap(); })) << "rank 0 never ended";
+  const ProcessResult job = testing::wait_process(launcher, 90);
+  EXPECT_TRUE(reported) << "no inf/nan report while the frame thread was held";
+  EXPECT_FALSE(job.timed_out);
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+  const std::string text = testing::read_file(run_dir(dir) + "/nonfinite-rank0.txt");
+  EXPECT_NE(text.find("Detected inf/nan during batch_number=2"), std::string::npos) << text;
+  const std::string log = rank0_log(run_dir(dir));
+  EXPECT_NE(log.find("passes were made in the job's class instead"), std::string::npos) << log;
 }
 
 // Two runs of one command with torchrun's defaults (the same MASTER_ADDR/MASTER_PORT, no run id of their own) each

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <nccl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +23,16 @@ struct Job {
 inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+// Waits (at most 60 s, polling every 10 ms) for `path` to exist: a test's signal to go on. False when it never does.
+inline bool wait_for_file(const char* path) {
+  struct stat status {};
+  for (int i = 0; i < 6000; ++i) {
+    if (stat(path, &status) == 0) return true;
+    usleep(10000);
+  }
+  return false;
 }
 
 inline Job job() { return Job{env_int("RANK", 0), env_int("WORLD_SIZE", 1)}; }

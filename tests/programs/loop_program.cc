@@ -47,15 +47,6 @@ int open_files(int count) {
   return emfile;
 }
 
-bool wait_for_file(const std::string& path) {
-  struct stat status {};
-  for (int i = 0; i < 6000; ++i) {
-    if (stat(path.c_str(), &status) == 0) return true;
-    usleep(10000);
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,7 +122,7 @@ int main(int argc, char** argv) {
       tsprog::check(ncclGroupEnd(), "group end");
     }
     if (it == 0 && job.rank == 0 && open_count > 0) {
-      if (!wait_for_file(after)) tsprog::fail(("waiting for " + after).c_str(), 0);
+      if (!tsprog::wait_for_file(after.c_str())) tsprog::fail(("waiting for " + after).c_str(), 0);
       emfile = open_files(open_count);
     }
   }

@@ -10,6 +10,8 @@
 //                or group that returns ncclInProgress the program polls ncclCommGetAsyncError until it reads
 //                ncclSuccess, as NCCL requires before the stream or the communicator is used again
 //     --no-poll  (with --nonblocking) never polls: a job that breaks that rule, whose results are not to be trusted
+//     --wait-before S FILE  before step S (S = the step count: before the communicator's end), wait at most 60 s for
+//                FILE to exist (a test's signal); may be given more than once
 //     --inject   on rank R at step S (and the K-1 steps after it): inf or NaN in the fp32 gradient bucket's send
 //                buffer, or (big) 6.27e+04 in the fp16 bucket, 96% of float16's largest finite value
 #include <nccl.h>
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap.h"
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
   int streak = 1;
   bool nonblocking = false;
   bool poll = true;
+  std::vector<std::pair<int, std::string>> waits;  // --wait-before
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -55,10 +59,13 @@ int main(int argc, char** argv) {
       inject_step = std::atoi(argv[++i]);
     } else if (arg == "--streak" && i + 1 < argc) {
       streak = std::atoi(argv[++i]);
+    } else if (arg == "--wait-before" && i + 2 < argc) {
+      const int step = std::atoi(argv[++i]);
+      waits.emplace_back(step, argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: train_program [--steps N] [--count N] [--nvtx] [--nonblocking [--no-poll]] "
-                   "[--inject inf|nan|big --rank R --step S [--streak K]]\n");
+                   "[--inject inf|nan|big --rank R --step S [--streak K]] [--wait-before S FILE]...\n");
       return 2;
     }
   }
@@ -97,7 +104,12 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> halves(count / 2);
   constexpr uint16_t kHalfOne = 0x3C00;
   constexpr uint16_t kHalfBig = 0x7BA8;  // 62720 = 6.27e+04
+  const auto wait_before = [&](int step) {
+    for (const auto& [at, file] : waits)
+      if (at == step && !tsprog::wait_for_file(file.c_str())) tsprog::fail(("waiting for " + file).c_str(), 0);
+  };
   for (int step = 0; step < steps; ++step) {
+    wait_before(step);
     if (nvtx) nvtxRangePushA("train_step");
     if (nvtx) nvtxRangePushA("forward");
     for (size_t i = 0; i < count; ++i) grads[i] = 0.001f * static_cast<float>(i % 100 + 1);
@@ -117,6 +129,7 @@ int main(int argc, char** argv) {
     done(ncclGroupEnd(), "ncclGroupEnd");
     if (nvtx) nvtxRangePop();
   }
+  wait_before(steps);
   tsprog::check(ncclCommDestroy(comm), "ncclCommDestroy");
   std::printf("rank %d: %d steps done\n", job.rank, steps);
   return 0;

@@ -109,7 +109,7 @@ RunResult run_tool(std::vector<std::string> args, std::vector<std::string> env) 
   return result;
 }
 
-// The frame variables (issue 5), at their defaults: the tail of every listing below.
+// The frame variables (issue 5) and the thread class, at their defaults: the tail of every listing below.
 #define TS_FRAME_DEFAULTS                       \
   "TRAINSCOPE_WATCH=collectives  (default)\n"   \
   "TRAINSCOPE_WATCH_EVERY=1  (default)\n"       \
@@ -122,7 +122,8 @@ RunResult run_tool(std::vector<std::string> args, std::vector<std::string> env) 
   "TRAINSCOPE_TRACE_BATCHES=  (default)\n"      \
   "TRAINSCOPE_ABORT_AFTER_BATCH=  (default)\n"  \
   "TRAINSCOPE_LAUNCHES=on  (default)\n"         \
-  "TRAINSCOPE_KERNEL_DTYPE=  (default)\n"
+  "TRAINSCOPE_KERNEL_DTYPE=  (default)\n"       \
+  "TRAINSCOPE_THREAD_CLASS=idle  (default)\n"
 
 // The variables' part of the text output: the lines before the libraries (`variables_of`).
 constexpr const char* kDefaultText =

@@ -965,5 +965,21 @@ TEST(ConfigLaunches, BadValuesNameTheVariableAndTheAcceptedForms) {
   EXPECT_NE(error.find("(regular expression too long)"), std::string::npos) << error;
 }
 
+// TRAINSCOPE_THREAD_CLASS: idle by default (the bulk threads use the cores the job leaves idle), normal on request;
+// anything else is refused with the two accepted forms.
+TEST(ConfigThreadClass, IdleByDefaultNormalOnRequestAndNothingElse) {
+  Config c;
+  config_defaults(&c);
+  EXPECT_EQ(c.thread_class, ThreadClass::kIdle);
+  EXPECT_EQ(text_of(c, kVarThreadClass), "idle");
+  ASSERT_EQ(parse_one("TRAINSCOPE_THREAD_CLASS=Normal", &c), "");
+  EXPECT_EQ(c.thread_class, ThreadClass::kNormal);
+  EXPECT_EQ(text_of(c, kVarThreadClass), "normal");
+  ASSERT_EQ(parse_one("TRAINSCOPE_THREAD_CLASS=idle", &c), "");
+  EXPECT_EQ(c.thread_class, ThreadClass::kIdle);
+  expect_refused("TRAINSCOPE_THREAD_CLASS=batch", "accepted idle|normal");
+  expect_refused("TRAINSCOPE_THREAD_CLASS=", "accepted idle|normal");
+}
+
 }  // namespace
 }  // namespace trainscope
