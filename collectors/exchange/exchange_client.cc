@@ -31,6 +31,17 @@ using clocks::realtime_ns;
 
 uint64_t monotonic_ms() { return clocks::monotonic_ns() / 1000000ull; }
 
+}  // namespace
+
+int ms_to_next_flush(uint64_t now_ns, int interval_ms) {
+  if (interval_ms <= 0) return 0;
+  const uint64_t interval_ns = static_cast<uint64_t>(interval_ms) * 1000000ull;
+  const uint64_t left_ns = interval_ns - now_ns % interval_ns;  // in (0, interval]
+  return static_cast<int>((left_ns + 999999ull) / 1000000ull);
+}
+
+namespace {
+
 // False when the socket could not take the frame now (no connection: ZMQ_IMMEDIATE; or the high-water mark).
 bool try_send(zmq::socket_t& socket, const std::vector<uint8_t>& bytes) {
   try {
@@ -217,7 +228,8 @@ void ExchangeClient::run() {
   while (stop_mode_.load() == 0) {
     zmq::pollitem_t items[] = {{s.socket.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 1, std::chrono::milliseconds(options_.flush_interval_ms));
+      zmq::poll(items, 1,
+                std::chrono::milliseconds(ms_to_next_flush(clocks::realtime_ns(), options_.flush_interval_ms)));
     } catch (const zmq::error_t&) {
     }
     read_monitor(s);

@@ -47,7 +47,11 @@ struct ExchangeClientOptions {
   Hello hello;                       // sent first on every connection; hello.token is the job token
   size_t queue_capacity = 1u << 16;  // fingerprints (rounded up to a power of two)
   size_t max_batch = 1024;           // fingerprints per message (at most kMaxFingerprintsPerBatch)
-  int flush_interval_ms = 50;        // a partial batch waits at most this long
+  // A partial batch waits at most this long. The client sends at the multiples of it on the wall clock, so that the
+  // ranks of a host (and of hosts whose clocks NTP keeps together) send in the same moment and the coordinator, its
+  // ZeroMQ thread and theirs each wake once for all of them, not once per rank: on a node whose cores the ranks fill,
+  // every wakeup takes a core from one (whole_job.sh: 1.03x -> 1.00x for the defaults, 1.11x -> 1.07x watch off).
+  int flush_interval_ms = 50;
   int heartbeat_interval_ms = 1000;  // the calls the rank is inside, for desync reports
   // TCP_USER_TIMEOUT (ZMQ_TCP_MAXRT): data the coordinator has not acknowledged this long (the answers to its pings
   // every 250 ms, the heartbeats) closes the connection, so a cut link is seen within about 2.5 s, whatever TCP would
@@ -67,6 +71,10 @@ struct ExchangeClientOptions {
   // all busy with the job, each wakeup of ours takes a core from a rank). May be empty.
   std::function<void()> before_send;
 };
+
+// Milliseconds from `now_ns` (wall clock) to its next multiple of `interval_ms`, in [1, interval_ms] (0 for an interval
+// of 0): when the client sends next.
+int ms_to_next_flush(uint64_t now_ns, int interval_ms);
 
 struct ExchangeClientStats {
   uint64_t pushed = 0;

@@ -1162,5 +1162,23 @@ TEST_F(ExchangeOriginTest, ReportsAreBoundedAndNeverWaitForACoordinator) {
   client.abandon();
 }
 
+// The client sends at the multiples of its flush interval on the wall clock (every rank of a host at once): the wait
+// ends on the next one, a full interval from one that is exactly now, rounded up to a millisecond, never 0.
+TEST(FlushSchedule, WaitsForTheNextMultipleOfTheIntervalOnTheWallClock) {
+  constexpr uint64_t kMs = 1000000;
+  EXPECT_EQ(ms_to_next_flush(1000 * kMs, 50), 50);
+  EXPECT_EQ(ms_to_next_flush(1010 * kMs, 50), 40);
+  EXPECT_EQ(ms_to_next_flush(1010 * kMs + 1, 50), 40);  // 39.999999 ms: rounded up
+  EXPECT_EQ(ms_to_next_flush(1049 * kMs + 1, 50), 1);
+  EXPECT_EQ(ms_to_next_flush(1049 * kMs, 50), 1);
+  EXPECT_EQ(ms_to_next_flush(7 * kMs, 1), 1);
+  EXPECT_EQ(ms_to_next_flush(123456789, 0), 0);
+  // Two ranks that look at the clock at different moments of one interval wake at the same moment.
+  const uint64_t a = 5000 * kMs + 3 * kMs;
+  const uint64_t b = 5000 * kMs + 41 * kMs;
+  EXPECT_EQ(a + static_cast<uint64_t>(ms_to_next_flush(a, 50)) * kMs,
+            b + static_cast<uint64_t>(ms_to_next_flush(b, 50)) * kMs);
+}
+
 }  // namespace
 }  // namespace trainscope::exchange
