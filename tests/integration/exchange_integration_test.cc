@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -740,6 +741,13 @@ pid_t thread_named(pid_t pid, const std::string& name) {
   return -1;
 }
 
+// The number of the system call a stopped thread is in ("running" when it is in none), from /proc.
+std::string syscall_of(pid_t pid, pid_t tid) {
+  const std::string text =
+      testing::read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/syscall");
+  return text.substr(0, text.find_first_of(" \n"));
+}
+
 // Holds one thread of another process still, as a starved idle-class thread is on a node whose cores are all busy:
 // PTRACE_SEIZE then PTRACE_INTERRUPT stop that thread alone. Lets it go when destroyed, or reaps it if its process
 // ended meanwhile (a traced thread that dies waits for its tracer).
@@ -804,13 +812,21 @@ TEST(EngineThreads, AnIdleFrameThreadThatGetsNoCoreNeitherLosesFramesNorHoldsThe
     frames = rank0 > 0 ? thread_named(rank0, "ts-frames") : -1;
     return frames > 0 && thread_named(rank0, "ts-frames-late") > 0;
   });
+  // Held asleep between two passes (in its futex wait), never inside one: a pass may hold an allocator's or a
+  // sanitizer's lock that the job's threads need.
   std::optional<HeldThread> held;
-  if (frames > 0) held.emplace(frames);
+  for (int attempt = 0; frames > 0 && attempt < 200; ++attempt) {
+    held.emplace(frames);
+    if (!held->held() || syscall_of(rank0, frames) == std::to_string(SYS_futex)) break;
+    held.reset();
+    usleep(1000);
+  }
   if (!held || !held->held()) {
     std::ofstream(go).put('\n');
     std::ofstream(end).put('\n');
     testing::wait_process(launcher, 90);
     if (frames <= 0) FAIL() << "rank 0 has no ts-frames and ts-frames-late threads";
+    if (!held) FAIL() << "the frame thread was never found asleep between two passes";
     GTEST_SKIP() << "ptrace cannot hold a thread on this machine (" << held->error() << ")";
   }
   // Steps 1-3 run, rank 0 sends an inf at step 2, then the ranks wait before their end: only the guard can pass.
