@@ -563,6 +563,53 @@ TEST(Trust, IdleConnectionsOfAnOutsiderLeaveRankZeroItsDescriptors) {
   EXPECT_LE(lines, 2u) << log;
 }
 
+// A thread of a process: its id, its name and its scheduling policy (SCHED_OTHER 0, SCHED_BATCH 3, SCHED_IDLE 5;
+// field 41 of /proc/PID/task/TID/stat). ZeroMQ's threads are named "ZMQbg/IO/0", "ZMQbg/Reaper"; the job's own
+// threads carry the program's name.
+struct Task {
+  pid_t tid = -1;
+  std::string name;
+  int policy = -1;
+};
+
+std::vector<Task> tasks_of(pid_t pid) {
+  std::vector<Task> tasks;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    Task task;
+    task.tid = static_cast<pid_t>(std::atol(entry.path().filename().c_str()));
+    task.name = testing::read_file(entry.path() / "comm");
+    while (!task.name.empty() && task.name.back() == '\n') task.name.pop_back();
+    const std::string stat = testing::read_file(entry.path() / "stat");
+    const size_t end_of_name = stat.rfind(')');
+    if (task.name.empty() || end_of_name == std::string::npos) continue;  // the thread ended meanwhile
+    std::istringstream fields(stat.substr(end_of_name + 2));
+    std::string field;
+    for (int number = 3; fields >> field; ++number) {
+      if (number == 41) {
+        task.policy = std::stoi(field);
+        break;
+      }
+    }
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+// Each thread's policy by name.
+std::multimap<std::string, int> thread_policies(pid_t pid) {
+  std::multimap<std::string, int> policies;
+  for (const Task& task : tasks_of(pid)) policies.emplace(task.name, task.policy);
+  return policies;
+}
+
+// The thread of `pid` named `name` (-1 when there is none).
+pid_t thread_named(pid_t pid, const std::string& name) {
+  for (const Task& task : tasks_of(pid))
+    if (task.name == name) return task.tid;
+  return -1;
+}
+
 // trainscope's threads in rank 0 are named ts-* while the job runs (top -H and py-spy tell them from the job's), and
 // at its end the rank says what they cost it: their CPU per recorded call, counted over every call (issue 20).
 TEST(EngineThreads, AreNamedAndTheirCpuPerCallIsSaidAtTheEnd) {
@@ -583,12 +630,7 @@ TEST(EngineThreads, AreNamedAndTheirCpuPerCallIsSaidAtTheEnd) {
   EXPECT_TRUE(eventually(
       [&] {
         names.clear();
-        std::error_code ec;
-        for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(rank0) + "/task", ec)) {
-          std::string name = testing::read_file(task.path() / "comm");
-          while (!name.empty() && name.back() == '\n') name.pop_back();
-          names.insert(name);
-        }
+        for (const Task& task : tasks_of(rank0)) names.insert(task.name);
         return names.count("ts-frames") && names.count("ts-client") && names.count("ts-coordinator");
       },
       1500))
@@ -631,32 +673,6 @@ TEST(EngineThreads, AreNamedAndTheirCpuPerCallIsSaidAtTheEnd) {
   const std::string tail = log.substr(count, log.find('\n', count) - count);
   EXPECT_NE(tail.find("ts-frames "), std::string::npos) << tail;
   EXPECT_NE(tail.find("ts-coordinator "), std::string::npos) << tail;
-}
-
-// Each thread of a process by name, with its scheduling policy (SCHED_OTHER 0, SCHED_BATCH 3, SCHED_IDLE 5): field
-// 41 of /proc/PID/task/TID/stat. ZeroMQ's threads are named "ZMQbg/IO/0", "ZMQbg/Reaper"; the job's own threads
-// carry the program's name.
-std::multimap<std::string, int> thread_policies(pid_t pid) {
-  std::multimap<std::string, int> policies;
-  std::error_code ec;
-  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::string name = testing::read_file(task.path() / "comm");
-    while (!name.empty() && name.back() == '\n') name.pop_back();
-    const std::string stat = testing::read_file(task.path() / "stat");
-    const size_t end_of_name = stat.rfind(')');
-    if (name.empty() || end_of_name == std::string::npos) continue;  // the thread ended meanwhile
-    std::istringstream fields(stat.substr(end_of_name + 2));
-    std::string field;
-    int policy = -1;
-    for (int number = 3; fields >> field; ++number) {
-      if (number == 41) {
-        policy = std::stoi(field);
-        break;
-      }
-    }
-    policies.emplace(name, policy);
-  }
-  return policies;
 }
 
 // Rank 0 of a 2-rank job, stopped after its first all-reduce (every engine thread has started then): its threads'
@@ -728,17 +744,6 @@ TEST(EngineThreads, NormalClassKeepsEveryThreadInTheJobsClass) {
   ASSERT_TRUE(policies.count("ts-frames") && policies.count("ts-client")) << describe(policies);
   EXPECT_EQ(policies.count("ts-frames-late"), 0u) << describe(policies);
   for (const auto& [name, policy] : policies) EXPECT_EQ(policy, kSchedOther) << name << ": " << describe(policies);
-}
-
-// The thread of `pid` named `name` (-1 when there is none).
-pid_t thread_named(pid_t pid, const std::string& name) {
-  std::error_code ec;
-  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::string comm = testing::read_file(task.path() / "comm");
-    while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-    if (comm == name) return static_cast<pid_t>(std::atol(task.path().filename().c_str()));
-  }
-  return -1;
 }
 
 // The number of the system call a stopped thread is in ("running" when it is in none), from /proc.
