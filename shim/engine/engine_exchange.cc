@@ -502,6 +502,7 @@ class Exchange {
         (std::string(exchange::verdict_kind_name(verdict.kind)) + where + "\n" + verdict.text).c_str());
     if (!abort) return;
     if (aborting_.exchange(true)) return;
+    frames_before_process_end();  // this process ends below: its idle-class thread must not hold the end up
     // A stop on inf/nan is the user's request (TRAINSCOPE_ON_NONFINITE=abort), not a broken job: its own status.
     const bool nonfinite = verdict.kind == exchange::VerdictKind::kNonfinite;
     const int status = nonfinite ? kStopExitCode : kVerdictExitCode;

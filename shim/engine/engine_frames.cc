@@ -113,6 +113,7 @@ void write_report(const std::string& run_dir, const std::string& base, const std
 // stop from a crash.
 [[noreturn]] void stop_rank(recorder::FileHeader* header, recorder::StopReason reason, uint64_t batch) {
   g_stop_mutex.lock();
+  frames_before_process_end();  // this process ends below: its idle-class thread must not hold the end up
   try {
     stop_exchange(/*stopping_job=*/true);
   } catch (...) {
@@ -156,6 +157,7 @@ class FrameThread {
   }
 
   void stop() {
+    before_process_end();
     stopping_.raise();
     if (guard_.joinable() && guard_.get_id() != std::this_thread::get_id()) guard_.join();
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
@@ -194,6 +196,13 @@ class FrameThread {
            std::to_string(feed_.dropped()) + " calls overwritten in the flight recorder before they were read")
               .c_str());
     }
+  }
+
+  // The process is about to end: an idle-class frame thread goes back to the normal class where the process may
+  // (base/thread_class.h), so that neither its last wait nor its own exit waits for an idle core.
+  void before_process_end() {
+    const pid_t tid = tid_.exchange(0, std::memory_order_acq_rel);
+    if (tid > 0) (void)leave_idle_class(tid);
   }
 
   void abandon() {
@@ -252,6 +261,7 @@ class FrameThread {
     }
     wake_.notify_all();
     if (config_.thread_class == ThreadClass::kIdle) {
+      tid_.store(gettid(), std::memory_order_release);
       if (const int refused = enter_idle_class(); refused != 0) {
         // Under the pass's lock, as every allocation of this thread: a fork() waits for it (hold_for_fork).
         std::lock_guard<std::mutex> lock(pass_mutex_);
@@ -476,6 +486,7 @@ class FrameThread {
   bool final_pass_made_ = false;               // under pass_mutex_: stop() made the last pass
   uint64_t guard_passes_ = 0;                  // under pass_mutex_
   std::atomic<uint64_t> last_pass_end_ns_{0};  // monotonic
+  std::atomic<pid_t> tid_{0};                  // the frame thread's, while it may be in the idle class
   std::thread thread_;
   std::thread guard_;
 };
@@ -580,6 +591,10 @@ void stop_frames() {
   } catch (...) {
     // Exit paths never throw into the job.
   }
+}
+
+void frames_before_process_end() {
+  if (g_frames != nullptr) g_frames->before_process_end();
 }
 
 void frames_fork_prepare() {

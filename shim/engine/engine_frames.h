@@ -27,6 +27,9 @@ struct FramesSetup {
 void start_frames(const FramesSetup& setup);
 // Normal exit: takes what is complete, then stops.
 void stop_frames();
+// The process ends now (_exit on a verdict or a stop): the frame thread leaves the idle class where it may, so that
+// the process is not kept waiting for an idle core to end it (base/thread_class.h).
+void frames_before_process_end();
 // Forked child: forget the parent's thread.
 // fork(): prepare holds the frame thread between passes until parent (or the child's abandon_frames) lets go.
 void frames_fork_prepare();
