@@ -31,7 +31,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 namespace trainscope {
 
@@ -42,6 +44,9 @@ inline int enter_idle_class() {
   param.sched_priority = 0;
   return pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
 }
+
+// The calling thread's kernel id (gettid() itself is glibc 2.30, after the wheel's floor of 2.28).
+inline pid_t this_thread_id() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 // Moves thread `tid` of this process back into the normal class (SCHED_OTHER, nice 0). Returns 0, or the errno of the
 // refusal (EPERM without CAP_SYS_NICE or an RLIMIT_NICE of 20).

@@ -261,7 +261,7 @@ class FrameThread {
     }
     wake_.notify_all();
     if (config_.thread_class == ThreadClass::kIdle) {
-      tid_.store(gettid(), std::memory_order_release);
+      tid_.store(this_thread_id(), std::memory_order_release);
       if (const int refused = enter_idle_class(); refused != 0) {
         // Under the pass's lock, as every allocation of this thread: a fork() waits for it (hold_for_fork).
         std::lock_guard<std::mutex> lock(pass_mutex_);

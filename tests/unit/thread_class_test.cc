@@ -20,7 +20,7 @@ TEST(ThreadClass, AThreadEntersTheIdleClassAndAnotherPutsItBackWhereThePrivilege
   WakeFlag leave;
   std::thread idle([&] {
     entered = enter_idle_class();
-    tid = gettid();
+    tid = this_thread_id();
     leave.wait_for(std::chrono::seconds(30));
   });
   while (tid.load() == 0) std::this_thread::yield();
