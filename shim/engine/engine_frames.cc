@@ -205,8 +205,11 @@ class FrameThread {
     if (tid > 0) (void)leave_idle_class(tid);
   }
 
+  // Forked child: the parent's threads are not here. Their ids are the parent's, so none may be touched from here
+  // (before_process_end would move a thread of another process).
   void abandon() {
-    thread_.detach();
+    tid_.store(0, std::memory_order_release);
+    if (thread_.joinable()) thread_.detach();
     if (guard_.joinable()) guard_.detach();
   }
 
@@ -261,8 +264,9 @@ class FrameThread {
     }
     wake_.notify_all();
     if (config_.thread_class == ThreadClass::kIdle) {
-      tid_.store(this_thread_id(), std::memory_order_release);
-      if (const int refused = enter_idle_class(); refused != 0) {
+      const int refused = enter_idle_class();
+      if (refused == 0) tid_.store(this_thread_id(), std::memory_order_release);  // only once it is idle: see stop()
+      if (refused != 0) {
         // Under the pass's lock, as every allocation of this thread: a fork() waits for it (hold_for_fork).
         std::lock_guard<std::mutex> lock(pass_mutex_);
         log(LogLevel::kInfo,
