@@ -17,14 +17,20 @@ namespace {
 TEST(ThreadClass, AThreadEntersTheIdleClassAndAnotherPutsItBackWhereThePrivilegeAllows) {
   std::atomic<pid_t> tid{0};
   std::atomic<int> entered{-1};
+  WakeFlag started;
   WakeFlag leave;
   std::thread idle([&] {
     entered = enter_idle_class();
     tid = this_thread_id();
+    started.raise();
     leave.wait_for(std::chrono::seconds(30));
   });
-  while (tid.load() == 0) std::this_thread::yield();
-  ASSERT_EQ(entered.load(), 0) << "SCHED_IDLE refused";
+  // Every way out lets the thread go first: a joinable std::thread destroyed would end the test binary.
+  if (!started.wait_for(std::chrono::seconds(30)) || entered.load() != 0) {
+    leave.raise();
+    idle.join();
+    FAIL() << (entered.load() != 0 ? "SCHED_IDLE refused" : "the thread did not start within 30 s");
+  }
   EXPECT_EQ(sched_getscheduler(tid.load()), SCHED_IDLE);
   const int refused = leave_idle_class(tid.load());
   if (refused == 0) {
