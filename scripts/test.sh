@@ -12,6 +12,16 @@ bash scripts/client_wrappers.sh .clients ||
 # between runs; without the package index those tests skip, naming the script.
 bash scripts/torch_env.sh .torch ||
   echo "test: no torch environment; the module-frame tests will skip (run scripts/torch_env.sh .torch)" >&2
+# Those tests run again on each other CPython that torch has a wheel for, each in its .torch-3.N, made while the build
+# runs; where one cannot be made, its tests skip and say why.
+main_torch_version="$(.torch/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+torch_envs_log="$(mktemp)"
+for version in 3.10 3.11 3.12 3.13 3.14; do
+  if [ "$version" != "$main_torch_version" ]; then
+    bash scripts/torch_env.sh ".torch-$version" "$version" || true
+  fi
+done >"$torch_envs_log" 2>&1 &
+torch_envs=$!
 jobs="$(nproc)"
 
 echo "== $(date -u +%T) format check (clang-format)"
@@ -25,6 +35,10 @@ python3 scripts/check_pipes.py
 echo "== $(date -u +%T) build (RelWithDebInfo, -Werror)"
 mkdir -p build-ci
 bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON
+wait "$torch_envs"
+echo "== $(date -u +%T) the torch environments of the other CPython versions (scripts/torch_env.sh)"
+cat "$torch_envs_log"
+rm -f "$torch_envs_log"
 echo "== $(date -u +%T) tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs"
 

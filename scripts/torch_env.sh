@@ -1,37 +1,79 @@
 #!/usr/bin/env bash
 # Makes DEST a virtual environment with PyTorch and transformers from the package index, for the tests of module
-# frames (tests/python/modules): they run real models built from a config, on the CPU, with no weights downloaded.
-# Usage: torch_env.sh DEST      (scripts/test.sh runs it with DEST = .torch of the checkout)
+# frames (tests/integration/module_frames_test.cc): they run real models built from a config, on the CPU, with no
+# weights downloaded.
+# Usage: torch_env.sh DEST [3.N]
+#   Without a version: the first of CPython 3.11, 3.12, 3.13, 3.10 this machine has (the test command's .torch, where
+#   every module-frame test runs). With one: that CPython (the test command's .torch-3.N, one for each version torch
+#   has a wheel for, where the module-frame tests run again).
+# Each CPython gets the newest torch with a wheel for it, pinned here: 3.11-3.14 torch 2.15, 3.10 torch 2.14 (torch 2.15
+# has no wheel for 3.10, and Ubuntu 22.04's Python is 3.10). 3.9 is past its end of life and its last torch is 2.8:
+# not tested.
 # Safe to run again: an environment already at the pinned versions is kept. The index's torch is its CUDA build; it
-# runs on a machine without a GPU, and its nvidia-* dependencies are what it needs to import (about 5 GB, 2 minutes).
-# Without the package index it says so and exits 1; the tests that need torch then skip, naming this script.
+# runs on a machine without a GPU, and its nvidia-* dependencies are what it needs to import (about 5 GB, 2 minutes;
+# pip's cache shares the nvidia-* wheels between the versions).
+# Exits 1 and says why when it makes nothing (no such CPython, no pins for it, no package index); the tests that need
+# that environment then skip, naming this script.
 set -euo pipefail
 dest="$1"
-torch_version=2.15.0
-transformers_version=5.24.0
+wanted="${2:-}"
+
+find_python() {  # find_python 3.N: the executable of CPython 3.N that runs (pyenv's shim of a version that is not
+  local version="$1" candidate pyenv_version  # selected does not), or nothing
+  for candidate in "$(command -v "python$version" || true)" \
+    "$(command -v pyenv >/dev/null && pyenv_version="$(pyenv versions --bare | grep "^$version\." | sort -t. -k3 -n |
+      tail -n 1)" && [ -n "$pyenv_version" ] && echo "$(pyenv prefix "$pyenv_version")/bin/python$version")"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c '' >/dev/null 2>&1; then
+      echo "$candidate"
+      return
+    fi
+  done
+}
+
+python=""
+version=""
+if [ -n "$wanted" ]; then
+  if ! [[ "$wanted" =~ ^3\.[0-9]+$ ]]; then
+    echo "torch_env: '$wanted' is not a CPython version: give it as 3.N (3.10 to 3.14)" >&2
+    exit 2
+  fi
+  version="$wanted"
+  python="$(find_python "$version")"
+  if [ -z "$python" ]; then
+    echo "torch_env: no CPython $version on this machine; its module-frame tests will skip" >&2
+    exit 1
+  fi
+else
+  for candidate in 3.11 3.12 3.13 3.10; do
+    python="$(find_python "$candidate")"
+    if [ -n "$python" ]; then version="$candidate"; break; fi
+  done
+  if [ -z "$python" ]; then
+    echo "torch_env: no CPython 3.10-3.13 here; the module-frame tests will skip" >&2
+    exit 1
+  fi
+fi
+
+case "$version" in
+  3.11 | 3.12 | 3.13 | 3.14) torch_version=2.15.0 transformers_version=5.24.0 ;;
+  3.10) torch_version=2.14.1 transformers_version=5.20.2 ;;
+  *)
+    echo "torch_env: no pinned torch for CPython $version (tested: 3.10 to 3.14; 3.9's last torch is 2.8, past its" \
+      "end of life); its module-frame tests will skip" >&2
+    exit 1
+    ;;
+esac
+want="torch==$torch_version transformers==$transformers_version python$version"
 stamp="$dest/TRAINSCOPE_PINS"
-want="torch==$torch_version transformers==$transformers_version"
 if [ -x "$dest/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-# torch's wheels are for CPython 3.10-3.14: the first of those this machine has.
-python=""
-for version in 3.11 3.12 3.13 3.10; do
-  candidate="$(command -v "python$version" || true)"
-  if [ -z "$candidate" ] && command -v pyenv >/dev/null; then
-    candidate="$(pyenv prefix "$(pyenv versions --bare | grep "^$version\." | sed -n 1p)" 2>/dev/null)/bin/python$version" || true
-  fi
-  if [ -n "$candidate" ] && [ -x "$candidate" ]; then python="$candidate"; break; fi
-done
-if [ -z "$python" ]; then
-  echo "torch_env: no CPython 3.10-3.13 here; the module-frame tests will skip" >&2
-  exit 1
-fi
 rm -rf "$dest"
 "$python" -m venv "$dest"
-echo "torch_env: installing $want into $dest with $python"
+echo "torch_env: installing torch==$torch_version transformers==$transformers_version into $dest with $python"
 if ! "$dest/bin/python" -m pip install --quiet "torch==$torch_version" "transformers==$transformers_version" >&2; then
-  echo "torch_env: could not install $want; the module-frame tests will skip" >&2
+  echo "torch_env: could not install $want; its module-frame tests will skip" >&2
+  rm -rf "$dest"
   exit 1
 fi
 echo "$want" >"$stamp"

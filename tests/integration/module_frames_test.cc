@@ -3,12 +3,15 @@
 // into the interpreter (a sitecustomize on PYTHONPATH) keeps the job's own sitecustomize and costs a process without
 // torch nothing of ours.
 //
-// torch and transformers come from scripts/torch_env.sh (the README's test command runs it); without them the tests
-// that need them skip, naming the script. They run in the plain build only: a sanitizer's runtime preloaded into an
-// uninstrumented interpreter that loads torch's own libraries is slow and proves nothing about our code that the unit
-// tests of the engine's side (engine_module_frames_test.cc) do not.
+// torch and transformers come from scripts/torch_env.sh (the README's test command runs it), in one environment for
+// each CPython torch has a wheel for: every torch test runs on each; where one is missing its tests skip, naming the
+// script. They run in the plain build only: a sanitizer's runtime preloaded into an uninstrumented interpreter that
+// loads torch's own libraries is slow and proves nothing about our code that the unit tests of the engine's side
+// (engine_module_frames_test.cc) do not.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -19,14 +22,54 @@
 namespace trainscope {
 namespace {
 
-std::string torch_python() { return TS_TORCH_PYTHON; }
+// The CPython versions the torch tests run on: each one torch has a wheel for, in an environment of its own that
+// scripts/torch_env.sh makes: .torch (the first of 3.11, 3.12, 3.13, 3.10 found; the benchmark's too) and .torch-3.N
+// for each other version.
+constexpr int kFirstTorchPythonMinor = 10;
+constexpr int kLastTorchPythonMinor = 14;
 
-std::string why_no_torch() {
-  if (sanitized()) return "sanitizer build: the torch jobs run in the plain build";
-  if (!std::filesystem::exists(torch_python()))
-    return "no torch environment at " + torch_python() + " (run scripts/torch_env.sh .torch)";
-  return "";
+// The minor version of .torch's interpreter, 0 where there is none.
+int main_torch_minor() {
+  static const int minor = [] {
+    if (!std::filesystem::exists(TS_TORCH_PYTHON)) return 0;
+    const testing::ProcessResult result =
+        testing::run_process({TS_TORCH_PYTHON, "-c", "import sys; print(sys.version_info[1])"}, plain_python_options());
+    return result.exit_code == 0 ? std::atoi(result.out.c_str()) : 0;
+  }();
+  return minor;
 }
+
+std::string torch_python_for(int minor) {
+  if (minor == main_torch_minor()) return TS_TORCH_PYTHON;
+  return std::string(TS_TORCH_ENV_PREFIX) + "3." + std::to_string(minor) + "/bin/python";
+}
+
+// Why the torch tests of CPython 3.<minor> skip here, "" when they run.
+std::string why_no_torch(int minor) {
+  if (sanitized()) return "sanitizer build: the torch jobs run in the plain build";
+  const std::string python = torch_python_for(minor);
+  if (std::filesystem::exists(python)) return "";
+  const std::string version = "3." + std::to_string(minor);
+  if (!testing::find_python(minor).found) return "CPython " + version + " is not on this machine";
+  const std::string env = std::filesystem::path(python).parent_path().parent_path().string();
+  return "no torch environment for CPython " + version + " at " + env + " (run scripts/torch_env.sh " + env + " " +
+         version + "; it says why where it makes none)";
+}
+
+// The name of a test's CPython in its parameterised name: "Python3_12".
+std::string python_name(int minor) { return "Python3_" + std::to_string(minor); }
+
+// What a test of torch jobs on one CPython holds: that version's interpreter with torch, or why it skips (set_up).
+class TorchTest {
+ protected:
+  bool set_up(int minor) {
+    why_not_ = why_no_torch(minor);
+    python_ = torch_python_for(minor);
+    return why_not_.empty();
+  }
+  std::string python_;
+  std::string why_not_;
+};
 
 testing::ProcessOptions torch_options(const testing::TempDir& dir) {
   testing::ProcessOptions options = python_shim_options(dir);
@@ -36,12 +79,6 @@ testing::ProcessOptions torch_options(const testing::TempDir& dir) {
   options.env["HF_HUB_OFFLINE"] = "1";
   options.timeout_seconds = 240;
   return options;
-}
-
-std::vector<std::string> job(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {torch_python(), python_job("module_overflow_job.py")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
 }
 
 // DUO's dump as it printed it: from "Detected inf/nan" to the last frame (its three closing blank lines left out).
@@ -58,10 +95,17 @@ std::string trainscope_dump(const std::string& text) {
   return start == std::string::npos ? "" : text.substr(start);
 }
 
-class ModuleFrames : public ::testing::TestWithParam<std::string> {
+// The forward tests on two transformers models, on each CPython: the parameter is (minor version, "t5" or "gpt2").
+class ModuleFrames : public ::testing::TestWithParam<std::tuple<int, std::string>>, protected TorchTest {
  protected:
   void SetUp() override {
-    if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
+    if (!set_up(std::get<0>(GetParam()))) GTEST_SKIP() << why_not_;
+  }
+  static std::string model() { return std::get<1>(GetParam()); }
+  std::vector<std::string> job(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {python_, python_job("module_overflow_job.py")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
   }
 };
 
@@ -70,7 +114,7 @@ TEST_P(ModuleFrames, TheDumpOfAnUnmodifiedJobEqualsDebugUnderflowOverflowsLineFo
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";
   plain.timeout_seconds = 240;
-  const testing::ProcessResult duo = testing::run_process(job({"--model", GetParam(), "--duo"}), plain);
+  const testing::ProcessResult duo = testing::run_process(job({"--model", model(), "--duo"}), plain);
   ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
   const std::string expected = duo_dump(duo.out);
   ASSERT_NE(expected, "") << duo.out;
@@ -78,7 +122,7 @@ TEST_P(ModuleFrames, TheDumpOfAnUnmodifiedJobEqualsDebugUnderflowOverflowsLineFo
       << expected;
 
   testing::TempDir dir;
-  const testing::ProcessResult watched = testing::run_process(job({"--model", GetParam()}), torch_options(dir));
+  const testing::ProcessResult watched = testing::run_process(job({"--model", model()}), torch_options(dir));
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   EXPECT_NE(watched.out.find("job: step 3"), std::string::npos) << "the job runs on: " << watched.out;
   int reports = 0;
@@ -89,8 +133,8 @@ TEST_P(ModuleFrames, TheDumpOfAnUnmodifiedJobEqualsDebugUnderflowOverflowsLineFo
   // The summary names the module, as the seed's workflow asks ("now you know where the error occurs").
   const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
   EXPECT_NE(summary.out.find("first inf/nan: batch 2"), std::string::npos) << summary.out;
-  const std::string module = GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear output"
-                                                : "transformer.ln_f LayerNorm output";  // its variance overflows
+  const std::string module = model() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear output"
+                                             : "transformer.ln_f LayerNorm output";  // its variance overflows
   EXPECT_NE(summary.out.find(module), std::string::npos) << summary.out;
   EXPECT_EQ(summary.out.find("called NCCL but made no communicator"), std::string::npos)
       << "module frames are not NCCL calls: " << summary.out;
@@ -101,10 +145,10 @@ TEST_P(ModuleFrames, ARegexKeepsTheFramesOfMatchingModulesAndTheBatchesOfTheRoot
   testing::ProcessOptions options = torch_options(dir);
   // The module where the first inf/nan appears is matched (GPT-2's: its final layer norm), and others.
   const std::vector<std::string> words =
-      GetParam() == "t5" ? std::vector<std::string>{"DenseReluDense"} : std::vector<std::string>{"mlp", "ln_f"};
-  const std::string pattern = GetParam() == "t5" ? "DenseReluDense" : "mlp|ln_f";
+      model() == "t5" ? std::vector<std::string>{"DenseReluDense"} : std::vector<std::string>{"mlp", "ln_f"};
+  const std::string pattern = model() == "t5" ? "DenseReluDense" : "mlp|ln_f";
   options.env["TRAINSCOPE_WATCH"] = "modules:" + pattern;
-  const testing::ProcessResult watched = testing::run_process(job({"--model", GetParam()}), options);
+  const testing::ProcessResult watched = testing::run_process(job({"--model", model()}), options);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   const std::string text = report(dir, "nonfinite-");
   ASSERT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text << watched.err;
@@ -137,8 +181,8 @@ TEST_P(ModuleFrames, ATracedBatchShowsDuosTraceFrames) {
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";
   plain.timeout_seconds = 240;
-  const testing::ProcessResult duo = testing::run_process(
-      job({"--model", GetParam(), "--duo", "--trace-batches", "1", "--overflow-batch", "99"}), plain);
+  const testing::ProcessResult duo =
+      testing::run_process(job({"--model", model(), "--duo", "--trace-batches", "1", "--overflow-batch", "99"}), plain);
   ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
   const std::vector<std::string> expected = lines_between(duo.out, "*** Starting batch number=1 ***", "job: step 1");
   ASSERT_GT(expected.size(), 10u) << duo.out;
@@ -147,7 +191,7 @@ TEST_P(ModuleFrames, ATracedBatchShowsDuosTraceFrames) {
   testing::ProcessOptions options = torch_options(dir);
   options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
   const testing::ProcessResult watched =
-      testing::run_process(job({"--model", GetParam(), "--overflow-batch", "99"}), options);
+      testing::run_process(job({"--model", model(), "--overflow-batch", "99"}), options);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   // The same lines (trainscope's trace starts its batch with one blank line where DUO prints two).
   std::string trace;  // its twin is a .jsonl stream, not the .json report() expects
@@ -162,7 +206,7 @@ TEST_P(ModuleFrames, AbortAfterBatchStopsTheRankAtTheFirstModuleOfTheNextBatch) 
   testing::ProcessOptions options = torch_options(dir);
   options.env["TRAINSCOPE_ABORT_AFTER_BATCH"] = "1";
   const testing::ProcessResult watched =
-      testing::run_process(job({"--model", GetParam(), "--overflow-batch", "99"}), options);
+      testing::run_process(job({"--model", model(), "--overflow-batch", "99"}), options);
   // Batch 1 runs whole (its backward and optimizer step: "job: step 1" is printed), batch 2 never starts.
   EXPECT_EQ(watched.exit_code, 87) << watched.out << watched.err;
   EXPECT_NE(watched.out.find("job: step 1 "), std::string::npos) << watched.out;
@@ -183,7 +227,7 @@ TEST_P(ModuleFrames, BackwardFramesLeaveTheTrainingBitwiseUnchanged) {
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";
   plain.timeout_seconds = 240;
-  const std::vector<std::string> args = {"--model", GetParam(), "--overflow-batch", "99", "--digest"};
+  const std::vector<std::string> args = {"--model", model(), "--overflow-batch", "99", "--digest"};
   const testing::ProcessResult unwatched = testing::run_process(job(args), plain);
   ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
   ASSERT_EQ(digests(unwatched.out).size(), 4u) << unwatched.out;
@@ -202,24 +246,29 @@ TEST_P(ModuleFrames, BackwardFramesLeaveTheTrainingBitwiseUnchanged) {
     if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
       trace = testing::read_file(entry.path());
   const std::string layer =
-      GetParam() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear" : "transformer.h.1.mlp.c_proj Conv1D";
+      model() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear" : "transformer.h.1.mlp.c_proj Conv1D";
   EXPECT_NE(trace.find("                  " + layer + " (backward)\n"), std::string::npos) << trace;
   EXPECT_NE(trace.find(" grad_output\n"), std::string::npos);
   EXPECT_NE(trace.find(" grad_input[0]\n"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames, ::testing::Values("t5", "gpt2"),
-                         [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames,
+                         ::testing::Combine(::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
+                                            ::testing::Values("t5", "gpt2")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& param_info) {
+                           return python_name(std::get<0>(param_info.param)) + "_" + std::get<1>(param_info.param);
+                         });
 
 // ---- Backward frames (TRAINSCOPE_WATCH=modules,backward) on a small fp32 model ---------------------------------
 
-class ModuleBackwardFrames : public ::testing::Test {
+// The parameter is the minor version of CPython.
+class ModuleBackwardFrames : public ::testing::TestWithParam<int>, protected TorchTest {
  protected:
   void SetUp() override {
-    if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
+    if (!set_up(GetParam())) GTEST_SKIP() << why_not_;
   }
-  static std::vector<std::string> backward_job(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {torch_python(), python_job("module_backward_job.py")};
+  std::vector<std::string> backward_job(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {python_, python_job("module_backward_job.py")};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
@@ -230,7 +279,7 @@ class ModuleBackwardFrames : public ::testing::Test {
   }
 };
 
-TEST_F(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
+TEST_P(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
   testing::TempDir dir;
   const testing::ProcessResult watched = testing::run_process(backward_job({"--digest"}), backward_options(dir));
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
@@ -257,7 +306,7 @@ TEST_F(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
   EXPECT_EQ(watched.out, unwatched.out);
 }
 
-TEST_F(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
+TEST_P(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
   testing::TempDir dir;
   const testing::ProcessResult watched =
       testing::run_process(backward_job({"--grad-scaler", "--digest"}), backward_options(dir));
@@ -289,7 +338,7 @@ TEST_F(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
   EXPECT_EQ(watched.out, unwatched.out);
 }
 
-TEST_F(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) {
+TEST_P(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) {
   testing::TempDir dir;
   testing::ProcessOptions options = torch_options(dir);  // modules only
   const testing::ProcessResult watched = testing::run_process(backward_job({}), options);
@@ -300,11 +349,10 @@ TEST_F(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) 
   EXPECT_EQ(text.find("(backward)"), std::string::npos) << text;
 }
 
-TEST_F(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsToldOnce) {
+TEST_P(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsToldOnce) {
   testing::TempDir dir;
   // Warnings as errors: nothing of ours may warn through Python's warnings (torch warns of global hooks).
-  const std::vector<std::string> argv = {torch_python(), "-W", "error::UserWarning",
-                                         python_job("module_compile_job.py")};
+  const std::vector<std::string> argv = {python_, "-W", "error::UserWarning", python_job("module_compile_job.py")};
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";
   plain.env["TORCHINDUCTOR_CACHE_DIR"] = dir.path() + "/inductor-plain";
@@ -328,15 +376,15 @@ TEST_F(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsTold
 
 // ---- A 2-rank DDP job (gloo) under trainscope run ----------------------------------------------------------------
 
-TEST_F(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {
+TEST_P(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {
   testing::TempDir dir;
   testing::ProcessOptions options = torch_options(dir);
   options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run preloads the library into the job
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
   options.timeout_seconds = 300;
   const testing::ProcessResult run = testing::run_process(
-      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "job", "--library", TS_SHIM, "--", torch_python(),
-       "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job("module_ddp_job.py")},
+      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "job", "--library", TS_SHIM, "--", python_, "-m",
+       "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job("module_ddp_job.py")},
       options);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   // Rank 1's module made the inf in batch 2; rank 0 saw it only in batch 3, through the gradients' all-reduce.
@@ -357,6 +405,10 @@ TEST_F(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeT
   EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank1.txt").find("Detected inf/nan during batch_number=2\n"),
             std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Python, ModuleBackwardFrames,
+                         ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
+                         [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
 
 // ---- The way in, on every CPython present (no torch needed) ---------------------------------------------------
 
