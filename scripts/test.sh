@@ -8,6 +8,9 @@ bash scripts/setup.sh
 # the tests need them, so the demo does not download their wheels. Without the package index those tests skip.
 bash scripts/client_wrappers.sh .clients ||
   echo "test: the client wrappers are missing; their tests will skip (run scripts/client_wrappers.sh .clients)" >&2
+# nccl4py and CuPy, whose compiled bindings tests/clients runs unchanged: a venv for each CPython 3.10-3.13 found.
+bash scripts/client_packages.sh .clients ||
+  echo "test: the client packages are missing; their tests will skip (run scripts/client_packages.sh .clients)" >&2
 # PyTorch and transformers for the module-frame tests (tests/integration/module_frames_test.cc): a venv kept in .torch
 # between runs; without the package index those tests skip, naming the script.
 bash scripts/torch_env.sh .torch ||

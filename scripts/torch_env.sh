@@ -18,17 +18,7 @@ set -euo pipefail
 dest="$1"
 wanted="${2:-}"
 
-find_python() {  # find_python 3.N: the executable of CPython 3.N that runs (pyenv's shim of a version that is not
-  local version="$1" candidate pyenv_version  # selected does not), or nothing
-  for candidate in "$(command -v "python$version" || true)" \
-    "$(command -v pyenv >/dev/null && pyenv_version="$(pyenv versions --bare | grep "^$version\." | sort -t. -k3 -n |
-      tail -n 1)" && [ -n "$pyenv_version" ] && echo "$(pyenv prefix "$pyenv_version")/bin/python$version")"; do
-    if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c '' >/dev/null 2>&1; then
-      echo "$candidate"
-      return
-    fi
-  done
-}
+source "$(dirname "$0")/find_python.sh"
 
 python=""
 version=""

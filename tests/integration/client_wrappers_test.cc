@@ -13,8 +13,6 @@
 #include <tuple>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "integration_helpers.h"
 #include "python_helpers.h"
 #include "support/python_interpreters.h"
@@ -75,29 +73,6 @@ std::vector<std::string> client_job(const FoundPython& python, const Client& cli
 }
 
 ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
-
-// Each rank's recorded calls, op by op, and the Python frame (innermost) of every one of `op`.
-struct RecordedRank {
-  std::map<std::string, int> calls;
-  std::vector<json> frames_of_op;
-};
-
-std::vector<RecordedRank> recorded(const TempDir& dir, const std::string& op) {
-  const ProcessResult listed = testing::run_process({TS_TOOL, "report", run_dir(dir), "--json", "--last", "200"});
-  EXPECT_EQ(listed.exit_code, 0) << listed.err;
-  std::vector<RecordedRank> ranks;
-  if (listed.exit_code != 0) return ranks;
-  const json report_json = json::parse(listed.out);
-  for (const json& rank : report_json["ranks"]) {
-    RecordedRank out;
-    for (const json& call : rank["records"]) {
-      ++out.calls[call["op"].get<std::string>()];
-      if (call["op"] == op) out.frames_of_op.push_back(call["python"]);
-    }
-    ranks.push_back(out);
-  }
-  return ranks;
-}
 
 class ClientWrappers : public ::testing::TestWithParam<std::tuple<Client, int>> {
  protected:
@@ -181,13 +156,7 @@ TEST(ClientWrapperFaults, ACountMismatchThroughEachWrapperGetsTheMismatchVerdict
         shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
-    int reports = 0;
-    const std::string text = report(dir, "mismatch-", &reports);
-    ASSERT_EQ(reports, 1) << run.err;
-    EXPECT_NE(text.find("  - Process 0: [" + std::to_string(kCount) + "] float32 sum\n"), std::string::npos) << text;
-    EXPECT_NE(text.find("  - Process 1: [" + std::to_string(kCount / 2) + "] float32 sum\n"), std::string::npos)
-        << text;
-    EXPECT_NE(text.find("File \"" + wrapper_of(client) + "\", line "), std::string::npos) << text;
+    expect_half_count_mismatch_report(dir, kCount, wrapper_of(client));
   }
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }

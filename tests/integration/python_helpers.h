@@ -1,12 +1,15 @@
 // Shared by the tests that run the Python jobs of tests/programs/python: where they are, a launch command, a clean
-// Python environment, a renamed copy of the stand-in NCCL.
+// Python environment, a renamed copy of the stand-in NCCL, the calls a run recorded, its mismatch report.
 #pragma once
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "integration_helpers.h"
 #include "support/python_interpreters.h"
@@ -106,6 +109,41 @@ inline std::string renamed_copy(const testing::TempDir& dir) {
   std::filesystem::copy_file(std::string(TS_FAKE_NCCL_DIR) + "/libnccl.so.2", copy,
                              std::filesystem::copy_options::overwrite_existing);
   return copy;
+}
+
+// Each rank's recorded calls, op by op, and the Python frame (innermost) of every one of `op`.
+struct RecordedRank {
+  std::map<std::string, int> calls;
+  std::vector<nlohmann::json> frames_of_op;
+};
+
+inline std::vector<RecordedRank> recorded(const testing::TempDir& dir, const std::string& op) {
+  const testing::ProcessResult listed =
+      testing::run_process({TS_TOOL, "report", run_dir(dir), "--json", "--last", "200"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  std::vector<RecordedRank> ranks;
+  if (listed.exit_code != 0) return ranks;
+  const nlohmann::json report_json = nlohmann::json::parse(listed.out);
+  for (const nlohmann::json& rank : report_json["ranks"]) {
+    RecordedRank out;
+    for (const nlohmann::json& call : rank["records"]) {
+      ++out.calls[call["op"].get<std::string>()];
+      if (call["op"] == op) out.frames_of_op.push_back(call["python"]);
+    }
+    ranks.push_back(out);
+  }
+  return ranks;
+}
+
+// The run in `dir` holds one mismatch report: process 0 all-reduced `count` float32 elements, process 1 half of them,
+// and the stacks name `file` (the Python file whose line made the call).
+inline void expect_half_count_mismatch_report(const testing::TempDir& dir, int count, const std::string& file) {
+  int reports = 0;
+  const std::string text = report(dir, "mismatch-", &reports);
+  ASSERT_EQ(reports, 1);
+  EXPECT_NE(text.find("  - Process 0: [" + std::to_string(count) + "] float32 sum\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  - Process 1: [" + std::to_string(count / 2) + "] float32 sum\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("File \"" + file + "\", line "), std::string::npos) << text;
 }
 
 }  // namespace trainscope

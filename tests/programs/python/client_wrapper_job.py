@@ -8,12 +8,11 @@ LIBRARY the NCCL it loads, as NCCLLibrary(so_file=LIBRARY) (VLLM_NCCL_SO_PATH / 
 The wrapper's imports come from tests/clients/stand_ins (a stand-in torch, and vLLM's few modules), put first on
 sys.path here. Under ts-launch: rank 0's ncclUniqueId, made by the wrapper, is relayed to the others.
 
-Each step, on float32 host buffers of N elements (N a multiple of the world size): all-reduce (sum), broadcast
-(root = step % world), all-gather, reduce-scatter (sum), reduce (sum, root 0), and a ring send/recv in a group;
-every result is checked against the value it must have. Around the loop, what each client adds: vLLM suspends and
-resumes the communicator (ncclCommSuspend/ncclCommResume, which its wrapper requires of the library) and registers a
-window; SGLang creates the communicator with ncclCommInitRankConfig (its own, newer ncclConfig_t), allocates with
-ncclMemAlloc and registers a window on that memory.
+Each step is collective_steps.py's: six collectives, every result checked. Around the loop, what each client adds:
+vLLM suspends and resumes the communicator (ncclCommSuspend/ncclCommResume, which its wrapper requires of the library)
+and registers a window on the buffer the collectives receive into; SGLang creates the communicator with
+ncclCommInitRankConfig (its own, newer ncclConfig_t), allocates with ncclMemAlloc and registers a window on that
+memory.
 Output, one line per rank: "rank R: CLIENT's pynccl_wrapper, NCCL VERSION, S steps of N, digest D".
 --fault half-count: rank R all-reduces N/2 elements at step S, a count mismatch (without trainscope it waits forever,
 as on real NCCL). A wrong result exits 3 with "test program: WHAT failed (STEP)" on stderr, as the other jobs.
@@ -28,6 +27,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, "..", "..", "clients", "stand_ins"))
 
+import collective_steps  # noqa: E402
 import nccl_ctypes as nc  # noqa: E402
 import torch  # noqa: E402  (the stand-in of tests/clients/stand_ins)
 
@@ -69,12 +69,32 @@ def load_wrapper(client, path):
     return module
 
 
-def expect(buffer, value, what, step, first=0, count=None):
-    count = len(buffer) - first if count is None else count
-    for i in range(first, first + count):
-        if buffer[i] != value:
-            sys.stderr.write("%s: element %d is %r, not %r\n" % (what, i, buffer[i], value))
-            nc.fail(what, step)
+class WrapperClient:
+    """The wrapper's NCCLLibrary as collective_steps.run drives a client: its methods, with its own enum values."""
+
+    def __init__(self, lib, comm, float32, total, stream):
+        self.lib, self.comm, self.float32, self.sum, self.stream = lib, comm, float32, total, stream
+
+    def all_reduce(self, send, recv, count):
+        self.lib.ncclAllReduce(send, recv, count, self.float32, self.sum, self.comm, self.stream)
+
+    def broadcast(self, send, recv, count, root):
+        self.lib.ncclBroadcast(send, recv, count, self.float32, root, self.comm, self.stream)
+
+    def all_gather(self, send, recv, count):
+        self.lib.ncclAllGather(send, recv, count, self.float32, self.comm, self.stream)
+
+    def reduce_scatter(self, send, recv, count):
+        self.lib.ncclReduceScatter(send, recv, count, self.float32, self.sum, self.comm, self.stream)
+
+    def reduce(self, send, recv, count, root):
+        self.lib.ncclReduce(send, recv, count, self.float32, self.sum, root, self.comm, self.stream)
+
+    def exchange(self, send, recv, count, to, source):
+        self.lib.ncclGroupStart()
+        self.lib.ncclSend(send, count, self.float32, to, self.comm, self.stream)
+        self.lib.ncclRecv(recv, count, self.float32, source, self.comm, self.stream)
+        self.lib.ncclGroupEnd()
 
 
 def main(argv):
@@ -103,12 +123,7 @@ def main(argv):
     float32 = wrapper.ncclDataTypeEnum.from_torch(torch.float32)
     total = wrapper.ncclRedOpTypeEnum.from_torch(torch.distributed.ReduceOp.SUM)
     stream = wrapper.cudaStream_t()
-    chunk = count // world
-    send = (ctypes.c_float * count)()
     recv = (ctypes.c_float * count)()
-    small = (ctypes.c_float * chunk)()
-    peer_in = (ctypes.c_float * chunk)()
-    h = nc.FNV_OFFSET
 
     if client == "vllm" and lib.has_symbol("ncclCommSuspend"):
         lib.ncclCommSuspend(comm, NCCL_SUSPEND_MEM)  # vLLM's sleep mode: the communicator's memory is let go...
@@ -119,41 +134,7 @@ def main(argv):
         device_memory = lib.ncclMemAlloc(ctypes.sizeof(recv))
         window = lib.ncclCommWindowRegister(comm, device_memory, ctypes.sizeof(recv), NCCL_WIN_COLL_SYMMETRIC)
 
-    for step in range(options["steps"]):
-        faulty = options["fault"] == "half-count" and rank == options["rank"] and step == options["step"]
-        send[:] = [float((rank + 1) * (step + 1))] * count
-        n = count // 2 if faulty else count
-        lib.ncclAllReduce(ctypes.addressof(send), ctypes.addressof(recv), n, float32, total, comm, stream)
-        expect(recv, float((step + 1) * world * (world + 1) // 2), "all-reduce", step, 0, n)
-        h = nc.digest(recv, h)
-
-        root = step % world
-        send[:] = [float(100 + step) if rank == root else 0.0] * count
-        lib.ncclBroadcast(ctypes.addressof(send), ctypes.addressof(recv), count, float32, root, comm, stream)
-        expect(recv, float(100 + step), "broadcast", step)
-
-        small[:] = [float(rank + step)] * chunk
-        lib.ncclAllGather(ctypes.addressof(small), ctypes.addressof(recv), chunk, float32, comm, stream)
-        for r in range(world):
-            expect(recv, float(r + step), "all-gather", step, r * chunk, chunk)
-        h = nc.digest(recv, h)
-
-        send[:] = [float(rank + 1)] * count
-        lib.ncclReduceScatter(ctypes.addressof(send), ctypes.addressof(small), chunk, float32, total, comm, stream)
-        expect(small, float(world * (world + 1) // 2), "reduce-scatter", step)
-
-        send[:] = [float(rank)] * count
-        lib.ncclReduce(ctypes.addressof(send), ctypes.addressof(recv), count, float32, total, 0, comm, stream)
-        if rank == 0:
-            expect(recv, float(world * (world - 1) // 2), "reduce", step)
-
-        small[:] = [float(rank * 10 + step)] * chunk
-        lib.ncclGroupStart()
-        lib.ncclSend(ctypes.addressof(small), chunk, float32, (rank + 1) % world, comm, stream)
-        lib.ncclRecv(ctypes.addressof(peer_in), chunk, float32, (rank - 1) % world, comm, stream)
-        lib.ncclGroupEnd()
-        expect(peer_in, float(((rank - 1) % world) * 10 + step), "send/recv", step)
-        h = nc.digest(peer_in, h)
+    h = collective_steps.run(WrapperClient(lib, comm, float32, total, stream), options, world, rank, recv)
 
     lib.ncclCommWindowDeregister(comm, window)
     if client == "sglang":
