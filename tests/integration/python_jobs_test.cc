@@ -253,11 +253,13 @@ TEST_P(PythonStacks, AThreadHoldingTheGilDoesNotHangTheJobAndTheLineIsStillKnown
 
 INSTANTIATE_TEST_SUITE_P(Versions, PythonStacks, TS_EVERY_PYTHON);
 
-// A Python the stack reader does not support (3.8 and older): the report says why it has no Python stack, and the
-// native one is still there.
-TEST(PythonStacksUnsupported, TheReportSaysWhyThereIsNoPythonStack) {
-  const FoundPython python = testing::find_python(8);
-  if (!python.found) GTEST_SKIP() << "Python 3.8 not found on this machine";
+// A Python the stack reader does not support (3.6 to 3.8, each found): the job runs under the shim and gets its
+// verdict, the report says why it has no Python stack, and the native one is still there.
+class PythonStacksUnsupported : public ::testing::TestWithParam<int> {};
+
+TEST_P(PythonStacksUnsupported, TheReportSaysWhyThereIsNoPythonStack) {
+  const FoundPython python = testing::find_python(GetParam());
+  if (!python.found) GTEST_SKIP() << "Python " << python.version << " not found on this machine";
   TempDir dir;
   const ProcessResult run = testing::run_process(launch(2, 60,
                                                         {python.path, python_job("forward_backward_job.py"), "--fault",
@@ -265,11 +267,18 @@ TEST(PythonStacksUnsupported, TheReportSaysWhyThereIsNoPythonStack) {
                                                  shim_options(dir));
   EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
   const std::string text = report(dir, "mismatch-");
-  EXPECT_NE(text.find("    (Python stack not captured: Python 3.8 is not supported by this trainscope (3.9 to 3.13))\n"
+  EXPECT_NE(text.find("    (Python stack not captured: Python " + python.version +
+                      " is not supported by this trainscope (3.9 to 3.13))\n"
                       "    #0 "),
             std::string::npos)
       << text;
 }
+
+// The test jobs are Python 3 programs: 2.7 runs none of them (the stack reader's own tests refuse it).
+INSTANTIATE_TEST_SUITE_P(Versions, PythonStacksUnsupported, ::testing::Range(6, 9),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                           return "Python3_" + std::to_string(param_info.param);
+                         });
 
 // ---- every way of reaching NCCL ----
 
