@@ -374,6 +374,34 @@ TEST_P(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsTold
   EXPECT_EQ(watched.err.find("failed"), std::string::npos) << watched.err;
 }
 
+// A DataLoader with worker processes, forked (with the engine) or spawned (new interpreters that import torch, and so
+// our hooks): the job prints and ends as without trainscope; the workers neither fail nor hold the job up.
+// (forkserver's workers are spawned interpreters too.)
+TEST_P(ModuleBackwardFrames, ADataLoaderWithWorkerProcessesRunsAsWithoutTrainscope) {
+  for (const char* start : {"fork", "spawn"}) {
+    SCOPED_TRACE(start);
+    const std::vector<std::string> argv = {python_, python_job("module_dataloader_job.py"), "--start", start};
+    testing::ProcessOptions plain = plain_python_options();
+    plain.env["OMP_NUM_THREADS"] = "1";
+    plain.timeout_seconds = 120;
+    const testing::ProcessResult unwatched = testing::run_process(argv, plain);
+    ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+    ASSERT_NE(unwatched.out.find("job: done\n"), std::string::npos) << unwatched.out;
+
+    testing::TempDir dir;
+    testing::ProcessOptions options = backward_options(dir);
+    options.timeout_seconds = 120;
+    const testing::ProcessResult watched = testing::run_process(argv, options);
+    EXPECT_FALSE(watched.timed_out);
+    EXPECT_EQ(watched.exit_code, 0) << watched.err;
+    EXPECT_EQ(watched.out, unwatched.out);
+    EXPECT_EQ(watched.err.find("Traceback"), std::string::npos) << watched.err;
+    EXPECT_EQ(watched.err.find("module frames:"), std::string::npos) << "the hooks stood down: " << watched.err;
+    const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+    EXPECT_NE(summary.out.find("nothing went wrong"), std::string::npos) << summary.out;
+  }
+}
+
 // ---- A 2-rank DDP job (gloo) under trainscope run ----------------------------------------------------------------
 
 TEST_P(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {
