@@ -4,7 +4,9 @@ Every torch.nn.Module forward becomes a frame in the format of transformers' Deb
 names the module by its qualified name in its root's named_modules() and its class; the rows are its own parameters,
 then its positional inputs, then its outputs, labelled as DUO labels them. A root is a module whose forward runs
 while no other module's forward runs on the thread; while a root runs only modules of its tree make frames (DUO hooks
-the tree it is given: a loss module created inside a forward is in no tree). The root's forward ends a batch.
+the tree it is given: a loss module created inside a forward is in no tree). The model's forward (the root with the
+largest tree) ends a batch; a module of its tree run alone (activation checkpointing's recompute) keeps its name in
+it.
 
 Statistics are trainscope's, never torch's: each tensor goes to libtrainscope.so as its address, element count, type,
 sizes, strides, device and stream, in one call per frame (shim/module_frame_abi.h). A host tensor is read there, a
@@ -32,6 +34,10 @@ import weakref
 _VERSION = 1
 _ROOT, _BACKWARD, _STEP_SKIPPED = 1, 2, 4
 _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
+
+
+def _no_module():
+    return None
 
 
 def _warn(text):
@@ -112,6 +118,7 @@ class _Hooks:
         # The root whose forward ends a batch is the one with the largest tree seen: the model, not a loss module
         # called beside it (DUO counts the batches of the model it is given).
         self._batch_root_size = 0
+        self._batch_root = _no_module  # weakref.ref of that root once it has run
 
     @staticmethod
     def _dtype_codes(torch):
@@ -202,17 +209,28 @@ class _Hooks:
                 top = stack[-1]
                 running = _Running(module, top.root, top.names)
             else:
-                names = self._names.get(module)
-                if names is None:
-                    names = {m: name for name, m in module.named_modules()}
-                    self._names[module] = names
-                running = _Running(module, module, names)
+                running = self._new_root(module)
             stack.append(running)
             if self._backward:
                 self._watch_inputs(running, args)
         except Exception as error:
             self._stop("the forward pre-hook failed (%r)" % (error,))
         return None
+
+    def _new_root(self, module):
+        """A module whose forward runs while no other module's does. One of the model's own modules run alone (the
+        recomputed forward of activation checkpointing, during the backward and maybe on autograd's thread; or the
+        job calling model.lm_head itself) keeps its name in the model: it is neither a root nor named from itself."""
+        model = self._batch_root()
+        if model is not None and model is not module:
+            model_names = self._names.get(model)
+            if model_names is not None and module in model_names:
+                return _Running(module, model, model_names)
+        names = self._names.get(module)
+        if names is None:
+            names = {m: name for name, m in module.named_modules()}
+            self._names[module] = names
+        return _Running(module, module, names)
 
     def _watched_name(self, module, names):
         """The module's qualified name when it gets frames (in the running root's tree, and watched), else None."""
@@ -277,6 +295,8 @@ class _Hooks:
             batch_root = module is running.root and len(running.names) >= self._batch_root_size
             if batch_root:
                 self._batch_root_size = len(running.names)
+                if self._batch_root() is not module:
+                    self._batch_root = weakref.ref(module)
             if watched or batch_root:
                 self._frame(module, name, args, output, batch_root, watched)
             if running.gradients is not None:

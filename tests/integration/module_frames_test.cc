@@ -8,6 +8,7 @@
 // script. They run in the plain build only: a sanitizer's runtime preloaded into an uninstrumented interpreter that
 // loads torch's own libraries is slow and proves nothing about our code that the unit tests of the engine's side
 // (engine_module_frames_test.cc) do not.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -163,6 +164,15 @@ TEST_P(ModuleFrames, ARegexKeepsTheFramesOfMatchingModulesAndTheBatchesOfTheRoot
   EXPECT_GT(headers, 0) << text;
 }
 
+// The text of the run's trace (TRAINSCOPE_TRACE_BATCHES): its twin is a .jsonl stream, not the .json report() expects.
+std::string trace_text(const testing::TempDir& dir) {
+  std::string trace;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
+    if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
+      trace = testing::read_file(entry.path());
+  return trace;
+}
+
 // The non-blank lines of `text` from the first line holding `from` to the line before the first holding `to` ("":
 // to the end).
 std::vector<std::string> lines_between(const std::string& text, const std::string& from, const std::string& to) {
@@ -194,10 +204,7 @@ TEST_P(ModuleFrames, ATracedBatchShowsDuosTraceFrames) {
       testing::run_process(job({"--model", model(), "--overflow-batch", "99"}), options);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   // The same lines (trainscope's trace starts its batch with one blank line where DUO prints two).
-  std::string trace;  // its twin is a .jsonl stream, not the .json report() expects
-  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
-    if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
-      trace = testing::read_file(entry.path());
+  const std::string trace = trace_text(dir);
   EXPECT_EQ(lines_between(trace, "*** Starting batch number=1 ***", ""), expected);
 }
 
@@ -241,10 +248,7 @@ TEST_P(ModuleFrames, BackwardFramesLeaveTheTrainingBitwiseUnchanged) {
   EXPECT_EQ(digests(watched.out), digests(unwatched.out));
   EXPECT_EQ(watched.err.find("module frames:"), std::string::npos) << "the hooks stood down: " << watched.err;
   // The traced batch holds the modules' gradients, named like their forwards.
-  std::string trace;
-  for (const auto& entry : std::filesystem::directory_iterator(run_dir(dir)))
-    if (entry.path().filename().string().rfind("trace-", 0) == 0 && entry.path().extension() == ".txt")
-      trace = testing::read_file(entry.path());
+  const std::string trace = trace_text(dir);
   const std::string layer =
       model() == "t5" ? "encoder.block.1.layer.1.DenseReluDense.wo Linear" : "transformer.h.1.mlp.c_proj Conv1D";
   EXPECT_NE(trace.find("                  " + layer + " (backward)\n"), std::string::npos) << trace;
@@ -258,6 +262,80 @@ INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames,
                          [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& param_info) {
                            return python_name(std::get<0>(param_info.param)) + "_" + std::get<1>(param_info.param);
                          });
+
+// ---- Activation checkpointing: the model's blocks run their forward again, alone, during the backward ------------
+
+// The parameter is the minor version of CPython; the model is GPT-2, whose blocks transformers checkpoints.
+class ModuleCheckpointing : public ::testing::TestWithParam<int>, protected TorchTest {
+ protected:
+  void SetUp() override {
+    if (!set_up(GetParam())) GTEST_SKIP() << why_not_;
+  }
+  std::vector<std::string> job(const std::string& mode, const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {
+        python_, python_job("module_overflow_job.py"), "--model", "gpt2", "--checkpointing", mode};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+};
+
+// The headers of a trace or dump: the module names, as "name Class".
+std::vector<std::string> frame_headers(const std::vector<std::string>& lines) {
+  std::vector<std::string> headers;
+  for (const std::string& line : lines)
+    if (line.rfind("                  ", 0) == 0 && line.find("***") == std::string::npos)
+      headers.push_back(line.substr(18));
+  return headers;
+}
+
+TEST_P(ModuleCheckpointing, TheRecomputedBlocksKeepTheirNamesInTheModelAndEndNoBatch) {
+  // Reentrant: the recomputed forwards are whole, as DUO sees them: the traced batch (batch 0's backward, with its
+  // recomputed blocks, then batch 1's forward) equals DUO's line for line.
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 240;
+  const testing::ProcessResult duo =
+      testing::run_process(job("reentrant", {"--duo", "--trace-batches", "1", "--overflow-batch", "99"}), plain);
+  ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
+  std::vector<std::string> expected;
+  for (const std::string& line : lines_between(duo.out, "*** Starting batch number=1 ***", "job: step 1"))
+    if (line.rfind("job: ", 0) != 0) expected.push_back(line);  // the job's own "step 0" line, printed meanwhile
+  const std::vector<std::string> expected_headers = frame_headers(expected);
+  ASSERT_NE(std::find(expected_headers.begin(), expected_headers.end(), "transformer.h.1.mlp.c_proj Conv1D"),
+            expected_headers.end());
+
+  for (const std::string mode : {"reentrant", "non-reentrant"}) {
+    SCOPED_TRACE(mode);
+    testing::TempDir dir;
+    testing::ProcessOptions options = torch_options(dir);
+    options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
+    const testing::ProcessResult watched = testing::run_process(job(mode, {"--overflow-batch", "99"}), options);
+    ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+    const std::string trace = trace_text(dir);
+    const std::vector<std::string> traced = lines_between(trace, "*** Starting batch number=1 ***", "");
+    if (mode == "reentrant") {
+      EXPECT_EQ(traced, expected);
+    }
+    // Non-reentrant recomputation stops once it has what the backward needs (DUO's own autograd ops move that point,
+    // so its frames are no reference there): every recomputed frame still has its name in the model.
+    const std::vector<std::string> headers = frame_headers(traced);
+    EXPECT_GT(headers.size(), 40u) << trace;
+    for (const std::string& header : headers)
+      EXPECT_TRUE(header.rfind("transformer", 0) == 0 || header.rfind("lm_head ", 0) == 0 ||
+                  header == " GPT2LMHeadModel")
+          << "a frame named outside the model: " << header;
+  }
+
+  // The batches are the model's: an inf made before batch 2 is in batch 2, as without checkpointing.
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(job("reentrant", {}), torch_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number=2\n"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Python, ModuleCheckpointing,
+                         ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
+                         [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
 
 // ---- Backward frames (TRAINSCOPE_WATCH=modules,backward) on a small fp32 model ---------------------------------
 

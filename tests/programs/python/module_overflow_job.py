@@ -5,7 +5,10 @@ Run unmodified under TRAINSCOPE_WATCH=modules, or with --duo to attach transform
 own tool) to the same model: the frames of both are compared by tests/integration/module_frames_test.cc.
 
   module_overflow_job.py --model t5|gpt2 [--duo] [--steps N] [--overflow-batch B] [--trace-batches 1,2]
-                         [--abort-after-batch N] [--scale S] [--digest]
+                         [--abort-after-batch N] [--scale S] [--digest] [--checkpointing reentrant|non-reentrant]
+
+--checkpointing: activation checkpointing (transformers' gradient_checkpointing_enable, torch.utils.checkpoint with
+use_reentrant True or False): each block's forward runs again during the backward, alone.
 """
 
 import argparse
@@ -53,12 +56,16 @@ def main():
     parser.add_argument("--trace-batches", default="")
     parser.add_argument("--abort-after-batch", type=int, default=None)
     parser.add_argument("--digest", action="store_true", help="print a digest of the weights and gradients each step")
+    parser.add_argument("--checkpointing", choices=["reentrant", "non-reentrant"], default=None)
     args = parser.parse_args()
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, weight_name = build(args.model)
     model.train()
+    if args.checkpointing:
+        reentrant = args.checkpointing == "reentrant"
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     if args.duo:
         from transformers.debug_utils import DebugUnderflowOverflow
