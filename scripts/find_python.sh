@@ -3,9 +3,12 @@
 # 3.N.x (the shim of a pyenv version that is not selected exists but does not run).
 find_python() {
   local version="$1" candidate pyenv_version
-  for candidate in "$(command -v "python$version" || true)" \
-    "$(command -v pyenv >/dev/null && pyenv_version="$(pyenv versions --bare | grep "^$version\." | sort -t. -k3 -n |
-      tail -n 1)" && [ -n "$pyenv_version" ] && echo "$(pyenv prefix "$pyenv_version")/bin/python$version")"; do
+  local candidates=("$(command -v "python$version" || true)")
+  if command -v pyenv >/dev/null; then
+    pyenv_version="$(pyenv versions --bare | grep "^$version\." | sort -t. -k3 -n | tail -n 1 || true)"
+    if [ -n "$pyenv_version" ]; then candidates+=("$(pyenv prefix "$pyenv_version")/bin/python$version"); fi
+  fi
+  for candidate in "${candidates[@]}"; do
     if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c '' >/dev/null 2>&1; then
       echo "$candidate"
       return

@@ -25,6 +25,8 @@ for version in 3.10 3.11 3.12 3.13 3.14; do
   fi
 done >"$torch_envs_log" 2>&1 &
 torch_envs=$!
+# A step that fails ends this script (set -e): then no further install starts behind it.
+trap 'kill "$torch_envs" 2>/dev/null || true' EXIT
 jobs="$(nproc)"
 
 echo "== $(date -u +%T) format check (clang-format)"

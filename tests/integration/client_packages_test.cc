@@ -147,7 +147,7 @@ TEST(ClientPackageFaults, ACountMismatchThroughEachPackageGetsTheMismatchVerdict
         python_shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
-    expect_half_count_mismatch_report(dir, kCount, python_job("package_client_job.py"));
+    expect_half_count_mismatch_report(dir, kCount, python_job("package_client_job.py"), run.err);
   }
 }
 

@@ -156,7 +156,7 @@ TEST(ClientWrapperFaults, ACountMismatchThroughEachWrapperGetsTheMismatchVerdict
         shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
-    expect_half_count_mismatch_report(dir, kCount, wrapper_of(client));
+    expect_half_count_mismatch_report(dir, kCount, wrapper_of(client), run.err);
   }
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }

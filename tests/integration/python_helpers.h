@@ -136,11 +136,12 @@ inline std::vector<RecordedRank> recorded(const testing::TempDir& dir, const std
 }
 
 // The run in `dir` holds one mismatch report: process 0 all-reduced `count` float32 elements, process 1 half of them,
-// and the stacks name `file` (the Python file whose line made the call).
-inline void expect_half_count_mismatch_report(const testing::TempDir& dir, int count, const std::string& file) {
+// and the stacks name `file` (the Python file whose line made the call). `job_err`: the job's stderr, said if not.
+inline void expect_half_count_mismatch_report(const testing::TempDir& dir, int count, const std::string& file,
+                                              const std::string& job_err) {
   int reports = 0;
   const std::string text = report(dir, "mismatch-", &reports);
-  ASSERT_EQ(reports, 1);
+  ASSERT_EQ(reports, 1) << job_err;
   EXPECT_NE(text.find("  - Process 0: [" + std::to_string(count) + "] float32 sum\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  - Process 1: [" + std::to_string(count / 2) + "] float32 sum\n"), std::string::npos) << text;
   EXPECT_NE(text.find("File \"" + file + "\", line "), std::string::npos) << text;
