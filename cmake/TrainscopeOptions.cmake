@@ -8,6 +8,18 @@ if(TRAINSCOPE_WERROR)
   target_compile_options(trainscope_warnings INTERFACE -Werror)
 endif()
 
+# The test binaries' own code: after the build type's flags, so that its -O and -g win. Only -O and -g levels are
+# accepted: anything else would make the tests differ from the code they test.
+add_library(trainscope_test_code INTERFACE)
+separate_arguments(_trainscope_test_code_flags UNIX_COMMAND "${TRAINSCOPE_TEST_CODE_FLAGS}")
+foreach(flag IN LISTS _trainscope_test_code_flags)
+  if(NOT flag MATCHES "^-(O[0-3sgz]?|g[0-3]?)$")
+    message(FATAL_ERROR "TRAINSCOPE_TEST_CODE_FLAGS='${TRAINSCOPE_TEST_CODE_FLAGS}': '${flag}' is not accepted; "
+      "give optimisation and debug levels only (-O0 to -O3, -Og, -Os, -g0 to -g3), e.g. '-O0 -g1'")
+  endif()
+endforeach()
+target_compile_options(trainscope_test_code INTERFACE ${_trainscope_test_code_flags})
+
 # Code that runs inside the preloaded library: no libstdc++ runtime, no exceptions, no RTTI, no guarded statics.
 add_library(trainscope_freestanding INTERFACE)
 target_compile_options(trainscope_freestanding INTERFACE
