@@ -8,25 +8,29 @@ bash scripts/setup.sh
 # the tests need them, so the demo does not download their wheels. Without the package index those tests skip.
 bash scripts/client_wrappers.sh .clients ||
   echo "test: the client wrappers are missing; their tests will skip (run scripts/client_wrappers.sh .clients)" >&2
-# nccl4py and CuPy, whose compiled bindings tests/clients runs unchanged: a venv for each CPython 3.10-3.13 found.
-bash scripts/client_packages.sh .clients ||
-  echo "test: the client packages are missing; their tests will skip (run scripts/client_packages.sh .clients)" >&2
-# PyTorch and transformers for the module-frame tests (tests/integration/module_frames_test.cc): a venv kept in .torch
-# between runs; without the package index those tests skip, naming the script.
-bash scripts/torch_env.sh .torch ||
-  echo "test: no torch environment; the module-frame tests will skip (run scripts/torch_env.sh .torch)" >&2
-# Those tests run again on each other CPython that torch has a wheel for, each in its .torch-3.N, made while the build
-# runs; where one cannot be made, its tests skip and say why.
-main_torch_version="$(.torch/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
-torch_envs_log="$(mktemp)"
-for version in 3.10 3.11 3.12 3.13 3.14; do
-  if [ "$version" != "$main_torch_version" ]; then
-    bash scripts/torch_env.sh ".torch-$version" "$version" || true
-  fi
-done >"$torch_envs_log" 2>&1 &
-torch_envs=$!
+# The Python environments the tests need are made while the formatting checks and the build run (each pip install
+# keeps one core busy for one to two minutes on a fresh clone, and the build leaves room beside it); their output is
+# printed after the build.
+# - nccl4py and CuPy, whose compiled bindings tests/clients runs unchanged: a venv for each CPython 3.10-3.13 found.
+# - PyTorch and transformers for the module-frame tests (tests/integration/module_frames_test.cc): a venv kept in
+#   .torch between runs, and again in a .torch-3.N for each other CPython that torch has a wheel for; where one cannot
+#   be made (no package index, no such CPython), its tests skip and say why, naming the script.
+environments_log="$(mktemp)"
+{
+  bash scripts/client_packages.sh .clients ||
+    echo "test: the client packages are missing; their tests will skip (run scripts/client_packages.sh .clients)"
+  bash scripts/torch_env.sh .torch ||
+    echo "test: no torch environment; the module-frame tests will skip (run scripts/torch_env.sh .torch)"
+  main_torch_version="$(.torch/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+  for version in 3.10 3.11 3.12 3.13 3.14; do
+    if [ "$version" != "$main_torch_version" ]; then
+      bash scripts/torch_env.sh ".torch-$version" "$version" || true
+    fi
+  done
+} >"$environments_log" 2>&1 &
+environments=$!
 # A step that fails ends this script (set -e): then no further install starts behind it.
-trap 'kill "$torch_envs" 2>/dev/null || true' EXIT
+trap 'kill "$environments" 2>/dev/null || true' EXIT
 jobs="$(nproc)"
 
 echo "== $(date -u +%T) format check (clang-format)"
@@ -43,10 +47,10 @@ test_code_flags=(-DTRAINSCOPE_TEST_CODE_FLAGS="-O0 -g1")
 echo "== $(date -u +%T) build (RelWithDebInfo, -Werror)"
 mkdir -p build-ci
 bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON "${test_code_flags[@]}"
-wait "$torch_envs"
-echo "== $(date -u +%T) the torch environments of the other CPython versions (scripts/torch_env.sh)"
-cat "$torch_envs_log"
-rm -f "$torch_envs_log"
+wait "$environments"
+echo "== $(date -u +%T) the Python environments of the tests (scripts/client_packages.sh, scripts/torch_env.sh)"
+cat "$environments_log"
+rm -f "$environments_log"
 echo "== $(date -u +%T) tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs"
 

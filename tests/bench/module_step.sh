@@ -7,11 +7,12 @@
 # under a third). Then the hook path per frame and per tensor row: the Python side (trainscope's hooks with the
 # library call a no-op, on a chain of 256 Linear(4, 4)), the native side (the time inside trainscope_module_frame,
 # called directly), and what those figures account for in one T5 step.
-#   module_step.sh BUILD_DIR [STEPS] [ROUNDS]     (defaults: 15 steps, 5 rounds; about two minutes on 2 CPUs)
+#   module_step.sh BUILD_DIR [STEPS] [ROUNDS]     (defaults: 15 steps, 3 rounds; about 75 s on 2 CPUs; the rounds'
+#   medians of one configuration have stayed within 3 % of each other, so 5 rounds told nothing more)
 set -euo pipefail
 build="$(cd "${1:-build}" && pwd)"
 steps="${2:-15}"
-rounds="${3:-5}"
+rounds="${3:-3}"
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${TS_TORCH_PYTHON:-$here/../../.torch/bin/python}"
 if [ ! -x "$python" ]; then
