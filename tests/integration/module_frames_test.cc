@@ -516,6 +516,72 @@ TEST_P(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeT
             std::string::npos);
 }
 
+// ---- A 2-rank FSDP2 job (fully_shard, gloo) under trainscope run ------------------------------------------------
+
+// The lines of a job's output, sorted: torchrun's ranks share one stdout, in no fixed order.
+std::vector<std::string> sorted_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    start = end == std::string::npos ? text.size() : end + 1;
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// FSDP2 keeps every parameter as a DTensor shard between forwards and gathers a block's before its forward: the frames
+// are named like the model with FSDP2's classes where it sharded (FSDPBlock), the parameter rows are the gathered
+// parameters, the training is unchanged (losses and the shards' digests), and the origin names the rank whose input
+// carried the inf.
+TEST_P(ModuleBackwardFrames, AnFsdp2JobIsNamedLikeTheModelAndTrainsAsWithoutTrainscope) {
+  testing::TempDir dir;
+  const std::vector<std::string> job = {python_,
+                                        "-m",
+                                        "torch.distributed.run",
+                                        "--standalone",
+                                        "--nproc-per-node",
+                                        "2",
+                                        python_job("module_fsdp_job.py")};
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 300;
+  const testing::ProcessResult unwatched = testing::run_process(job, plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  ASSERT_NE(unwatched.out.find("rank 1 digest "), std::string::npos) << unwatched.out;
+
+  testing::ProcessOptions options = backward_options(dir);
+  options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run preloads the library into the job
+  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+  options.timeout_seconds = 300;
+  std::vector<std::string> argv = {TS_TOOL,     "run",   "--dir", dir.path() + "/runs", "--run-id", "job",
+                                   "--library", TS_SHIM, "--"};
+  argv.insert(argv.end(), job.begin(), job.end());
+  const testing::ProcessResult run = testing::run_process(argv, options);
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(sorted_lines(run.out), sorted_lines(unwatched.out)) << run.err;
+  EXPECT_EQ(run.err.find("module frames:"), std::string::npos) << "the hooks stood down: " << run.err;
+
+  // Rank 1's input carried the inf in batch 2 (its first frame, #37); its gradients' reduce-scatter put nan into rank
+  // 0's parameter shards, which rank 0's first frame of batch 3 gathered.
+  EXPECT_EQ(testing::read_file(run_dir(dir) + "/origin.txt"),
+            "rank 1 first saw inf in the input of module encoder.0.fc Linear (module frame #37) in batch 2\n"
+            "rank 0 first saw nan in the output of module encoder.0.fc Linear (module frame #55) in batch 3, "
+            "after rank 1\n")
+      << run.err;
+  const std::string rank1 = testing::read_file(run_dir(dir) + "/nonfinite-rank1.txt");
+  EXPECT_NE(rank1.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << rank1;
+  // DUO's headers: the qualified names from the model (the root, FSDPModel, has none), FSDP2's classes where it
+  // sharded (FSDPBlock), the module's own class elsewhere.
+  for (const char* header : {"\n                  encoder.0.fc Linear\n", "\n                  encoder.0 FSDPBlock\n",
+                             "\n                  encoder Sequential\n", "\n                   FSDPModel\n",
+                             "\n                  encoder.1.fc Linear (backward)\n"})
+    EXPECT_NE(rank1.find(header), std::string::npos) << header << rank1;
+  EXPECT_NE(testing::read_file(run_dir(dir) + "/nonfinite-rank0.txt").find("Detected inf/nan during batch_number=3\n"),
+            std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Python, ModuleBackwardFrames,
                          ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
                          [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
