@@ -332,7 +332,6 @@ void ExchangeClient::read_monitor(Session& s) {
     }
     if (refused) {
       s.connected = s.tcp_connected = false;
-      impostors_.fetch_add(1);
       if (!s.warned_impostor) {
         s.warned_impostor = true;
         log(LogLevel::kWarn, "exchange: the program listening at " + options_.endpoint +
@@ -340,6 +339,8 @@ void ExchangeClient::read_monitor(Session& s) {
                                  "nothing is sent to it, cross-rank checks wait for the real one; is another "
                                  "program or another run using that port?");
       }
+      // Counted after the warning: whoever sees the count (stats()) then finds the warning written too.
+      impostors_.fetch_add(1);
     }
   }
 }
