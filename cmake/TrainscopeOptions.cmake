@@ -15,7 +15,7 @@ separate_arguments(_trainscope_test_code_flags UNIX_COMMAND "${TRAINSCOPE_TEST_C
 foreach(flag IN LISTS _trainscope_test_code_flags)
   if(NOT flag MATCHES "^-(O[0-3sgz]?|g[0-3]?)$")
     message(FATAL_ERROR "TRAINSCOPE_TEST_CODE_FLAGS='${TRAINSCOPE_TEST_CODE_FLAGS}': '${flag}' is not accepted; "
-      "give optimisation and debug levels only (-O0 to -O3, -Og, -Os, -g0 to -g3), e.g. '-O0 -g1'")
+      "give optimisation and debug levels only (-O, -O0 to -O3, -Og, -Os, -Oz, -g, -g0 to -g3), e.g. '-O0 -g1'")
   endif()
 endforeach()
 target_compile_options(trainscope_test_code INTERFACE ${_trainscope_test_code_flags})

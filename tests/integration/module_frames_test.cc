@@ -355,6 +355,20 @@ class ModuleBackwardFrames : public ::testing::TestWithParam<int>, protected Tor
     options.env["TRAINSCOPE_WATCH"] = "modules,backward";
     return options;
   }
+  // A 2-rank job on gloo, started by torchrun as users start it.
+  std::vector<std::string> torchrun_job(const char* script) const {
+    return {python_, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job(script)};
+  }
+  // `job` under `trainscope run`, which preloads the library into it, recording into run_dir(dir).
+  static testing::ProcessResult under_trainscope_run(const testing::TempDir& dir, testing::ProcessOptions options,
+                                                     const std::vector<std::string>& job) {
+    options.env["LD_PRELOAD"] = std::nullopt;
+    options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
+    options.timeout_seconds = 300;
+    return testing::run_process(
+        with_args({TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "job", "--library", TS_SHIM, "--"}, job),
+        options);
+  }
 };
 
 TEST_P(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
@@ -488,14 +502,7 @@ TEST_P(ModuleBackwardFrames, ADataLoaderWithWorkerProcessesRunsAsWithoutTrainsco
 
 TEST_P(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeTheInf) {
   testing::TempDir dir;
-  testing::ProcessOptions options = torch_options(dir);
-  options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run preloads the library into the job
-  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
-  options.timeout_seconds = 300;
-  const testing::ProcessResult run = testing::run_process(
-      {TS_TOOL, "run", "--dir", dir.path() + "/runs", "--run-id", "job", "--library", TS_SHIM, "--", python_, "-m",
-       "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job("module_ddp_job.py")},
-      options);
+  const testing::ProcessResult run = under_trainscope_run(dir, torch_options(dir), torchrun_job("module_ddp_job.py"));
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   // Rank 1's module made the inf in batch 2; rank 0 saw it only in batch 3, through the gradients' all-reduce.
   const std::string origin = testing::read_file(run_dir(dir) + "/origin.txt");
@@ -518,32 +525,13 @@ TEST_P(ModuleBackwardFrames, InADdpJobTheOriginNamesTheRankAndTheModuleThatMadeT
 
 // ---- A 2-rank FSDP2 job (fully_shard, gloo) under trainscope run ------------------------------------------------
 
-// The lines of a job's output, sorted: torchrun's ranks share one stdout, in no fixed order.
-std::vector<std::string> sorted_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = text.find('\n', start);
-    lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    start = end == std::string::npos ? text.size() : end + 1;
-  }
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
-
 // FSDP2 keeps every parameter as a DTensor shard between forwards and gathers a block's before its forward: the frames
 // are named like the model with FSDP2's classes where it sharded (FSDPBlock), the parameter rows are the gathered
 // parameters, the training is unchanged (losses and the shards' digests), and the origin names the rank whose input
 // carried the inf.
 TEST_P(ModuleBackwardFrames, AnFsdp2JobIsNamedLikeTheModelAndTrainsAsWithoutTrainscope) {
   testing::TempDir dir;
-  const std::vector<std::string> job = {python_,
-                                        "-m",
-                                        "torch.distributed.run",
-                                        "--standalone",
-                                        "--nproc-per-node",
-                                        "2",
-                                        python_job("module_fsdp_job.py")};
+  const std::vector<std::string> job = torchrun_job("module_fsdp_job.py");
   testing::ProcessOptions plain = plain_python_options();
   plain.env["OMP_NUM_THREADS"] = "1";
   plain.timeout_seconds = 300;
@@ -551,15 +539,9 @@ TEST_P(ModuleBackwardFrames, AnFsdp2JobIsNamedLikeTheModelAndTrainsAsWithoutTrai
   ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
   ASSERT_NE(unwatched.out.find("rank 1 digest "), std::string::npos) << unwatched.out;
 
-  testing::ProcessOptions options = backward_options(dir);
-  options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run preloads the library into the job
-  options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
-  options.timeout_seconds = 300;
-  std::vector<std::string> argv = {TS_TOOL,     "run",   "--dir", dir.path() + "/runs", "--run-id", "job",
-                                   "--library", TS_SHIM, "--"};
-  argv.insert(argv.end(), job.begin(), job.end());
-  const testing::ProcessResult run = testing::run_process(argv, options);
+  const testing::ProcessResult run = under_trainscope_run(dir, backward_options(dir), job);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  // The ranks share torchrun's stdout, in no fixed order.
   EXPECT_EQ(sorted_lines(run.out), sorted_lines(unwatched.out)) << run.err;
   EXPECT_EQ(run.err.find("module frames:"), std::string::npos) << "the hooks stood down: " << run.err;
 
