@@ -118,8 +118,9 @@ enum SlotState : int { kSlotFree = 0, kSlotInFlight = 1, kSlotAbandoned = 2 };
 }  // namespace
 
 // Everything one batch needs, allocated once and reused (allocating or freeing per batch would cost a device
-// synchronisation for cuMemFree). Device memory: [counters | scratch | descriptors]; pinned host memory: the same
-// image (copied to the device before each launch: all of it the first time, the descriptors after) and the results.
+// synchronisation for cuMemFree). Device memory: [counters | scratch | descriptors | strided shapes]; pinned host
+// memory: the same image (copied to the device before each launch: all of it the first time, then the descriptors and
+// the shapes the batch uses) and the results.
 class GpuStatsSlot {
  public:
   const Driver* driver = nullptr;
@@ -135,10 +136,12 @@ class GpuStatsSlot {
 
   std::uint64_t scratch_offset() const { return kCountersBytes; }
   std::uint64_t descriptors_offset() const { return kCountersBytes + capacity * sizeof(StatsPartial); }
-  std::uint64_t image_bytes() const { return descriptors_offset() + capacity * sizeof(StatsDescriptor); }
+  std::uint64_t shapes_offset() const { return descriptors_offset() + capacity * sizeof(StatsDescriptor); }
+  std::uint64_t image_bytes() const { return shapes_offset() + capacity * sizeof(StridedShape); }
   StatsDescriptor* host_descriptors() const {
     return reinterpret_cast<StatsDescriptor*>(host_image + descriptors_offset());
   }
+  StridedShape* host_shapes() const { return reinterpret_cast<StridedShape*>(host_image + shapes_offset()); }
 };
 
 struct ContextEntry {
@@ -359,6 +362,27 @@ GpuStatsSlot* acquire_slot(const Driver& d, ContextEntry& entry, std::uint64_t c
 
 }  // namespace
 
+std::string strided_shape_error(const TensorRef& tensor) {
+  const StridedShape& shape = tensor.shape;
+  if (shape.ndim == 0) return {};
+  if (shape.ndim > kMaxStridedDims) {
+    return "a strided shape of " + std::to_string(shape.ndim) + " dimensions (at most " +
+           std::to_string(kMaxStridedDims) + ")";
+  }
+  std::uint64_t product = 1;
+  for (std::uint64_t d = 0; d < shape.ndim; ++d) {
+    if (shape.sizes[d] <= 0) return "a strided shape with a dimension of size " + std::to_string(shape.sizes[d]);
+    if (__builtin_mul_overflow(product, static_cast<std::uint64_t>(shape.sizes[d]), &product)) {
+      return "a strided shape of more than 2^64 elements";
+    }
+  }
+  if (product != tensor.count) {
+    return "a strided shape of " + std::to_string(product) + " elements for a tensor of " +
+           std::to_string(tensor.count);
+  }
+  return {};
+}
+
 GpuLaunch GpuStats::enqueue(void* stream_handle, std::span<const TensorRef> tensors) {
   GpuLaunch launch;
   if (inside_own_launch()) {
@@ -375,6 +399,12 @@ GpuLaunch GpuStats::enqueue(void* stream_handle, std::span<const TensorRef> tens
     if (!dtype_valid(static_cast<std::uint32_t>(tensor.dtype))) {
       launch.status = GpuStatus::kInvalidArgument;
       launch.message = "unknown dtype " + std::to_string(static_cast<int>(tensor.dtype));
+      return launch;
+    }
+    const std::string shape_error = strided_shape_error(tensor);
+    if (!shape_error.empty()) {
+      launch.status = GpuStatus::kInvalidArgument;
+      launch.message = shape_error;
       return launch;
     }
   }
@@ -429,16 +459,23 @@ GpuLaunch GpuStats::enqueue(void* stream_handle, std::span<const TensorRef> tens
   }
 
   std::uint64_t total_chunks = 0;
+  std::uint32_t shapes = 0;
   StatsDescriptor* descriptors = slot->host_descriptors();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& tensor = tensors[i];
     const auto address = reinterpret_cast<std::uint64_t>(tensor.address);
-    const DescriptorLayout layout = descriptor_layout(address, tensor.count, dtype_size(tensor.dtype));
     descriptors[i] = {address, tensor.count, total_chunks, static_cast<std::uint32_t>(tensor.dtype), 0};
-    total_chunks += layout.chunk_count;
+    if (tensor.shape.ndim > 0) {
+      slot->host_shapes()[shapes] = tensor.shape;
+      descriptors[i].shape = ++shapes;
+    }
+    total_chunks += descriptor_layout(descriptors[i], dtype_size(tensor.dtype)).chunk_count;
   }
+  // One copy: from the descriptors (everything, the first time) to the last one used, or to the last shape used.
   const std::uint64_t copy_from = slot->initialised_on_device ? slot->descriptors_offset() : 0;
-  const std::uint64_t copy_bytes = slot->descriptors_offset() + tensors.size() * sizeof(StatsDescriptor) - copy_from;
+  const std::uint64_t copy_end = shapes > 0 ? slot->shapes_offset() + shapes * sizeof(StridedShape)
+                                            : slot->descriptors_offset() + tensors.size() * sizeof(StatsDescriptor);
+  const std::uint64_t copy_bytes = copy_end - copy_from;
   result = d.cuMemcpyHtoDAsync(slot->device + copy_from, slot->host_image + copy_from, copy_bytes, stream);
   if (result == CUDA_SUCCESS) {
     slot->initialised_on_device = true;
@@ -446,6 +483,7 @@ GpuLaunch GpuStats::enqueue(void* stream_handle, std::span<const TensorRef> tens
     params.counters = reinterpret_cast<unsigned long long*>(slot->device);
     params.scratch = reinterpret_cast<StatsPartial*>(slot->device + slot->scratch_offset());
     params.descriptors = reinterpret_cast<const StatsDescriptor*>(slot->device + slot->descriptors_offset());
+    params.shapes = reinterpret_cast<const StridedShape*>(slot->device + slot->shapes_offset());
     params.results = reinterpret_cast<StatsPartial*>(slot->mapped_results);
     params.descriptor_count = tensors.size();
     params.total_chunks = total_chunks;

@@ -24,14 +24,19 @@
 #include <vector>
 
 #include "kernels/stats.h"
+#include "kernels/stats_kernel_abi.h"
 
 namespace trainscope::stats {
 
-// One tensor of a batch: a device address (or any address the GPU can read: managed, host-mapped).
+// One tensor of a batch: a device address (or any address the GPU can read: managed, host-mapped) and its `count`
+// elements, contiguous unless `shape` says otherwise.
 struct TensorRef {
   const void* address = nullptr;
   std::uint64_t count = 0;
   DType dtype = DType::kFloat32;
+  // A strided view (shape.ndim > 0): `address` is its first element and its elements lie where the merged dimensions
+  // put them (kernels/tensor_view.h makes it); the sizes' product must be `count`. ndim 0: one contiguous range.
+  StridedShape shape{};
 };
 
 enum class GpuStatus {
@@ -39,7 +44,7 @@ enum class GpuStatus {
   kUnavailable,       // no driver / no GPU / no kernels in this build; see GpuStats::unavailable_reason()
   kSkippedCapturing,  // the stream is capturing a CUDA graph: nothing was enqueued
   kBusy,              // every result slot of this context is in flight, or called from inside our own launch
-  kInvalidArgument,   // an unknown dtype, or an empty batch
+  kInvalidArgument,   // an unknown dtype, a strided shape that does not describe its count, or an empty batch
   kError,             // a driver call failed; see message
 };
 const char* gpu_status_name(GpuStatus status);
@@ -117,6 +122,10 @@ class GpuStats {
   GpuStats() = default;
   State* state();
 };
+
+// Why `tensor.shape` cannot be read as a strided view of `tensor.count` elements ("" when it can, or when it is 0-d:
+// contiguous). enqueue refuses a batch with such a tensor (kInvalidArgument).
+std::string strided_shape_error(const TensorRef& tensor);
 
 // True while this thread is inside trainscope's own driver calls (collectors use it to ignore our launches): the same
 // thread-local as launches::own_cuda_call_active() (base/launch_event.h).

@@ -6,7 +6,9 @@
 // of stats_elements.h. Vectors whose largest magnitude key is finite — nearly all of them — take a short path; any
 // other vector goes element by element through add_element, the definition. A block reduces its partial and merges
 // it into the tensor's scratch entry with atomics; the last block to finish copies every entry to the caller's pinned
-// host memory and resets the scratch and counters, so the next launch needs no memset.
+// host memory and resets the scratch and counters, so the next launch needs no memset. A strided view is read one
+// element per thread in logical order, each at the offset its index gives (the checksum and the first non-finite
+// index are then those of the view's elements, as the host computes them on a copy).
 #include <cstdint>
 
 #include "kernels/stats_kernel_abi.h"
@@ -107,8 +109,8 @@ __device__ __forceinline__ void process_vector(FastState<kType>& fast, StatsPart
 }
 
 template <DType kType>
-__device__ void process_chunk(const StatsDescriptor& tensor, const DescriptorLayout& layout, std::uint64_t chunk,
-                              StatsPartial& partial) {
+__device__ void process_chunk(const StatsDescriptor& tensor, const DescriptorLayout& layout, const StridedShape* shape,
+                              std::uint64_t chunk, StatsPartial& partial) {
   constexpr DTypeRules kRules = dtype_rules(kType);
   constexpr std::uint32_t kPerVector = 16 / kRules.size;
   using Bits = typename BitsOf<kRules.size>::type;
@@ -116,14 +118,21 @@ __device__ void process_chunk(const StatsDescriptor& tensor, const DescriptorLay
   StatsPartial& rare = partial;
   const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.address);
 
-  if (layout.scalar) {
+  if (layout.scalar || layout.strided) {
+    // Element by element: a start that is not element-aligned (read byte by byte), or a strided view (each element
+    // where its index says; every element of a view whose start is aligned is aligned too).
+    const bool bytewise = tensor.address % kRules.size != 0;
     const std::uint64_t first = chunk * kStatsScalarChunkElements;
     const std::uint64_t end =
         first + kStatsScalarChunkElements < tensor.count ? first + kStatsScalarChunkElements : tensor.count;
     for (std::uint64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+      const std::int64_t offset = layout.strided ? strided_element_offset(*shape, i) : static_cast<std::int64_t>(i);
+      const unsigned char* element = bytes + offset * static_cast<std::int64_t>(kRules.size);
       std::uint64_t bits = 0;
-      for (std::uint32_t b = 0; b < kRules.size; ++b) {
-        bits |= static_cast<std::uint64_t>(bytes[i * kRules.size + b]) << (8 * b);
+      if (bytewise) {
+        for (std::uint32_t b = 0; b < kRules.size; ++b) bits |= static_cast<std::uint64_t>(element[b]) << (8 * b);
+      } else {
+        bits = *reinterpret_cast<const Bits*>(element);
       }
       process_element(fast, rare, i, bits);
     }
@@ -208,34 +217,36 @@ __device__ void flush(StatsPartial& partial, StatsPartial* target) {
   partial = empty_partial();
 }
 
-__device__ void process_any(const StatsDescriptor& tensor, std::uint64_t chunk, StatsPartial& partial) {
+__device__ void process_any(const StatsDescriptor& tensor, const StridedShape* shapes, std::uint64_t chunk,
+                            StatsPartial& partial) {
   const auto type = static_cast<DType>(tensor.dtype);
-  const DescriptorLayout layout = descriptor_layout(tensor.address, tensor.count, dtype_rules(type).size);
+  const DescriptorLayout layout = descriptor_layout(tensor, dtype_rules(type).size);
+  const StridedShape* shape = tensor.shape != 0 ? &shapes[tensor.shape - 1] : nullptr;
   switch (type) {
     case DType::kFloat64:
-      return process_chunk<DType::kFloat64>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kFloat64>(tensor, layout, shape, chunk, partial);
     case DType::kFloat32:
-      return process_chunk<DType::kFloat32>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kFloat32>(tensor, layout, shape, chunk, partial);
     case DType::kFloat16:
-      return process_chunk<DType::kFloat16>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kFloat16>(tensor, layout, shape, chunk, partial);
     case DType::kBfloat16:
-      return process_chunk<DType::kBfloat16>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kBfloat16>(tensor, layout, shape, chunk, partial);
     case DType::kFloat8E4M3:
-      return process_chunk<DType::kFloat8E4M3>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kFloat8E4M3>(tensor, layout, shape, chunk, partial);
     case DType::kFloat8E5M2:
-      return process_chunk<DType::kFloat8E5M2>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kFloat8E5M2>(tensor, layout, shape, chunk, partial);
     case DType::kInt8:
-      return process_chunk<DType::kInt8>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kInt8>(tensor, layout, shape, chunk, partial);
     case DType::kUint8:
-      return process_chunk<DType::kUint8>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kUint8>(tensor, layout, shape, chunk, partial);
     case DType::kInt32:
-      return process_chunk<DType::kInt32>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kInt32>(tensor, layout, shape, chunk, partial);
     case DType::kUint32:
-      return process_chunk<DType::kUint32>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kUint32>(tensor, layout, shape, chunk, partial);
     case DType::kInt64:
-      return process_chunk<DType::kInt64>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kInt64>(tensor, layout, shape, chunk, partial);
     case DType::kUint64:
-      return process_chunk<DType::kUint64>(tensor, layout, chunk, partial);
+      return process_chunk<DType::kUint64>(tensor, layout, shape, chunk, partial);
   }
 }
 
@@ -288,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(trainscope::stats::kStatsBlockThrea
       current = descriptor;
     }
     const ts::StatsDescriptor tensor = params.descriptors[descriptor];
-    ts::process_any(tensor, chunk - tensor.first_chunk, partial);
+    ts::process_any(tensor, params.shapes, chunk - tensor.first_chunk, partial);
   }
   if (current != kNone) ts::flush(partial, &params.scratch[current]);
 

@@ -15,6 +15,7 @@
 #include "gpu/cuda_driver.h"
 #include "kernels/gpu_stats.h"
 #include "kernels/stats.h"
+#include "kernels/tensor_view.h"
 
 namespace {
 
@@ -170,6 +171,67 @@ TEST_F(StatsGpu, AddressNotAMultipleOfTheElementSizeIsReadBytewise) {
     expect_same(trainscope::stats::compute_stats_host(data.data() + 1, count, type), results[0],
                 std::string("misaligned ") + trainscope::stats::dtype_name(type));
     (void)size;
+  }
+}
+
+// Strided views (module frames' transposed and sliced tensors) in one batch with contiguous tensors: each view's
+// statistics, checksum and first non-finite index included, are those of a contiguous copy of its elements.
+TEST_F(StatsGpu, StridedViewsMatchTheHostOnACopyOfTheirElements) {
+  std::mt19937_64 rng(31);
+  struct View {
+    const char* what;
+    std::uint64_t offset;
+    std::vector<std::int64_t> sizes;
+    std::vector<std::int64_t> strides;
+  };
+  // Storage: 4 x 96 x 130 elements.
+  const std::uint64_t storage_count = 4 * 96 * 130;
+  const std::vector<View> views = {
+      {"transposed", 0, {130, 384}, {1, 130}},        {"a column slice", 7, {384, 100}, {130, 1}},
+      {"permuted", 1, {96, 4, 129}, {130, 12480, 1}}, {"expanded", 0, {1000, 130}, {0, 1}},
+      {"every third element", 2, {16639}, {3}},
+  };
+  for (DType type : kAllTypes) {
+    const std::uint32_t size = trainscope::stats::dtype_size(type);
+    for (Pattern pattern : {Pattern::kRandomBits, Pattern::kOneNanAtEnd, Pattern::kInfFirst}) {
+      for (std::uint64_t shift : {0u, 1u}) {  // shift 1: an element's start that is not element-aligned (bytewise)
+        std::vector<unsigned char> data(shift);
+        const auto elements = make_data(type, storage_count, pattern, rng);
+        data.insert(data.end(), elements.begin(), elements.end());
+        DeviceBuffer device(data);
+        std::vector<TensorRef> tensors;
+        std::vector<std::vector<unsigned char>> copies;
+        for (const View& view : views) {
+          const auto dims = trainscope::stats::merge_view_dims(static_cast<std::int64_t>(view.sizes.size()),
+                                                               view.sizes.data(), view.strides.data());
+          const auto shape = trainscope::stats::strided_shape(dims);
+          ASSERT_TRUE(shape.has_value());
+          std::uint64_t count = 1;
+          for (const std::int64_t n : view.sizes) count *= static_cast<std::uint64_t>(n);
+          std::vector<unsigned char> copy;
+          for (std::uint64_t i = 0; i < count; ++i) {
+            const std::int64_t at = static_cast<std::int64_t>(shift + view.offset * size) +
+                                    trainscope::stats::strided_element_offset(*shape, i) * size;
+            copy.insert(copy.end(), data.begin() + at, data.begin() + at + size);
+          }
+          copies.push_back(std::move(copy));
+          tensors.push_back({device.at(shift + view.offset * size), count, type, *shape});
+          // A contiguous tensor between the views: shapes and descriptors must not be mixed up.
+          copies.emplace_back(data.begin() + static_cast<std::ptrdiff_t>(shift),
+                              data.begin() + static_cast<std::ptrdiff_t>(shift + 1000 * size));
+          tensors.push_back({device.at(shift), 1000, type});
+        }
+        const auto results = run_batch(tensors);
+        ASSERT_EQ(tensors.size(), results.size());
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+          const std::string what = std::string(trainscope::stats::dtype_name(type)) + " pattern " +
+                                   std::to_string(static_cast<int>(pattern)) + " shift " + std::to_string(shift) + " " +
+                                   (i % 2 == 0 ? views[i / 2].what : "contiguous");
+          expect_same(trainscope::stats::compute_stats_host(copies[i].data(), tensors[i].count, type), results[i],
+                      what);
+        }
+      }
+    }
   }
 }
 

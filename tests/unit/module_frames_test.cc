@@ -21,74 +21,12 @@
 #include "shim/module_frame_abi.h"
 #include "support/launch_recorder.h"
 #include "support/subprocess.h"
-#include "support/tensor_stats.h"
 
 namespace trainscope::engine {
 namespace {
 
 using recorder::Op;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-// ---- Strided host tensors --------------------------------------------------------------------------------------
-
-// The elements of a strided view, in logical order: what the statistics must equal.
-std::vector<float> materialise(const float* data, const std::vector<int64_t>& sizes,
-                               const std::vector<int64_t>& strides) {
-  std::vector<float> out;
-  std::vector<int64_t> at(sizes.size(), 0);
-  int64_t count = 1;
-  for (const int64_t s : sizes) count *= s;
-  for (int64_t n = 0; n < count; ++n) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) offset += at[d] * strides[d];
-    out.push_back(data[offset]);
-    for (size_t d = sizes.size(); d > 0; --d) {
-      if (++at[d - 1] < sizes[d - 1]) break;
-      at[d - 1] = 0;
-    }
-  }
-  return out;
-}
-
-TEST(StridedHostStats, EveryViewGivesTheStatisticsOfItsElementsInLogicalOrder) {
-  // A 6 x 5000 float matrix (bigger than one gather buffer per column), with an inf and a NaN in known places.
-  const int64_t rows = 6;
-  const int64_t cols = 5000;
-  std::vector<float> storage(static_cast<size_t>(rows * cols));
-  for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<float>(i % 97) - 48.5f;
-  storage[3 * cols + 17] = kInf;
-  storage[5 * cols + 4001] = kNan;
-  struct View {
-    const char* what;
-    int64_t offset;
-    std::vector<int64_t> sizes;
-    std::vector<int64_t> strides;
-  };
-  const std::vector<View> views = {
-      {"contiguous", 0, {rows, cols}, {cols, 1}},
-      {"transposed", 0, {cols, rows}, {1, cols}},
-      {"a column slice", 10, {rows, 3000}, {cols, 1}},
-      {"every other column", 1, {rows, cols / 2}, {cols, 2}},
-      {"expanded (stride 0)", 3 * cols, {4, 50}, {0, 1}},
-      {"one column, with the inf", 17, {rows}, {cols}},
-      {"with dimensions of size 1", 0, {1, rows, 1, cols}, {7, cols, 3, 1}},
-      {"three dimensions, permuted", 0, {10, 6, 500}, {500, cols, 1}},
-      {"a scalar", 3 * cols + 17, {}, {}},
-  };
-  for (const View& view : views) {
-    const float* data = storage.data() + view.offset;
-    const std::vector<float> elements = materialise(data, view.sizes, view.strides);
-    const stats::TensorStats want =
-        stats::compute_stats_host(elements.data(), elements.size(), stats::DType::kFloat32, stats::ChecksumMode::kSkip);
-    const stats::TensorStats got = strided_host_stats(
-        data, stats::DType::kFloat32, static_cast<int64_t>(view.sizes.size()), view.sizes.data(), view.strides.data());
-    trainscope::testing::expect_same_statistics(got, want, view.what);
-  }
-  const int64_t empty_sizes[] = {3, 0};
-  const int64_t empty_strides[] = {0, 1};
-  EXPECT_EQ(strided_host_stats(nullptr, stats::DType::kFloat16, 2, empty_sizes, empty_strides).count, 0u);
-}
 
 // ---- Frames through the feed -----------------------------------------------------------------------------------
 

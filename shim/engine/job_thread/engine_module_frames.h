@@ -3,9 +3,10 @@
 //
 // Called on the job's thread by the shim once the frame's record is appended. As for a kernel launch's buffers
 // (engine_kernel_frames.h), a host tensor is read at once, by the host statistics over its strided elements (one pass
-// per contiguous run, no copy); the device tensors of one stream get one statistics batch enqueued on it, so nothing
-// waits for the GPU. A device tensor that is not contiguous is not read (the kernel reads whole ranges): the frame has
-// no row for it, and the closing log line counts it among the skipped buffers. The frame machinery
+// per contiguous run, no copy: kernels/tensor_view.h); the device tensors of one stream get one statistics batch
+// enqueued on it, so nothing waits for the GPU, a strided view among them read element by element in logical order
+// (its merged shape travels with it). A device view whose dimensions do not merge into kMaxStridedDims is not read:
+// the frame has no row for it, and the closing log line counts it among the skipped buffers. The frame machinery
 // (engine_frame_feed.h) makes the frame: its header the module's qualified name and class.
 #pragma once
 
@@ -13,7 +14,6 @@
 #include <string>
 
 #include "base/flight_record_format.h"
-#include "kernels/stats.h"
 
 namespace trainscope::engine {
 
@@ -21,10 +21,5 @@ namespace trainscope::engine {
 // record then gets no frame: the board holds a complete call without rows).
 std::string watch_module_frame(const recorder::Record& record, uint64_t index, const char* name, const char* kind,
                                const char* labels, uint64_t labels_len, const int64_t* words, uint64_t word_count);
-
-// The statistics of a strided host tensor: `ndim` sizes and strides in elements, from `data` (its first element).
-// Runs of contiguous elements are read in one pass each. No checksum (the frames never print it).
-stats::TensorStats strided_host_stats(const void* data, stats::DType dtype, int64_t ndim, const int64_t* sizes,
-                                      const int64_t* strides);
 
 }  // namespace trainscope::engine

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectors/frames/buffer_layout.h"
+#include "kernels/tensor_view.h"
 
 namespace trainscope::engine {
 namespace {
@@ -114,7 +115,11 @@ void take_statistics(WatchedBuffer* buffer, const stats::TensorRef& tensor, uint
   switch (gpu.memory_kind(tensor.address)) {
     case stats::MemoryKind::kHost:
       counters.host_buffers.fetch_add(1, std::memory_order_relaxed);
-      buffer->stats = stats::compute_stats_host(tensor.address, tensor.count, tensor.dtype, stats::ChecksumMode::kSkip);
+      buffer->stats =
+          tensor.shape.ndim == 0
+              ? stats::compute_stats_host(tensor.address, tensor.count, tensor.dtype, stats::ChecksumMode::kSkip)
+              : stats::strided_host_stats(tensor.address, tensor.dtype, static_cast<int64_t>(tensor.shape.ndim),
+                                          tensor.shape.sizes, tensor.shape.strides);
       buffer->state = State::kReady;
       return;
     case stats::MemoryKind::kDevice: {
