@@ -272,4 +272,21 @@ if [ -x "$build/tests/programs/loop_program" ] && [ -e "$build/tests/fakes/lib/l
   step whole-job 240 bash tests/bench/whole_job.sh "$build" 8000 3 plain
   grep -E '^whole job|x wall|^  unwatched' "$work/whole-job.log" | sed 's/^/    /' | tee -a "$summary"
 fi
+# Module frames (issue 21): GPT-2 in float16 on CUDA under TRAINSCOPE_WATCH=modules against DebugUnderflowOverflow,
+# no host synchronisation in a watched step, and the time per step (where python3 has torch with CUDA and
+# transformers; skipped, saying so, where not). Last, in what is left of 9 minutes, so that a device run's 10-minute
+# limit still leaves time to write the results.
+left=$((540 - SECONDS))
+if [ "$left" -ge 60 ]; then
+  timeout --kill-after=10 "$left" bash tests/gpu/module_frames_gpu.sh "$shim" "$work/module-frames" \
+    >"$work/module-frames.log" 2>&1
+  rc=$?
+  sed 's/^/  /' "$work/module-frames.log" | sed -n 1,40p | tee -a "$summary"
+  if [ $rc -ne 0 ]; then
+    status=1
+    [ $rc -eq 124 ] && say "module-frames: FAILED (past the $left s left)"
+  fi
+else
+  say "module-frames: skipped (only $left s left of the 9 minutes)"
+fi
 finish

@@ -263,6 +263,54 @@ INSTANTIATE_TEST_SUITE_P(Models, ModuleFrames,
                            return python_name(std::get<0>(param_info.param)) + "_" + std::get<1>(param_info.param);
                          });
 
+// ---- Half precision: GPT-2 in float16 whose activations overflow (what tests/gpu runs on CUDA) -------------------
+
+// The parameter is the minor version of CPython.
+class ModuleFramesInFloat16 : public ::testing::TestWithParam<int>, protected TorchTest {
+ protected:
+  void SetUp() override {
+    if (!set_up(GetParam())) GTEST_SKIP() << why_not_;
+  }
+  std::vector<std::string> job(const std::vector<std::string>& args) const {
+    // The first MLP's weight times 3e5 stays finite in float16 (2.6e4); its output does not.
+    std::vector<std::string> argv = {
+        python_,    python_job("module_overflow_job.py"), "--model", "gpt2", "--dtype", "float16",
+        "--weight", "transformer.h.1.mlp.c_fc.weight",    "--scale", "3e5"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+};
+
+TEST_P(ModuleFramesInFloat16, TheDumpEqualsDebugUnderflowOverflowsAndEndsAtTheModuleThatOverflowed) {
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  plain.timeout_seconds = 240;
+  const testing::ProcessResult duo = testing::run_process(job({"--duo"}), plain);
+  ASSERT_EQ(duo.exit_code, 0) << duo.out << duo.err;
+  const std::string expected = duo_dump(duo.out);
+  ASSERT_NE(expected.find("Detected inf/nan during batch_number=2\nLast 21 forward frames:\n"), std::string::npos)
+      << duo.out;
+  ASSERT_NE(expected.find("                  transformer.h.1.mlp.c_fc Conv1D\n6.80e-01 2.60e+04 weight\n"),
+            std::string::npos)
+      << "the weight stays finite in float16: " << expected;
+  const size_t last_frame = expected.rfind("                  ");
+  EXPECT_EQ(expected.substr(last_frame, expected.find('\n', last_frame) - last_frame),
+            "                  transformer.h.1.mlp.c_fc Conv1D");
+  EXPECT_NE(expected.find("      inf output\n", last_frame), std::string::npos) << expected;
+
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(job({}), torch_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  int reports = 0;
+  const std::string text = report(dir, "nonfinite-", &reports);
+  ASSERT_EQ(reports, 1) << watched.err;
+  EXPECT_EQ(trainscope_dump(text), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Python, ModuleFramesInFloat16,
+                         ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
+                         [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
+
 // ---- Activation checkpointing: the model's blocks run their forward again, alone, during the backward ------------
 
 // The parameter is the minor version of CPython; the model is GPT-2, whose blocks transformers checkpoints.
