@@ -250,22 +250,6 @@ __device__ void process_any(const StatsDescriptor& tensor, const StridedShape* s
   }
 }
 
-// The tensor that owns `chunk`: the last descriptor whose first_chunk is <= chunk (empty tensors own no chunk and
-// share their first_chunk with the next tensor, so the last match is never an empty one).
-__device__ std::uint64_t find_descriptor(const StatsDescriptor* descriptors, std::uint64_t count, std::uint64_t chunk) {
-  std::uint64_t low = 0;
-  std::uint64_t high = count;  // invariant: descriptors[low].first_chunk <= chunk < descriptors[high].first_chunk
-  while (high - low > 1) {
-    const std::uint64_t middle = low + (high - low) / 2;
-    if (descriptors[middle].first_chunk <= chunk) {
-      low = middle;
-    } else {
-      high = middle;
-    }
-  }
-  return low;
-}
-
 }  // namespace
 }  // namespace trainscope::stats
 
