@@ -276,6 +276,12 @@ bool FrameFeed::pass(const recorder::FileHeader* header) {
   return (taken_ != nullptr && waits_on_device(*taken_)) || launch_missing_;
 }
 
+uint64_t FrameFeed::frames_waiting() const {
+  uint64_t waiting = 0;
+  for (const Pending& p : backlog_) waiting += p.batch_start || p.step_skipped ? 0 : 1;
+  return waiting;
+}
+
 void FrameFeed::on_record(uint64_t index, const Record& r) {
   const Op op = static_cast<Op>(r.op);
   const uint64_t position = tracker_.position();

@@ -60,6 +60,8 @@ class FrameFeed {
 
   uint64_t dropped() const { return cursor_.dropped(); }               // records overwritten before they were read
   uint64_t launches_unwatched() const { return launches_unwatched_; }  // watched launches that never got a frame
+  // Watched calls, launches and modules read but not yet framed (their statistics, or an earlier one's, not there).
+  uint64_t frames_waiting() const;
   const batch::BatchTracker& tracker() const { return tracker_; }
   const frames::FrameWindow& window() const { return window_; }
 

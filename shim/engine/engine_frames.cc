@@ -48,7 +48,8 @@ constexpr auto kFrameInterval = std::chrono::milliseconds(20);
 // Under TRAINSCOPE_ON_NONFINITE=abort the coordinator stops every rank; this rank waits that long for its verdict
 // before it stops on its own.
 constexpr auto kStopVerdictWait = std::chrono::seconds(4);
-// TRAINSCOPE_ABORT_AFTER_BATCH: how long the stopping thread waits for device statistics of the calls before the stop.
+// TRAINSCOPE_ABORT_AFTER_BATCH, and the process's end: how long the stopping thread waits for device statistics of the
+// calls before (a job that exits with work still queued on its GPU: the last batch's frames are the ones that matter).
 constexpr auto kStopFramesWait = std::chrono::seconds(2);
 // TRAINSCOPE_THREAD_CLASS=idle: the frame thread runs where the job leaves a core idle; on a node whose cores are all
 // busy it may not run for seconds. A guard in the job's class wakes this often and, when no pass has ended for as
@@ -168,13 +169,25 @@ class FrameThread {
       }
     }
     uint64_t guard_passes = 0;
+    uint64_t frames_waiting = 0;
     {
       std::lock_guard<std::mutex> lock(pass_mutex_);
-      pass_locked();             // what completed since
+      // What completed since; statistics still computed on a device are waited for, a bounded time.
+      const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
+      while (pass_locked() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       feed_.release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
       final_pass_made_ = true;   // a frame thread left behind passes no more
       guard_passes = guard_passes_;
+      frames_waiting = feed_.frames_waiting();
     }
+    if (frames_waiting > 0)
+      log(LogLevel::kWarn, ("frames: " + std::to_string(frames_waiting) +
+                            " watched calls got no frame: their statistics, or an earlier call's, were still not "
+                            "there " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopFramesWait).count()) +
+                            " s after the process began to end")
+                               .c_str());
     if (guard_passes > 0)
       log(LogLevel::kInfo, ("frames: the idle-class frame thread fell behind (the cores were busy); " +
                             std::to_string(guard_passes) + " passes were made in the job's class instead")
