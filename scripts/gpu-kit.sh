@@ -13,14 +13,15 @@ kit="${1:-gpu-kit}"
 build="${TRAINSCOPE_GPU_KIT_BUILD:-build-gpu-kit}"
 binaries=(shim/libtrainscope.so shim/libtrainscope-engine.so tools/trainscope tests/gpu/stats_gpu_tests
   tests/gpu/stats_gpu_bench tests/gpu/watch_gpu_program tests/gpu/launches_gpu_program
-  tests/programs/nccl_probe_program tests/programs/ts-launch tests/programs/loop_program tests/fakes/lib/libnccl.so.2)
+  tests/programs/nccl_probe_program tests/programs/ts-launch tests/programs/loop_program
+  tests/programs/device_module_frames_program tests/fakes/lib/libnccl.so.2)
 
 bash scripts/setup.sh
 mkdir -p "$build"
 bash scripts/build.sh "$build" -DTRAINSCOPE_BUILD_KERNELS=ON -DTRAINSCOPE_BUILD_TESTS=ON -DTRAINSCOPE_BUILD_BENCH=ON \
   --target trainscope_shim --target trainscope_engine --target trainscope_tool --target stats_gpu_tests \
   --target stats_gpu_bench --target watch_gpu_program --target launches_gpu_program_build \
-  --target nccl_probe_program --target loop_program --target nccl_fake
+  --target nccl_probe_program --target loop_program --target device_module_frames_program --target nccl_fake
 
 rm -rf "$kit"
 mkdir -p "$kit/lib" "$kit/lib-fallback"

@@ -47,6 +47,9 @@ check "trainscope starts" "trainscope " in_root /kit/tools/trainscope version
 check "trainscope stats" "elements: 1024 fp32" in_root /kit/tools/trainscope stats /tmp/zeros.bin --dtype fp32
 check "GPU tests start (and skip)" "SKIPPED" in_root /kit/tests/gpu/stats_gpu_tests
 check "GPU benchmark starts (and skips)" "skipped" in_root /kit/tests/gpu/stats_gpu_bench
+exits_77() { "$@"; [ $? -eq 77 ]; }  # what a GPU program does where there is no driver
+check "the module-frame program starts (and finds no driver)" "no CUDA driver" exits_77 in_root \
+  /kit/tests/programs/device_module_frames_program
 if [ "$shm" = no ]; then
   echo "kit_check: cannot bind-mount /dev/shm here: the checks of the shim on the stand-in NCCL are skipped"
   [ "$failures" -eq 0 ] && exit 0

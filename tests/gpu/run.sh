@@ -157,6 +157,23 @@ if [ -n "$nccl_dir" ]; then
       echo "TRAINSCOPE_WATCH=$watch"): $(grep -o 'loop .*' "$work/bench-$watch.log" || echo 'failed')"
   done
 fi
+# Module frames of CUDA tensors without PyTorch (issue 21): what the hooks pack for a module on a GPU, through
+# trainscope_module_frame, read by the statistics kernel: an fp16 weight, a host bias, a transposed fp32 view (its
+# elements 4 ... 1915, read in logical order; a contiguous read from its start would end at 1539) and an output
+# holding +inf from batch 2. The same program runs in ctest on the stand-in GPU, where the kernel is replayed.
+step module-frames-device 60 env TRAINSCOPE_DIR="$work/module-device-runs" TRAINSCOPE_RUN_ID=m TRAINSCOPE_WATCH=modules \
+  TRAINSCOPE_COORDINATOR=off LD_PRELOAD="$shim" "$build/tests/programs/device_module_frames_program" 4
+module_report="$(cat "$work/module-device-runs/m"/nonfinite-*.txt 2>/dev/null)"
+if grep -q "Detected inf/nan during batch_number=2" <<<"$module_report" &&
+  grep -q "^4.00e+00 1.92e+03 input\[0\]$" <<<"$module_report" && grep -q "^2.50e-01      inf output$" <<<"$module_report"
+then
+  say "module-frames-cuda-tensors (strided view read by the kernel, inf at batch 2): OK"
+else
+  say "module-frames-cuda-tensors (strided view read by the kernel, inf at batch 2): FAILED (see module-device-runs/)"
+  status=1
+fi
+grep -A4 "encoder.fc Linear" <<<"$module_report" | tail -5 | sed 's/^/    /' | tee -a "$summary"
+
 # trainscope doctor (issue 13) on a real driver: the driver's CUDA and every GPU (nvidia-smi's names) are found.
 timeout 120 "$build/tools/trainscope" doctor --json >"$work/doctor.json" 2>"$work/doctor.err"
 gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | sed -n 1p)"
