@@ -119,7 +119,8 @@ TRAINSCOPE_ABI_FN std::int64_t strided_element_offset(const StridedShape& shape,
 
 // The tensor that owns `chunk`: the last descriptor whose first_chunk is <= chunk (empty tensors own no chunk and
 // share their first_chunk with the next tensor, so the last match is never an empty one).
-TRAINSCOPE_ABI_FN std::uint64_t find_descriptor(const StatsDescriptor* descriptors, std::uint64_t count, std::uint64_t chunk) {
+TRAINSCOPE_ABI_FN std::uint64_t find_descriptor(const StatsDescriptor* descriptors, std::uint64_t count,
+                                                std::uint64_t chunk) {
   std::uint64_t low = 0;
   std::uint64_t high = count;  // invariant: descriptors[low].first_chunk <= chunk < descriptors[high].first_chunk
   while (high - low > 1) {
