@@ -132,7 +132,7 @@ for sanitizer in address thread; do
   opt=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" "${opt[@]}" \
     "${test_code_flags[@]}" \
-    -DTRAINSCOPE_BUILD_BENCH=OFF \
+    -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=ON \
     --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests \
     --target trainscope_commcheck_tests --target trainscope_timeline_tests --target trainscope_html_tests
   echo "== $(date -u +%T) tests under the $sanitizer sanitizer"
