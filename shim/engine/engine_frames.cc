@@ -172,22 +172,11 @@ class FrameThread {
     uint64_t frames_waiting = 0;
     {
       std::lock_guard<std::mutex> lock(pass_mutex_);
-      // What completed since; statistics still computed on a device are waited for, a bounded time.
-      const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
-      while (pass_locked() && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      feed_.release_all_held();  // the period was never learnt (or relearnt): their provisional numbers
-      final_pass_made_ = true;   // a frame thread left behind passes no more
+      frames_waiting = settle_locked();
+      final_pass_made_ = true;  // a frame thread left behind passes no more
       guard_passes = guard_passes_;
-      frames_waiting = feed_.frames_waiting();
     }
-    if (frames_waiting > 0)
-      log(LogLevel::kWarn, ("frames: " + std::to_string(frames_waiting) +
-                            " watched calls got no frame: their statistics, or an earlier call's, were still not "
-                            "there " +
-                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopFramesWait).count()) +
-                            " s after the process began to end")
-                               .c_str());
+    warn_frames_waiting(frames_waiting);
     if (guard_passes > 0)
       log(LogLevel::kInfo, ("frames: the idle-class frame thread fell behind (the cores were busy); " +
                             std::to_string(guard_passes) + " passes were made in the job's class instead")
@@ -235,10 +224,12 @@ class FrameThread {
   // TRAINSCOPE_ABORT_AFTER_BATCH, on the stopping thread: everything recorded before the stop goes through the
   // window (traces, reports), waiting up to kStopFramesWait for statistics still computed on a device.
   void settle_for_stop() {
-    const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
-    while (pass() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    release_all_held();
+    uint64_t frames_waiting = 0;
+    {
+      std::lock_guard<std::mutex> lock(pass_mutex_);
+      frames_waiting = settle_locked();
+    }
+    warn_frames_waiting(frames_waiting);
   }
 
  private:
@@ -331,9 +322,24 @@ class FrameThread {
     return waits;
   }
 
-  void release_all_held() {
-    std::lock_guard<std::mutex> lock(pass_mutex_);
+  // The end (the process's, or a stop's), under pass_mutex_: passes until no frame waits for statistics still
+  // computed on a device, at most kStopFramesWait, then every held frame goes to the window (the batch period was
+  // never learnt, or relearnt: their provisional numbers). Returns the watched calls still without a frame.
+  uint64_t settle_locked() {
+    const auto deadline = std::chrono::steady_clock::now() + kStopFramesWait;
+    while (pass_locked() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     feed_.release_all_held();
+    return feed_.frames_waiting();
+  }
+
+  static void warn_frames_waiting(uint64_t frames_waiting) {
+    if (frames_waiting == 0) return;
+    log(LogLevel::kWarn, ("frames: " + std::to_string(frames_waiting) +
+                          " watched calls got no frame: their statistics, or an earlier call's, were still not there " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopFramesWait).count()) +
+                          " s after the process began to end")
+                             .c_str());
   }
 
   int32_t rank() const { return rank_of(header_); }
