@@ -30,9 +30,8 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
-constexpr int kSteps = 3;
-constexpr int kCount = 4096;
+constexpr int kPackageSteps = 3;
+constexpr int kPackageCount = 4096;
 constexpr int kFirstPackagesMinor = 10;  // nccl4py 0.6.0 and CuPy 14 need CPython 3.10 or newer
 
 struct Package {
@@ -66,7 +65,7 @@ std::string why_packages_cannot_run(int minor) {
 
 std::vector<std::string> package_job(int minor, const Package& package, const std::vector<std::string>& args = {}) {
   return with_args({venv_python(minor), python_job("package_client_job.py"), "--client", package.name, "--steps",
-                    std::to_string(kSteps), "--count", std::to_string(kCount)},
+                    std::to_string(kPackageSteps), "--count", std::to_string(kPackageCount)},
                    args);
 }
 
@@ -91,8 +90,8 @@ TEST_P(ClientPackages, RunTheSameUnderTrainscopeAndEveryCallIsRecordedWithTheJob
   for (int rank : {0, 1}) {
     // The stand-in's version (2.28.9), as the package read it from the library it loaded.
     const std::string start = "rank " + std::to_string(rank) + ": " + package_.name + " " + package_.version +
-                              ", NCCL 22809, " + std::to_string(kSteps) + " steps of " + std::to_string(kCount) +
-                              ", digest ";
+                              ", NCCL 22809, " + std::to_string(kPackageSteps) + " steps of " +
+                              std::to_string(kPackageCount) + ", digest ";
     EXPECT_EQ(lines[static_cast<size_t>(rank)].rfind(start, 0), 0u) << lines[static_cast<size_t>(rank)];
   }
 
@@ -112,10 +111,10 @@ TEST_P(ClientPackages, RunTheSameUnderTrainscopeAndEveryCallIsRecordedWithTheJob
     EXPECT_EQ(calls["ncclCommDestroy"], 1);
     for (const char* op : {"ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter", "ncclReduce",
                            "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"})
-      EXPECT_EQ(calls[op], kSteps) << op;
+      EXPECT_EQ(calls[op], kPackageSteps) << op;
     // The bindings are compiled: the innermost Python frame of each all-reduce is the job's own line that called
     // the package.
-    ASSERT_EQ(ranks[rank].frames_of_op.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(ranks[rank].frames_of_op.size(), static_cast<size_t>(kPackageSteps));
     for (const nlohmann::json& frame : ranks[rank].frames_of_op) {
       ASSERT_TRUE(frame.is_object()) << frame.dump();
       EXPECT_EQ(frame["file"], python_job("package_client_job.py"));
@@ -147,7 +146,7 @@ TEST(ClientPackageFaults, ACountMismatchThroughEachPackageGetsTheMismatchVerdict
         python_shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
-    expect_half_count_mismatch_report(dir, kCount, python_job("package_client_job.py"), run.err);
+    expect_half_count_mismatch_report(dir, kPackageCount, python_job("package_client_job.py"), run.err);
   }
 }
 

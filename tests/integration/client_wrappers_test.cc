@@ -28,9 +28,8 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
-constexpr int kSteps = 3;
-constexpr int kCount = 4096;
+constexpr int kWrapperSteps = 3;
+constexpr int kWrapperCount = 4096;
 
 struct Client {
   const char* name;
@@ -68,11 +67,9 @@ std::vector<std::string> client_job(const FoundPython& python, const Client& cli
                                     const std::vector<std::string>& args = {}) {
   return with_args(
       {python.path, python_job("client_wrapper_job.py"), "--client", client.name, "--wrapper", wrapper_of(client),
-       "--nccl", nccl, "--steps", std::to_string(kSteps), "--count", std::to_string(kCount)},
+       "--nccl", nccl, "--steps", std::to_string(kWrapperSteps), "--count", std::to_string(kWrapperCount)},
       args);
 }
-
-ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
 
 class ClientWrappers : public ::testing::TestWithParam<std::tuple<Client, int>> {
  protected:
@@ -95,14 +92,14 @@ TEST_P(ClientWrappers, RunTheSameUnderTrainscopeAndEveryCallIsRecordedWithTheWra
   ASSERT_EQ(lines.size(), 2u) << plain.out;
   for (int rank : {0, 1}) {
     const std::string start = "rank " + std::to_string(rank) + ": " + client_.name +
-                              "'s pynccl_wrapper, NCCL 2.28.9, " + std::to_string(kSteps) + " steps of " +
-                              std::to_string(kCount) + ", digest ";
+                              "'s pynccl_wrapper, NCCL 2.28.9, " + std::to_string(kWrapperSteps) + " steps of " +
+                              std::to_string(kWrapperCount) + ", digest ";
     EXPECT_EQ(lines[static_cast<size_t>(rank)].rfind(start, 0), 0u) << lines[static_cast<size_t>(rank)];
   }
 
   TempDir dir;
-  const ProcessResult traced =
-      testing::run_process(launch(2, 60, client_job(python_, client_, nccl_for(client_, dir))), shim_options(dir));
+  const ProcessResult traced = testing::run_process(launch(2, 60, client_job(python_, client_, nccl_for(client_, dir))),
+                                                    python_shim_options(dir));
   EXPECT_FALSE(traced.timed_out);
   EXPECT_EQ(traced.exit_code, plain.exit_code) << traced.err;
   EXPECT_EQ(sorted_lines(traced.out), lines);
@@ -117,9 +114,9 @@ TEST_P(ClientWrappers, RunTheSameUnderTrainscopeAndEveryCallIsRecordedWithTheWra
     EXPECT_EQ(calls["ncclCommDestroy"], 1);
     for (const char* op : {"ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter", "ncclReduce",
                            "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"})
-      EXPECT_EQ(calls[op], kSteps) << op;
+      EXPECT_EQ(calls[op], kWrapperSteps) << op;
     // The innermost Python frame of each all-reduce is the wrapper's own method, in the client's file.
-    ASSERT_EQ(ranks[rank].frames_of_op.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(ranks[rank].frames_of_op.size(), static_cast<size_t>(kWrapperSteps));
     for (const json& frame : ranks[rank].frames_of_op) {
       ASSERT_TRUE(frame.is_object()) << frame.dump();
       EXPECT_EQ(frame["file"], wrapper_of(client_));
@@ -153,10 +150,10 @@ TEST(ClientWrapperFaults, ACountMismatchThroughEachWrapperGetsTheMismatchVerdict
         launch(
             2, 60,
             client_job(python, client, nccl_for(client, dir), {"--fault", "half-count", "--rank", "1", "--step", "1"})),
-        shim_options(dir));
+        python_shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
-    expect_half_count_mismatch_report(dir, kCount, wrapper_of(client), run.err);
+    expect_half_count_mismatch_report(dir, kWrapperCount, wrapper_of(client), run.err);
   }
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }

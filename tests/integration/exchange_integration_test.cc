@@ -38,8 +38,6 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
-
 std::vector<std::string> scenario(const std::string& fault, int rank, int step, int steps = 10) {
   return {TS_LAUNCH,
           "-n",

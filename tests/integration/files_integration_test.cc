@@ -26,12 +26,6 @@ using testing::TempDir;
 
 constexpr const char* kSymlinkWhy = "it is a symbolic link, and trainscope never writes through one";
 
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
 // The lines trainscope wrote to stderr.
 std::vector<std::string> trainscope_lines(const std::string& err) {
   std::vector<std::string> lines;

@@ -89,12 +89,6 @@ std::string attribute_of(const std::string& dom, const std::string& id, const st
   return tag.substr(begin, tag.find('"', begin) - begin);
 }
 
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) ++n;
-  return n;
-}
-
 void expect_rendered(const std::string& dom) {
   const std::string body = body_tag(dom);
   EXPECT_NE(body.find("data-rendered=\"ok\""), std::string::npos) << body;

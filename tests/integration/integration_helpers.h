@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -14,6 +15,9 @@
 #include "support/subprocess.h"
 
 namespace trainscope {
+
+// The exit status of a rank that a verdict stopped (TRAINSCOPE_ON_MISMATCH=abort, TRAINSCOPE_ON_DESYNC=abort).
+constexpr int kVerdictExit = 86;
 
 inline std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
 inline bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
@@ -68,6 +72,20 @@ inline testing::ProcessOptions cuda_job_options(const testing::TempDir& dir) {
 }
 
 inline std::string run_dir(const testing::TempDir& dir) { return dir.path() + "/runs/job"; }
+
+// How many times `part` occurs in `text` (overlaps counted).
+inline size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// A text's lines in order, for output whose lines interleave in no fixed order (ranks sharing a stdout).
+inline std::vector<std::string> sorted_lines(const std::string& text) {
+  std::vector<std::string> lines = testing::split_lines(text);
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
 
 // The text of the one report whose name starts with `prefix`, or "" if there is none.
 inline std::string report(const testing::TempDir& dir, const std::string& prefix, int* count = nullptr) {

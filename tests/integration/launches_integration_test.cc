@@ -18,6 +18,7 @@
 #include "integration_helpers.h"
 #include "python_helpers.h"
 #include "support/subprocess.h"
+#include "support/text_files.h"
 
 namespace trainscope {
 namespace {
@@ -31,14 +32,6 @@ using testing::ProcessResult;
 using testing::TempDir;
 
 constexpr int32_t kIllegalAddress = 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
 
 ProcessResult run_job(const ProcessOptions& options, const std::vector<std::string>& args = {}) {
   std::vector<std::string> argv = {program("cuda_launches_program")};
@@ -118,7 +111,7 @@ TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
   TempDir dir;
   const ProcessResult result = run_job(cuda_job_options(dir));
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_TRUE(contains(result.out, "sync 700 launch 700")) << result.out;
+  EXPECT_TRUE(testing::contains(result.out, "sync 700 launch 700")) << result.out;
   const RecorderFile file = recorder_of(dir);
   EXPECT_EQ(file.header.launch_mode, static_cast<uint32_t>(recorder::LaunchMode::kCompletions))
       << file.header.launch_note;
@@ -128,7 +121,7 @@ TEST(Launches, AreRecordedInOrderWithTheNcclCallsFromTheFirstCuInit) {
   // Names: interned once per function although scale_kernel was launched four times.
   size_t scale_names = 0;
   for (const recorder::NameEntry& name : file.names)
-    if (name.commit != 0 && contains(name.text, "scale_kernel")) ++scale_names;
+    if (name.commit != 0 && testing::contains(name.text, "scale_kernel")) ++scale_names;
   EXPECT_EQ(scale_names, 1u);
   const auto launches = with_op(file, Op::kKernelLaunch);
   ASSERT_FALSE(launches.empty());
@@ -153,7 +146,7 @@ TEST(Launches, RuntimeLaunchesAreRecordedOnceWithTheDriverLaunchInside) {
   TempDir dir;
   const ProcessResult result = run_job(cuda_job_options(dir), {"--runtime"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_TRUE(contains(result.out, "sync 700 launch 700")) << result.out;
+  EXPECT_TRUE(testing::contains(result.out, "sync 700 launch 700")) << result.out;
   const RecorderFile file = recorder_of(dir);
   std::vector<std::string> expected = kExpectedSequence;
   for (std::string& entry : expected)
@@ -180,9 +173,9 @@ TEST(Launches, AWatchedKernelThatWritesInfIsTheLastFrameOfTheNonfiniteReport) {
   int reports = 0;
   const std::string text = report(dir, "nonfinite-rank0", &reports);
   ASSERT_EQ(reports, 1) << log_of(dir);
-  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=")) << text;
+  EXPECT_TRUE(testing::contains(text, "Detected inf/nan during batch_number=")) << text;
   // Seed format: the kernel's short name as the frame header, its buffers by parameter index.
-  EXPECT_TRUE(contains(text, "                  add_kernel kernel\n0.00e+00 0.00e+00 output[0]\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "                  add_kernel kernel\n0.00e+00 0.00e+00 output[0]\n")) << text;
   const std::string last_frame = "                  inf_kernel kernel\n     inf      inf output[0]\n";
   ASSERT_GE(text.size(), last_frame.size());
   EXPECT_EQ(text.substr(text.size() - last_frame.size()), last_frame) << text;
@@ -205,8 +198,8 @@ TEST(Launches, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithItsBatch) {
   int reports = 0;
   const std::string text = report(dir, "nonfinite-rank0", &reports);
   ASSERT_EQ(reports, 1) << log_of(dir);
-  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=3\n")) << text;
-  EXPECT_TRUE(contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "Detected inf/nan during batch_number=3\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
 }
 
 TEST(Launches, FirstCudaErrorHasAReportNamingTheCallAndTheKernelBeforeIt) {
@@ -216,11 +209,12 @@ TEST(Launches, FirstCudaErrorHasAReportNamingTheCallAndTheKernelBeforeIt) {
   int reports = 0;
   const std::string text = report(dir, "cuda-error-rank0", &reports);  // also checks the JSON twin
   ASSERT_EQ(reports, 1) << log_of(dir);
-  EXPECT_TRUE(contains(text, "cuStreamSynchronize")) << text;
-  EXPECT_TRUE(contains(text, "700")) << text;
-  EXPECT_TRUE(contains(text, "fault_kernel")) << text;
-  EXPECT_TRUE(contains(text, "add_kernel")) << "the launches on the stream since its last good synchronisation\n"
-                                            << text;
+  EXPECT_TRUE(testing::contains(text, "cuStreamSynchronize")) << text;
+  EXPECT_TRUE(testing::contains(text, "700")) << text;
+  EXPECT_TRUE(testing::contains(text, "fault_kernel")) << text;
+  EXPECT_TRUE(testing::contains(text, "add_kernel"))
+      << "the launches on the stream since its last good synchronisation\n"
+      << text;
 }
 
 TEST(Launches, ReportShowsTheLastLaunchesOfEachStream) {
@@ -229,9 +223,9 @@ TEST(Launches, ReportShowsTheLastLaunchesOfEachStream) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const ProcessResult shown = testing::run_process({TS_TOOL, "report", run_dir(dir)});
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
-  EXPECT_TRUE(contains(shown.out, "add_kernel")) << shown.out;
-  EXPECT_TRUE(contains(shown.out, "scale_kernel")) << shown.out;
-  EXPECT_TRUE(contains(shown.out, "ncclAllReduce")) << shown.out;
+  EXPECT_TRUE(testing::contains(shown.out, "add_kernel")) << shown.out;
+  EXPECT_TRUE(testing::contains(shown.out, "scale_kernel")) << shown.out;
+  EXPECT_TRUE(testing::contains(shown.out, "ncclAllReduce")) << shown.out;
 }
 
 TEST(Launches, CuptiHeldByAnotherToolIsSaidOnceAndTheJobRunsOn) {
@@ -244,7 +238,7 @@ TEST(Launches, CuptiHeldByAnotherToolIsSaidOnceAndTheJobRunsOn) {
   EXPECT_EQ(count(log_of(dir), "CUPTI is in use by another tool"), 1u) << said;
   const RecorderFile file = recorder_of(dir);
   EXPECT_EQ(file.header.launch_mode, static_cast<uint32_t>(recorder::LaunchMode::kUnavailable));
-  EXPECT_TRUE(contains(file.header.launch_note, "another tool")) << file.header.launch_note;
+  EXPECT_TRUE(testing::contains(file.header.launch_note, "another tool")) << file.header.launch_note;
   EXPECT_TRUE(with_op(file, Op::kKernelLaunch).empty());
   EXPECT_EQ(with_op(file, Op::kAllReduce).size(), 2u) << "NCCL calls are recorded as usual";
 }
@@ -323,8 +317,9 @@ TEST(Launches, TrainscopeRunMakesTheLibraryTheDriversInjectionUnlessTheJobChoseO
   other_run[3] = other_dir.path() + "/runs";
   const ProcessResult other = testing::run_process(other_run, options);
   ASSERT_EQ(other.exit_code, 0) << other.err;
-  EXPECT_TRUE(contains(other.err, "[trainscope][run] CUDA_INJECTION64_PATH is set (" + other_dir.path() +
-                                      "/libanother_tool.so): CUDA launches are recorded from the first NCCL call on"))
+  EXPECT_TRUE(
+      testing::contains(other.err, "[trainscope][run] CUDA_INJECTION64_PATH is set (" + other_dir.path() +
+                                       "/libanother_tool.so): CUDA launches are recorded from the first NCCL call on"))
       << other.err;
   EXPECT_EQ(launch_sequence(recorder_of(other_dir)).front(), "ncclCommInitRank");
 }
@@ -354,7 +349,7 @@ TEST_P(LaunchesFromPython, CtypesJobIsRecordedAsTheCProgramIs) {
   int reports = 0;
   const std::string text = report(dir, "cuda-error-rank0", &reports);
   EXPECT_EQ(reports, 1);
-  EXPECT_TRUE(contains(text, "fault_kernel")) << text;
+  EXPECT_TRUE(testing::contains(text, "fault_kernel")) << text;
 }
 
 // The optimizer story from Python (PyTorch's fused Adam is launched from a Python training loop): batches counted from
@@ -371,8 +366,8 @@ TEST_P(LaunchesFromPython, OptimizerKernelsCountTheBatchesAndTheInfIsNamedWithIt
   int reports = 0;
   const std::string text = report(dir, "nonfinite-rank0", &reports);
   ASSERT_EQ(reports, 1) << log_of(dir);
-  EXPECT_TRUE(contains(text, "Detected inf/nan during batch_number=3\n")) << text;
-  EXPECT_TRUE(contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "Detected inf/nan during batch_number=3\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "                  inf_kernel kernel\n     inf      inf output[0]\n")) << text;
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, LaunchesFromPython, TS_EVERY_PYTHON);

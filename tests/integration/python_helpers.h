@@ -97,12 +97,6 @@ inline std::vector<std::string> with_args(std::vector<std::string> command, cons
   return command;
 }
 
-inline std::vector<std::string> sorted_lines(const std::string& text) {
-  std::vector<std::string> lines = testing::split_lines(text);
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
-
 // The stand-in libnccl.so.2 copied into `dir` under another name.
 inline std::string renamed_copy(const testing::TempDir& dir) {
   const std::string copy = dir.path() + "/libmy_collectives.so";

@@ -29,10 +29,6 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
-
-ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
-
 // The 1-based line of `file` that holds `text` (the first one); 0 when none does.
 int line_of(const std::string& file, const std::string& text) {
   std::ifstream in(file);
@@ -111,9 +107,10 @@ TEST_P(HandleLookedUpJob, GetsTheVerdictsAndReportsOfTheLinkedJob) {
   TempDir c_dir;
   TempDir py_dir;
   const ProcessResult c = testing::run_process(
-      launch(ranks, 60, with_args({program("scenario_program")}, scenario.args)), shim_options(c_dir));
-  const ProcessResult py = testing::run_process(
-      launch(ranks, 60, with_args({python.path, python_job("scenario_job.py")}, scenario.args)), shim_options(py_dir));
+      launch(ranks, 60, with_args({program("scenario_program")}, scenario.args)), python_shim_options(c_dir));
+  const ProcessResult py =
+      testing::run_process(launch(ranks, 60, with_args({python.path, python_job("scenario_job.py")}, scenario.args)),
+                           python_shim_options(py_dir));
   EXPECT_FALSE(c.timed_out || py.timed_out);
   EXPECT_EQ(c.exit_code, scenario.exit_code) << c.err;
   EXPECT_EQ(py.exit_code, scenario.exit_code) << py.err;
@@ -158,10 +155,10 @@ TEST(HandleLookedUpJobFrames, InfAndNanGiveTheLinkedJobsReportsWithThePythonLine
       const std::vector<std::string> args = {"--steps", "5", "--inject", value, "--rank", "1", "--step", "3"};
       TempDir c_dir;
       TempDir py_dir;
-      const ProcessResult c =
-          testing::run_process(launch(ranks, 60, with_args({program("train_program")}, args)), shim_options(c_dir));
+      const ProcessResult c = testing::run_process(launch(ranks, 60, with_args({program("train_program")}, args)),
+                                                   python_shim_options(c_dir));
       const ProcessResult py = testing::run_process(
-          launch(ranks, 60, with_args({python.path, python_job("train_job.py")}, args)), shim_options(py_dir));
+          launch(ranks, 60, with_args({python.path, python_job("train_job.py")}, args)), python_shim_options(py_dir));
       ASSERT_EQ(c.exit_code, 0) << c.err;
       ASSERT_EQ(py.exit_code, 0) << py.err;
       const auto c_reports = verdicts(c_dir);
@@ -195,7 +192,7 @@ TEST_P(PythonStacks, AMismatchInBackwardIsReportedInBackwardThroughAHelperForwar
   ASSERT_GT(backward_line, 0);
   for (const char* load : {"handle", "global"}) {
     TempDir dir;
-    ProcessOptions options = shim_options(dir);
+    ProcessOptions options = python_shim_options(dir);
     options.env["TS_NCCL_LOAD"] = load;
     const ProcessResult run = testing::run_process(
         launch(2, 60, {python_.path, job, "--steps", "4", "--fault", "backward-count", "--rank", "1", "--step", "2"}),
@@ -231,8 +228,8 @@ TEST_P(PythonStacks, AThreadHoldingTheGilDoesNotHangTheJobAndTheLineIsStillKnown
   const int call_line = line_of(job, "result = wait_then_call(");
   ASSERT_GT(call_line, 0);
   TempDir dir;
-  const ProcessResult run =
-      testing::run_process(launch(2, 60, {python_.path, job, "--steps", "3", "--count", "512"}), shim_options(dir));
+  const ProcessResult run = testing::run_process(launch(2, 60, {python_.path, job, "--steps", "3", "--count", "512"}),
+                                                 python_shim_options(dir));
   EXPECT_FALSE(run.timed_out);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const ProcessResult listed = testing::run_process({TS_TOOL, "report", run_dir(dir), "--json", "--last", "50"});
@@ -264,7 +261,7 @@ TEST_P(PythonStacksUnsupported, TheReportSaysWhyThereIsNoPythonStack) {
   const ProcessResult run = testing::run_process(launch(2, 60,
                                                         {python.path, python_job("forward_backward_job.py"), "--fault",
                                                          "backward-count", "--rank", "1", "--step", "1"}),
-                                                 shim_options(dir));
+                                                 python_shim_options(dir));
   EXPECT_EQ(run.exit_code, kVerdictExit) << run.err;
   const std::string text = report(dir, "mismatch-");
   EXPECT_NE(text.find("    (Python stack not captured: Python " + python.version +
@@ -287,7 +284,7 @@ TEST(HandleLookups, ARenamedCopyOfNcclIsInterceptedLikeTheLibraryItself) {
   const FoundPython python = newest_python();
   if (!python.found) GTEST_SKIP() << "no Python 3.9 to 3.13 on this machine";
   TempDir dir;
-  ProcessOptions options = shim_options(dir);
+  ProcessOptions options = python_shim_options(dir);
   options.env["TS_NCCL_PATH"] = renamed_copy(dir);
   options.env["LD_LIBRARY_PATH"] = std::nullopt;
   const ProcessResult run = testing::run_process(
@@ -303,7 +300,7 @@ TEST(HandleLookups, ARenamedCopyOfNcclIsInterceptedLikeTheLibraryItself) {
 TEST(HandleLookups, AJaxLikeStubGetsTheVerdictThroughDlsymAndDlvsym) {
   for (const bool versioned : {false, true}) {
     TempDir dir;
-    ProcessOptions options = shim_options(dir);
+    ProcessOptions options = python_shim_options(dir);
     std::vector<std::string> command = {
         program("dlopen_program"), "--fault", "half-count", "--rank", "1", "--step", "2"};
     if (versioned) {
@@ -341,7 +338,7 @@ for lib in (process_wide, other, process_wide, other):
     assert lib.ncclCommDestroy(comm) == 0
 print("ok")
 )";
-  const ProcessResult run = testing::run_process({python.path, "-c", script, copy}, shim_options(dir));
+  const ProcessResult run = testing::run_process({python.path, "-c", script, copy}, python_shim_options(dir));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "ok\n");
   EXPECT_NE(run.err.find("NCCL looked up on a library handle: " + copy), std::string::npos) << run.err;
@@ -360,7 +357,7 @@ print("ok")
 TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
   const std::vector<std::string> args = {"--steps", "3", "--count", "2048", "--digest"};
   TempDir plain_dir;
-  ProcessOptions plain = shim_options(plain_dir);
+  ProcessOptions plain = python_shim_options(plain_dir);
   plain.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
   const ProcessResult expected =
       testing::run_process(launch(2, 60, with_args({program("scenario_program")}, args)), plain);
@@ -368,7 +365,7 @@ TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
   const std::string shim = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
   for (const bool shim_first : {true, false}) {
     TempDir dir;
-    ProcessOptions options = shim_options(dir);
+    ProcessOptions options = python_shim_options(dir);
     options.env["LD_PRELOAD"] = shim_first ? shim + ":" + TS_OPEN_COUNTER
                                            : (sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" : std::string()) +
                                                  TS_OPEN_COUNTER + ":" + TS_SHIM;
@@ -389,7 +386,7 @@ TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
 
 // `driver`: whether the process loads the (stand-in) CUDA driver first, as a GPU job does before any NCCL.
 ProcessResult run_nccl_without_calls(const FoundPython& python, const TempDir& dir, bool driver) {
-  ProcessOptions options = shim_options(dir);
+  ProcessOptions options = python_shim_options(dir);
   options.env["LD_PRELOAD"] = std::nullopt;  // trainscope run sets it
   options.env["RANK"] = "0";
   options.env["WORLD_SIZE"] = "1";

@@ -26,10 +26,6 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
-
-ProcessOptions shim_options(const TempDir& dir) { return python_shim_options(dir); }
-
 // The NCCL calls of every rank of a run, by op name, from `trainscope report --json`.
 std::map<std::string, int> calls_by_op(const std::string& dir) {
   const ProcessResult listed = testing::run_process({TS_TOOL, "report", dir, "--json", "--last", "1000"});
@@ -51,7 +47,7 @@ TEST_P(PythonStartup, AProcessThatMadeOnlyAUniqueIdEndsWithItsOwnStatus) {
   for (const char* how : {"exit", "_exit", "exec"}) {
     SCOPED_TRACE(how);
     TempDir dir;
-    ProcessOptions options = shim_options(dir);
+    ProcessOptions options = python_shim_options(dir);
     options.env["RANK"] = "0";
     options.env["WORLD_SIZE"] = "2";
     options.env["MASTER_ADDR"] = "127.0.0.1";
@@ -74,7 +70,7 @@ TEST_P(PythonStartup, NcclLoadedLocallyAndLookedUpInTheGlobalScopeFirstWorksAndI
   TempDir dir;
   const std::vector<std::string> args = {"--steps", "3", "--count", "2048", "--digest"};
   ProcessOptions plain = plain_python_options();
-  ProcessOptions shim = shim_options(dir);
+  ProcessOptions shim = python_shim_options(dir);
   for (ProcessOptions* options : {&plain, &shim}) {
     options->env["TS_NCCL_LOAD"] = "scope-first";
     options->env["TS_NCCL_PATH"] = renamed_copy(plain_dir);
@@ -93,7 +89,7 @@ TEST_P(PythonStartup, NcclLoadedLocallyAndLookedUpInTheGlobalScopeFirstWorksAndI
   EXPECT_GE(ops.count("ncclAllReduce") ? ops.at("ncclAllReduce") : 0, 2 * 3);
 
   TempDir fault_dir;
-  ProcessOptions faulty = shim_options(fault_dir);
+  ProcessOptions faulty = python_shim_options(fault_dir);
   faulty.env["TS_NCCL_LOAD"] = "scope-first";
   faulty.env["TS_NCCL_PATH"] = renamed_copy(fault_dir);
   faulty.env["LD_LIBRARY_PATH"] = std::nullopt;
@@ -131,7 +127,7 @@ std::string files_text(const std::string& dir, const std::string& prefix, const 
 // desync report of the creation names it within the desync timeout, and rank 1 is stopped instead of hanging.
 TEST_P(PythonStartup, ARankThatNeverJoinsTheCommunicatorIsNamedAndTheWaitingRankStops) {
   TempDir dir;
-  ProcessOptions options = shim_options(dir);
+  ProcessOptions options = python_shim_options(dir);
   options.env["LD_PRELOAD"] = sanitized() ? std::optional<std::string>(TS_SANITIZER_RUNTIME) : std::nullopt;
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;
   options.env["TRAINSCOPE_DESYNC_TIMEOUT"] = "3";
@@ -161,7 +157,7 @@ TEST_P(PythonStartup, ARankThatNeverJoinsTheCommunicatorIsNamedAndTheWaitingRank
 // it waits for; and both processes' files are in the run's one folder.
 TEST_P(PythonStartup, WithoutACoordinatorTheWaitingRankSaysWhomItWaitsForAndTheRunHasOneFolder) {
   TempDir dir;
-  ProcessOptions options = shim_options(dir);
+  ProcessOptions options = python_shim_options(dir);
   options.env["TRAINSCOPE_RUN_ID"] = std::nullopt;  // the run id of torchrun's defaults: reruns share it
   options.env["TRAINSCOPE_DESYNC_TIMEOUT"] = "2";
   const int deadline = sanitized() ? 20 : 8;
@@ -194,7 +190,7 @@ TEST_P(PythonStartup, ProcessesThatEndByUnderscoreExitOrExecEndCleanly) {
     TempDir dir;
     const ProcessResult run = testing::run_process(
         launch(2, 60, {python_.path, python_job("startup_job.py"), "--init-first", "--end", how, "--status", "0"}),
-        shim_options(dir));
+        python_shim_options(dir));
     EXPECT_FALSE(run.timed_out);
     EXPECT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(sorted_lines(run.out), (std::vector<std::string>{"rank 0 all-reduced", "rank 1 all-reduced"}));
@@ -209,7 +205,7 @@ TEST_P(PythonStartup, ProcessesThatEndByUnderscoreExitOrExecEndCleanly) {
 // environment earns (a misspelt variable, cross-rank checks that cannot run) are said once, by the parent.
 TEST_P(PythonStartup, ForkedChildrenDoNotRepeatTheStartUpWarnings) {
   TempDir dir;
-  ProcessOptions options = shim_options(dir);
+  ProcessOptions options = python_shim_options(dir);
   options.env["RANK"] = "0";
   options.env["WORLD_SIZE"] = "2";  // and no MASTER_ADDR: the checks cannot run, which is worth a warning
   options.env["TRAINSCOPE_WATCHH"] = "off";

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/flight_recorder_reader.h"
+#include "integration_helpers.h"
 #include "support/subprocess.h"
 
 namespace trainscope {
@@ -25,16 +26,12 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
-
-bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
-
 // LD_PRELOAD for the shim; a sanitizer runtime must come first in the list.
 std::string preload_value() {
   return sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
 }
 
-ProcessOptions job_options(const TempDir& dir, bool with_shim, const std::string& nccl_dir = TS_FAKE_NCCL_DIR) {
+ProcessOptions shim_job_options(const TempDir& dir, bool with_shim, const std::string& nccl_dir = TS_FAKE_NCCL_DIR) {
   ProcessOptions options;
   options.env["LD_LIBRARY_PATH"] = nccl_dir;
   options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
@@ -48,13 +45,7 @@ ProcessOptions job_options(const TempDir& dir, bool with_shim, const std::string
   return options;
 }
 
-std::string run_dir(const TempDir& dir) { return dir.path() + "/runs/test-run"; }
-
-std::vector<std::string> sorted_lines(const std::string& text) {
-  std::vector<std::string> lines = testing::split_lines(text);
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
+std::string test_run_dir(const TempDir& dir) { return dir.path() + "/runs/test-run"; }
 
 recorder::RunDirectory read_run(const std::string& path) {
   recorder::RunDirectory run;
@@ -161,21 +152,21 @@ TEST_P(MultiRank, SameResultsWithAndWithoutShimAndRecorderHoldsEveryCallInOrder)
   const std::vector<std::string> argv_plain = {
       TS_LAUNCH, "-n",  std::to_string(ranks), "--", program("collectives_program"), "--iterations", "3",
       "--count", "5000"};
-  const ProcessResult plain = testing::run_process(argv_plain, job_options(plain_dir, false));
+  const ProcessResult plain = testing::run_process(argv_plain, shim_job_options(plain_dir, false));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_FALSE(fs::exists(plain_dir.path() + "/runs"));
 
   std::vector<std::string> argv_shim = argv_plain;
   argv_shim.push_back("--calls");
   argv_shim.push_back(shim_dir.path() + "/calls");
-  const ProcessResult shimmed = testing::run_process(argv_shim, job_options(shim_dir, true));
+  const ProcessResult shimmed = testing::run_process(argv_shim, shim_job_options(shim_dir, true));
   ASSERT_EQ(shimmed.exit_code, 0) << shimmed.err;
   EXPECT_EQ(sorted_lines(plain.out), sorted_lines(shimmed.out));
   EXPECT_EQ(sorted_lines(plain.out).size(), static_cast<size_t>(ranks));
 
-  const recorder::RunDirectory run = read_run(run_dir(shim_dir));
+  const recorder::RunDirectory run = read_run(test_run_dir(shim_dir));
   ASSERT_EQ(run.files.size(), static_cast<size_t>(ranks));
-  EXPECT_EQ(fs::status(run_dir(shim_dir)).permissions(), fs::perms::owner_all);
+  EXPECT_EQ(fs::status(test_run_dir(shim_dir)).permissions(), fs::perms::owner_all);
   for (const auto& file : run.files)
     EXPECT_EQ(fs::status(file.path).permissions(), fs::perms::owner_read | fs::perms::owner_write) << file.path;
   std::map<uint64_t, std::set<int>> members;  // comm id -> ranks that used it in collectives
@@ -216,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, MultiRank, ::testing::Values(2, 4));
 
 TEST(Shim, DisabledIsAPurePassThrough) {
   TempDir dir;
-  ProcessOptions options = job_options(dir, true);
+  ProcessOptions options = shim_job_options(dir, true);
   options.env["TRAINSCOPE_ENABLE"] = "0";
   const ProcessResult result =
       testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program"), "--iterations", "1"}, options);
@@ -229,14 +220,14 @@ TEST(Shim, ThreadsWithCommInitAll) {
   TempDir plain_dir;
   TempDir shim_dir;
   const ProcessResult plain =
-      testing::run_process({program("threads_program"), "4", "40"}, job_options(plain_dir, false));
+      testing::run_process({program("threads_program"), "4", "40"}, shim_job_options(plain_dir, false));
   const ProcessResult shimmed =
-      testing::run_process({program("threads_program"), "4", "40"}, job_options(shim_dir, true));
+      testing::run_process({program("threads_program"), "4", "40"}, shim_job_options(shim_dir, true));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(shimmed.exit_code, 0) << shimmed.err;
   EXPECT_EQ(plain.out, shimmed.out);
 
-  const recorder::RunDirectory run = read_run(run_dir(shim_dir));
+  const recorder::RunDirectory run = read_run(test_run_dir(shim_dir));
   ASSERT_EQ(run.files.size(), 1u);
   const RecorderFile& file = run.files[0];
   EXPECT_EQ(file.torn_records, 0u);
@@ -277,9 +268,9 @@ TEST(Shim, ThreadsWithCommInitAll) {
 
 TEST(Shim, ForkedChildrenNeverWriteTheParentsRecorder) {
   TempDir dir;
-  const ProcessResult result = testing::run_process({program("fork_program")}, job_options(dir, true));
+  const ProcessResult result = testing::run_process({program("fork_program")}, shim_job_options(dir, true));
   ASSERT_EQ(result.exit_code, 0) << result.err << result.out;
-  const recorder::RunDirectory run = read_run(run_dir(dir));
+  const recorder::RunDirectory run = read_run(test_run_dir(dir));
   // The parent and the child that used NCCL each have their own file; the child that did not has none.
   ASSERT_EQ(run.files.size(), 2u) << result.out;
   int parent_pid = -1;
@@ -311,15 +302,15 @@ TEST(Shim, RealNcclPassesThroughUnchanged) {
   TempDir plain_dir;
   TempDir shim_dir;
   const ProcessResult plain =
-      testing::run_process({program("nccl_probe_program")}, job_options(plain_dir, false, TS_REAL_NCCL_DIR));
+      testing::run_process({program("nccl_probe_program")}, shim_job_options(plain_dir, false, TS_REAL_NCCL_DIR));
   const ProcessResult shimmed =
-      testing::run_process({program("nccl_probe_program")}, job_options(shim_dir, true, TS_REAL_NCCL_DIR));
+      testing::run_process({program("nccl_probe_program")}, shim_job_options(shim_dir, true, TS_REAL_NCCL_DIR));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(shimmed.exit_code, 0) << shimmed.err;
   // Version, unique id and the failing communicator init (no GPU here) return the same codes.
   EXPECT_EQ(plain.out, shimmed.out);
   EXPECT_NE(plain.out.find("ncclGetVersion 0 2"), std::string::npos) << plain.out;
-  const recorder::RunDirectory run = read_run(run_dir(shim_dir));
+  const recorder::RunDirectory run = read_run(test_run_dir(shim_dir));
   ASSERT_EQ(run.files.size(), 1u);
   EXPECT_GE(run.files[0].header.nccl_version, 22800);
   ASSERT_GE(run.files[0].records.size(), 2u);
@@ -335,7 +326,7 @@ TEST(Shim, RealNcclPassesThroughUnchanged) {
 
 TEST(Shim, FunctionMissingFromAnOlderNcclReturnsInvalidUsageAndSaysSo) {
   TempDir dir;
-  ProcessOptions options = job_options(dir, true, TS_OLD_NCCL_DIR);
+  ProcessOptions options = shim_job_options(dir, true, TS_OLD_NCCL_DIR);
   const ProcessResult result = testing::run_process({program("nccl_probe_program"), "--shrink"}, options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.out.find("ncclCommShrink 5"), std::string::npos) << result.out;  // ncclInvalidUsage
@@ -343,7 +334,7 @@ TEST(Shim, FunctionMissingFromAnOlderNcclReturnsInvalidUsageAndSaysSo) {
             std::string::npos)
       << result.err;
   EXPECT_NE(result.err.find("(version 2.18.0"), std::string::npos) << result.err;
-  const recorder::RunDirectory run = read_run(run_dir(dir));
+  const recorder::RunDirectory run = read_run(test_run_dir(dir));
   ASSERT_EQ(run.files.size(), 1u);
   bool seen = false;
   for (const auto& call : run.files[0].records) {
@@ -359,7 +350,7 @@ TEST(Shim, FunctionMissingFromAnOlderNcclReturnsInvalidUsageAndSaysSo) {
 
 TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   TempDir dir;
-  ProcessOptions options = job_options(dir, true);
+  ProcessOptions options = shim_job_options(dir, true);
   options.env["TRAINSCOPE_RECORDER_RECORDS"] = "4096";  // small, so the ring laps many times before the kill
   const pid_t launcher = testing::start_process(
       {TS_LAUNCH, "-n", "2", "--timeout", "120", "--", program("loop_program"), "--iterations", "0"}, options);
@@ -370,7 +361,7 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   for (int attempt = 0; attempt < 6000 && !ready; ++attempt) {
     recorder::RunDirectory run;
     std::string error;
-    if (recorder::read_run_directory(run_dir(dir), &run, &error)) {
+    if (recorder::read_run_directory(test_run_dir(dir), &run, &error)) {
       const RecorderFile* file = file_of_rank(run, 1);
       if (file != nullptr && file->records_total() > 20000) {
         rank1 = *file;
@@ -382,7 +373,7 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   ASSERT_TRUE(ready) << "rank 1 never recorded 20000 calls";
   ASSERT_EQ(kill(rank1.pid(), SIGKILL), 0);
   // Rank 0 now waits forever in its all-reduce, as with real NCCL: take it down too.
-  recorder::RunDirectory run = read_run(run_dir(dir));
+  recorder::RunDirectory run = read_run(test_run_dir(dir));
   const RecorderFile* rank0 = file_of_rank(run, 0);
   ASSERT_NE(rank0, nullptr);
   kill(rank0->pid(), SIGKILL);
@@ -394,7 +385,7 @@ TEST(Shim, SigkilledRankKeepsEveryCommittedRecord) {
   for (const auto& entry : fs::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().rfind(segment_prefix, 0) == 0) fs::remove(entry.path());
 
-  run = read_run(run_dir(dir));
+  run = read_run(test_run_dir(dir));
   const RecorderFile* file = file_of_rank(run, 1);
   ASSERT_NE(file, nullptr);
   EXPECT_EQ(file->header.state, static_cast<uint32_t>(recorder::ProcessState::kRunning));  // never exited
@@ -425,7 +416,7 @@ TEST(Shim, InvalidConfigurationStopsTheJobBeforeItRuns) {
   for (const auto& [name, value] : invalid) {
     SCOPED_TRACE(name + "=" + value);
     TempDir dir;
-    ProcessOptions options = job_options(dir, true);
+    ProcessOptions options = shim_job_options(dir, true);
     options.env[name] = value;
     const ProcessResult result = testing::run_process({program("nccl_probe_program")}, options);
     EXPECT_EQ(result.exit_code, 2);
@@ -444,9 +435,9 @@ TEST(Shim, RunDirectoryThatCannotBeCreatedWarnsOnceCauseFirstAndTheJobRunsOn) {
     std::fclose(f);
   }
   TempDir plain_dir;
-  const ProcessResult plain =
-      testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program")}, job_options(plain_dir, false));
-  ProcessOptions options = job_options(dir, true);
+  const ProcessResult plain = testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program")},
+                                                   shim_job_options(plain_dir, false));
+  ProcessOptions options = shim_job_options(dir, true);
   options.env["TRAINSCOPE_DIR"] = blocker + "/runs";  // below a regular file: mkdir fails with ENOTDIR
   const ProcessResult result =
       testing::run_process({TS_LAUNCH, "-n", "2", "--", program("collectives_program")}, options);
@@ -465,14 +456,14 @@ TEST(Shim, RunDirectoryThatCannotBeCreatedWarnsOnceCauseFirstAndTheJobRunsOn) {
 
 TEST(Shim, LogsOnTheMainRankByDefaultAndEveryRankToItsFile) {
   TempDir dir;
-  ProcessOptions options = job_options(dir, true);
+  ProcessOptions options = shim_job_options(dir, true);
   options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
   ProcessResult result = testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.err.find("[trainscope][rank 0] info: recording to "), std::string::npos) << result.err;
   EXPECT_EQ(result.err.find("[trainscope][rank 1]"), std::string::npos) << result.err;
   size_t logs = 0;
-  for (const auto& entry : fs::directory_iterator(run_dir(dir))) {
+  for (const auto& entry : fs::directory_iterator(test_run_dir(dir))) {
     if (entry.path().extension() != ".log") continue;
     ++logs;
     EXPECT_EQ(fs::status(entry.path()).permissions(), fs::perms::owner_read | fs::perms::owner_write) << entry.path();
@@ -481,7 +472,7 @@ TEST(Shim, LogsOnTheMainRankByDefaultAndEveryRankToItsFile) {
   EXPECT_EQ(logs, 4u);
 
   TempDir all_dir;
-  options = job_options(all_dir, true);
+  options = shim_job_options(all_dir, true);
   options.env["TRAINSCOPE_LOG_LEVEL"] = "info";
   options.env["TRAINSCOPE_LOG_RANKS"] = "all";
   result = testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, options);
@@ -494,13 +485,13 @@ TEST(Shim, LogsOnTheMainRankByDefaultAndEveryRankToItsFile) {
 TEST(Shim, ReportToolReadsTheRunDirectory) {
   TempDir dir;
   const ProcessResult job =
-      testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, job_options(dir, true));
+      testing::run_process({TS_LAUNCH, "-n", "4", "--", program("collectives_program")}, shim_job_options(dir, true));
   ASSERT_EQ(job.exit_code, 0) << job.err;
   ProcessOptions tool_options;
-  const ProcessResult report = testing::run_process({TS_TOOL, "report", run_dir(dir)}, tool_options);
+  const ProcessResult report = testing::run_process({TS_TOOL, "report", test_run_dir(dir)}, tool_options);
   ASSERT_EQ(report.exit_code, 0) << report.err;
   EXPECT_NE(report.out.find("ncclCommDestroy"), std::string::npos) << report.out;
-  const ProcessResult json = testing::run_process({TS_TOOL, "report", "--json", run_dir(dir)}, tool_options);
+  const ProcessResult json = testing::run_process({TS_TOOL, "report", "--json", test_run_dir(dir)}, tool_options);
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_EQ(json.out.front(), '{');
 }

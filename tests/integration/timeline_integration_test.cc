@@ -28,7 +28,6 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-constexpr int kVerdictExit = 86;
 constexpr int kRanks = 4;
 
 // `trainscope run` around `kRanks` ranks of `job` (a program and its arguments).

@@ -26,7 +26,7 @@ namespace reference = trainscope::batch::reference;
 
 using Stream = std::vector<std::uint64_t>;  // counts of all-reduces on one communicator: one signature each
 
-CallInfo call(std::uint64_t count) {
+CallInfo period_call(std::uint64_t count) {
   CallInfo info;
   info.op = static_cast<std::uint16_t>(trainscope::recorder::Op::kAllReduce);
   info.comm_id = 1;
@@ -120,8 +120,8 @@ void expect_same(const Stream& stream, const AutoOptions& options, const std::st
   BatchTracker tracker(StepMarker{}, options);
   reference::AutoTracker expected(options);
   for (std::size_t i = 0; i < stream.size(); ++i) {
-    const BatchEvent got = tracker.on_collective(call(stream[i]));
-    const BatchEvent want = expected.on_collective(call(stream[i]));
+    const BatchEvent got = tracker.on_collective(period_call(stream[i]));
+    const BatchEvent want = expected.on_collective(period_call(stream[i]));
     ASSERT_EQ(got.new_batch, want.new_batch) << what << " call " << i;
     ASSERT_EQ(got.renumbered, want.renumbered) << what << " call " << i;
     ASSERT_EQ(got.period_lost, want.period_lost) << what << " call " << i;
@@ -178,7 +178,7 @@ double work_per_call(const Stream& stream, std::uint32_t window) {
   AutoOptions options;
   options.max_period = window;
   BatchTracker tracker(StepMarker{}, options);
-  for (const std::uint64_t c : stream) tracker.on_collective(call(c));
+  for (const std::uint64_t c : stream) tracker.on_collective(period_call(c));
   return static_cast<double>(tracker.auto_work()) / static_cast<double>(stream.size());
 }
 

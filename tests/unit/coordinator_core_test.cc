@@ -17,7 +17,7 @@ using recorder::Op;
 
 constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
 constexpr uint64_t kT0 = 1700000000000000000ull;
-constexpr uint64_t kSecond = 1000000000ull;
+constexpr uint64_t kCoreSecond = 1000000000ull;
 constexpr int8_t kFloat16 = 6;
 constexpr int8_t kFloat32 = 7;
 constexpr int32_t kSum = 0;
@@ -92,7 +92,7 @@ TEST_F(CoreTest, AllReduceCountMismatchIsReportedWhenAllMembersArrived) {
             "Input shapes:\n"
             "  - Process 0: [1048576] float16 sum\n"
             "  - Process 1: [524288] float16 sum\n");
-  EXPECT_TRUE(tick(kT0 + 100 * kSecond).empty());
+  EXPECT_TRUE(tick(kT0 + 100 * kCoreSecond).empty());
 }
 
 struct CountRuleCase {
@@ -213,15 +213,15 @@ TEST_F(CoreTest, SendRecvPairsInsideGroupsAreMatchedPairwise) {
 TEST_F(CoreTest, MismatchWaitsForMissingMembersThenReportsWhatItHas) {
   feed(call(0, 3, 1, Op::kAllReduce, 8), kT0);
   feed(call(1, 3, 1, Op::kAllReduce, 9), kT0);
-  EXPECT_TRUE(tick(kT0 + kSecond).empty());
-  auto verdicts = tick(kT0 + 2 * kSecond);
+  EXPECT_TRUE(tick(kT0 + kCoreSecond).empty());
+  auto verdicts = tick(kT0 + 2 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const std::string text = reports::format_mismatch_text(mismatch_of(verdicts[0]));
   EXPECT_NE(text.find("  - Process ? (communicator rank 2): (had not reached call #1 when this was reported)"),
             std::string::npos)
       << text;
-  feed(call(2, 3, 1, Op::kAllReduce, 8), kT0 + 3 * kSecond);
-  EXPECT_TRUE(tick(kT0 + 4 * kSecond).empty());
+  feed(call(2, 3, 1, Op::kAllReduce, 8), kT0 + 3 * kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + 4 * kCoreSecond).empty());
 }
 
 TEST_F(CoreTest, MismatchReportShowsEachRanksStack) {
@@ -303,8 +303,8 @@ TEST_F(CoreTest, CollectiveDesyncShowsTheWaitingCallsAndTheMissingRanksLastCalls
   feed_to(call(0, 3, 2, Op::kAllReduce, 8), 4, 0x400);  // ranks 0 and 1 wait in call 2; rank 2 never comes
   feed_to(call(1, 3, 2, Op::kAllReduce, 8), 0, 0x401234);
   Fingerprint destroyed = ended(2, 3, Op::kCommDestroy);
-  core.on_fingerprints(2, {&destroyed, 1}, 0, kT0 + kSecond);
-  const auto verdicts = core.tick(kT0 + kSecond);
+  core.on_fingerprints(2, {&destroyed, 1}, 0, kT0 + kCoreSecond);
+  const auto verdicts = core.tick(kT0 + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const auto& report = desync_of(verdicts[0]);
   ASSERT_EQ(report.waiting.size(), 2u);
@@ -350,8 +350,8 @@ TEST_F(CoreTest, CollectiveDesyncWaitingCallsIgnoreStaleHeartbeats) {
   core.on_heartbeat(Heartbeat{0, kT0, {HeartbeatCall{kComm, 1, kT0 + 1, uint16_t(Op::kAllReduce)}}}, kT0);
   core.on_heartbeat(Heartbeat{2, kT0, {HeartbeatCall{kComm, 5, kT0 + 77, uint16_t(Op::kAllReduce)}}}, kT0);
   Fingerprint destroyed = ended(1, 3, Op::kCommDestroy);
-  core.on_fingerprints(1, {&destroyed, 1}, 0, kT0 + kSecond);
-  const auto verdicts = core.tick(kT0 + kSecond);
+  core.on_fingerprints(1, {&destroyed, 1}, 0, kT0 + kCoreSecond);
+  const auto verdicts = core.tick(kT0 + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const auto& report = desync_of(verdicts[0]);
   EXPECT_EQ(report.seq, 2u);
@@ -411,11 +411,11 @@ TEST_F(CoreTest, ALaggingMemberThatVanishedOrExitedIsACertainDesync) {
       if (r != lagging) feed_to(call(r, 3, 2, Op::kAllReduce, 8));
     }
     if (lagging == 1) {
-      core.on_disconnect(1, false, kT0 + kSecond);
+      core.on_disconnect(1, false, kT0 + kCoreSecond);
     } else {
-      core.on_goodbye(2, kT0 + kSecond);
+      core.on_goodbye(2, kT0 + kCoreSecond);
     }
-    auto verdicts = core.tick(kT0 + kSecond);
+    auto verdicts = core.tick(kT0 + kCoreSecond);
     ASSERT_EQ(verdicts.size(), lagging == 1 ? 2u : 1u);
     const CoreVerdict& desync = verdicts.back();
     ASSERT_EQ(desync.kind, VerdictKind::kDesync);
@@ -435,23 +435,23 @@ TEST_F(CoreTest, RanksLeavingAfterAStopOnRequestAreNoDesyncAndNoVanishing) {
   auto feed_to = [&](const Fingerprint& f) { core.on_fingerprints(f.comm_rank, {&f, 1}, 0, kT0); };
   for (int32_t r = 0; r < 3; ++r) feed_to(call(r, 3, 1, Op::kAllReduce, 8));
   feed_to(call(0, 3, 2, Op::kAllReduce, 8));  // rank 0 is in call 2 when rank 1 stops the job after its batch
-  core.on_goodbye(1, kT0 + kSecond, /*stopping_job=*/true);
-  core.on_disconnect(2, false, kT0 + kSecond);  // rank 2 stopped itself too, without a goodbye
-  for (uint64_t t = 1; t < 10; ++t) EXPECT_TRUE(core.tick(kT0 + t * kSecond).empty()) << t;
+  core.on_goodbye(1, kT0 + kCoreSecond, /*stopping_job=*/true);
+  core.on_disconnect(2, false, kT0 + kCoreSecond);  // rank 2 stopped itself too, without a goodbye
+  for (uint64_t t = 1; t < 10; ++t) EXPECT_TRUE(core.tick(kT0 + t * kCoreSecond).empty()) << t;
 }
 
 TEST_F(CoreTest, AliveButSilentMemberIsAWarningAfterTheTimeoutThenAgain) {
   CoordinatorOptions options;
-  options.desync_timeout_ns = 300 * kSecond;
+  options.desync_timeout_ns = 300 * kCoreSecond;
   CoordinatorCore core(options);
   auto feed_to = [&](const Fingerprint& f, uint64_t now) { core.on_fingerprints(f.comm_rank, {&f, 1}, 0, now); };
   feed_to(call(0, 2, 1, Op::kAllReduce, 8), kT0);
   feed_to(call(1, 2, 1, Op::kAllReduce, 8), kT0);
-  feed_to(call(0, 2, 2, Op::kAllReduce, 8), kT0 + kSecond);
-  Heartbeat heartbeat{0, kT0 + 2 * kSecond, {HeartbeatCall{kComm, 2, kT0 + kSecond, uint16_t(Op::kAllReduce)}}};
-  core.on_heartbeat(heartbeat, kT0 + 2 * kSecond);
-  EXPECT_TRUE(core.tick(kT0 + 300 * kSecond).empty());
-  auto verdicts = core.tick(kT0 + 301 * kSecond);
+  feed_to(call(0, 2, 2, Op::kAllReduce, 8), kT0 + kCoreSecond);
+  Heartbeat heartbeat{0, kT0 + 2 * kCoreSecond, {HeartbeatCall{kComm, 2, kT0 + kCoreSecond, uint16_t(Op::kAllReduce)}}};
+  core.on_heartbeat(heartbeat, kT0 + 2 * kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + 300 * kCoreSecond).empty());
+  auto verdicts = core.tick(kT0 + 301 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
@@ -459,17 +459,17 @@ TEST_F(CoreTest, AliveButSilentMemberIsAWarningAfterTheTimeoutThenAgain) {
   EXPECT_FALSE(first.certain);
   EXPECT_EQ(first.repeat, 1u);
   ASSERT_EQ(first.waiting.size(), 1u);
-  EXPECT_EQ(first.waiting[0].since_ns, kT0 + kSecond);
+  EXPECT_EQ(first.waiting[0].since_ns, kT0 + kCoreSecond);
   ASSERT_EQ(first.missing.size(), 1u);
   EXPECT_EQ(first.missing[0].state, reports::LaggardState::kAlive);
-  EXPECT_TRUE(core.tick(kT0 + 400 * kSecond).empty());
-  verdicts = core.tick(kT0 + 601 * kSecond);
+  EXPECT_TRUE(core.tick(kT0 + 400 * kCoreSecond).empty());
+  verdicts = core.tick(kT0 + 601 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
   EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-2-2");
   // The checkpoint is done: it arrives, nothing more is said.
-  feed_to(call(1, 2, 2, Op::kAllReduce, 8), kT0 + 700 * kSecond);
-  EXPECT_TRUE(core.tick(kT0 + 2000 * kSecond).empty());
+  feed_to(call(1, 2, 2, Op::kAllReduce, 8), kT0 + 700 * kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + 2000 * kCoreSecond).empty());
 }
 
 TEST_F(CoreTest, VanishedRankReportNamesHostPidLastCallAndRecorder) {
@@ -481,8 +481,8 @@ TEST_F(CoreTest, VanishedRankReportNamesHostPidLastCallAndRecorder) {
   core_.on_hello(hello, kT0);
   feed(call(1, 2, 1, Op::kAllReduce, 8));
   feed(call(0, 2, 1, Op::kAllReduce, 8));
-  core_.on_disconnect(1, false, kT0 + 5 * kSecond);
-  auto verdicts = tick(kT0 + 5 * kSecond);
+  core_.on_disconnect(1, false, kT0 + 5 * kCoreSecond);
+  auto verdicts = tick(kT0 + 5 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);  // nobody waits for it: no desync
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kVanished);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);  // it is still a member of a live communicator
@@ -493,8 +493,8 @@ TEST_F(CoreTest, VanishedRankReportNamesHostPidLastCallAndRecorder) {
   EXPECT_NE(text.find("Last call: `ncclAllReduce` (communicator 3f2a9c, call #1)"), std::string::npos) << text;
   EXPECT_NE(text.find("/runs/r1/rank1.tsfr"), std::string::npos);
   EXPECT_EQ(text.find("Stack at the last call:"), std::string::npos) << "no stack known: no section";
-  core_.on_disconnect(1, false, kT0 + 6 * kSecond);  // reported once
-  EXPECT_TRUE(tick(kT0 + 6 * kSecond).empty());
+  core_.on_disconnect(1, false, kT0 + 6 * kCoreSecond);  // reported once
+  EXPECT_TRUE(tick(kT0 + 6 * kCoreSecond).empty());
 }
 
 TEST_F(CoreTest, VanishedRankReportShowsTheStackOfItsLastCall) {
@@ -503,8 +503,8 @@ TEST_F(CoreTest, VanishedRankReportShowsTheStackOfItsLastCall) {
   Fingerprint last = call(1, 2, 1, Op::kAllReduce, 8);
   last.stack_id = 2;
   feed(last);
-  core_.on_disconnect(1, false, kT0 + 5 * kSecond);
-  auto verdicts = tick(kT0 + 5 * kSecond);
+  core_.on_disconnect(1, false, kT0 + 5 * kCoreSecond);
+  auto verdicts = tick(kT0 + 5 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
   EXPECT_EQ(report.last_stack, python_stack());
@@ -541,9 +541,9 @@ TEST(CoordinatorHostsTest, AllRanksOfOneHostVanishingTogetherIsAHostLost) {
     Fingerprint f = call(rank, 6, 1, Op::kAllReduce, 8);
     core.on_fingerprints(rank, std::span<const Fingerprint>(&f, 1), 0, kT0);
   }
-  core.on_disconnect(5, false, kT0 + kSecond);
-  core.on_disconnect(4, false, kT0 + kSecond);
-  auto verdicts = core.tick(kT0 + kSecond);
+  core.on_disconnect(5, false, kT0 + kCoreSecond);
+  core.on_disconnect(4, false, kT0 + kCoreSecond);
+  auto verdicts = core.tick(kT0 + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kVanished);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
@@ -573,8 +573,8 @@ void hellos_from_two_hosts(CoordinatorCore& core) {
 TEST(CoordinatorHostsTest, AJobVanishingEverywhereAtOnceLostNoHost) {
   CoordinatorCore core;
   hellos_from_two_hosts(core);
-  for (int32_t rank = 0; rank < 4; ++rank) core.on_disconnect(rank, false, kT0 + kSecond);
-  const auto verdicts = core.tick(kT0 + kSecond);
+  for (int32_t rank = 0; rank < 4; ++rank) core.on_disconnect(rank, false, kT0 + kCoreSecond);
+  const auto verdicts = core.tick(kT0 + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 4u);  // one per rank, as on one host
   for (const CoreVerdict& verdict : verdicts)
     EXPECT_TRUE(std::get<reports::VanishedReport>(verdict.report).host_ranks_lost.empty());
@@ -593,8 +593,8 @@ TEST(CoordinatorHostsTest, HostIdentityIsBootIdAndNamespaces) {
 TEST(CoordinatorHostsTest, OneRankOfAHostVanishingIsNoHostLost) {
   CoordinatorCore core;
   hellos_from_two_hosts(core);
-  core.on_disconnect(3, false, kT0 + kSecond);
-  auto verdicts = core.tick(kT0 + kSecond);
+  core.on_disconnect(3, false, kT0 + kCoreSecond);
+  auto verdicts = core.tick(kT0 + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const auto& report = std::get<reports::VanishedReport>(verdicts[0].report);
   EXPECT_TRUE(report.host_ranks_lost.empty());
@@ -609,7 +609,7 @@ TEST_F(CoreTest, GoodbyeThenDisconnectIsNoReport) {
   core_.on_goodbye(1, kT0);
   core_.on_disconnect(1, true, kT0);
   core_.on_disconnect(1, false, kT0);
-  EXPECT_TRUE(tick(kT0 + 1000 * kSecond).empty());
+  EXPECT_TRUE(tick(kT0 + 1000 * kCoreSecond).empty());
 }
 
 TEST_F(CoreTest, CleanRunOfTenThousandCollectivesOnFourRanksHasNoVerdict) {
@@ -628,7 +628,7 @@ TEST_F(CoreTest, CleanRunOfTenThousandCollectivesOnFourRanksHasNoVerdict) {
       }
       core_.on_fingerprints(r, batch, 0, now);
     }
-    now += kSecond / 10;
+    now += kCoreSecond / 10;
     ASSERT_TRUE(tick(now).empty());
   }
   for (int32_t r = 0; r < 4; ++r) {
@@ -636,7 +636,7 @@ TEST_F(CoreTest, CleanRunOfTenThousandCollectivesOnFourRanksHasNoVerdict) {
     core_.on_goodbye(r, now);
     core_.on_disconnect(r, true, now);
   }
-  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_TRUE(tick(now + 1000 * kCoreSecond).empty());
   EXPECT_EQ(core_.stats().outstanding_calls, 0u);
   EXPECT_EQ(core_.stats().verdicts, 0u);
 }
@@ -647,7 +647,7 @@ TEST_F(CoreTest, LostFingerprintsCountAsArrivalsNotAsDesync) {
   feed(call(0, 2, 3, Op::kAllReduce, 8));
   feed(call(1, 2, 1, Op::kAllReduce, 8));
   feed(call(1, 2, 3, Op::kAllReduce, 8));  // its fingerprint of call 2 was dropped
-  EXPECT_TRUE(tick(kT0 + 1000 * kSecond).empty());
+  EXPECT_TRUE(tick(kT0 + 1000 * kCoreSecond).empty());
   EXPECT_EQ(core_.stats().outstanding_calls, 0u);
 }
 
@@ -673,7 +673,7 @@ class PointToPointTest : public CoreTest {
  protected:
   static CoordinatorOptions options() {
     CoordinatorOptions options;
-    options.desync_timeout_ns = 300 * kSecond;
+    options.desync_timeout_ns = 300 * kCoreSecond;
     options.scan_interval_ns = 0;  // every tick looks: the timeout is checked to the nanosecond
     return options;
   }
@@ -686,11 +686,11 @@ TEST_F(PointToPointTest, RecvWithoutItsSendIsAWarningAfterTheTimeoutThenAgain) {
   feed(send(0, 1, 1), kT0);
   feed(recv(1, 0, 1), kT0);
   // Rank 1 waits in its 2nd and 3rd receive from rank 0, which made one send only: one warning, about the 2nd.
-  feed(recv(1, 0, 2), kT0 + kSecond);
-  feed(recv(1, 0, 3), kT0 + 2 * kSecond);
-  EXPECT_TRUE(tick(kT0 + kSecond).empty());
-  EXPECT_TRUE(tick(kT0 + 301 * kSecond - 1).empty());
-  auto verdicts = tick(kT0 + 301 * kSecond);
+  feed(recv(1, 0, 2), kT0 + kCoreSecond);
+  feed(recv(1, 0, 3), kT0 + 2 * kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + kCoreSecond).empty());
+  EXPECT_TRUE(tick(kT0 + 301 * kCoreSecond - 1).empty());
+  auto verdicts = tick(kT0 + 301 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
@@ -704,7 +704,7 @@ TEST_F(PointToPointTest, RecvWithoutItsSendIsAWarningAfterTheTimeoutThenAgain) {
   EXPECT_EQ(first.receiver, 1);
   EXPECT_EQ(first.seq, 2u);
   EXPECT_EQ(first.op, uint16_t(Op::kRecv));
-  EXPECT_EQ(first.stuck_since_ns, kT0 + kSecond);
+  EXPECT_EQ(first.stuck_since_ns, kT0 + kCoreSecond);
   ASSERT_EQ(first.waiting.size(), 1u);
   EXPECT_EQ(first.waiting[0].global_rank, 1);
   EXPECT_EQ(first.waiting[0].seq, 2u);
@@ -723,25 +723,25 @@ TEST_F(PointToPointTest, RecvWithoutItsSendIsAWarningAfterTheTimeoutThenAgain) {
       << text;
   EXPECT_NE(text.find("last call send #1 to rank 1 `ncclSend`"), std::string::npos) << text;
   // Not again before another timeout; then again, as the same stuck receive.
-  EXPECT_TRUE(tick(kT0 + 600 * kSecond).empty());
-  verdicts = tick(kT0 + 601 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 600 * kCoreSecond).empty());
+  verdicts = tick(kT0 + 601 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
   EXPECT_EQ(desync_of(verdicts[0]).seq, 2u);
   EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-send-0-1-2-2");
   // The sends come: nothing more is said.
-  feed(send(0, 1, 2), kT0 + 700 * kSecond);
-  feed(send(0, 1, 3), kT0 + 700 * kSecond);
-  EXPECT_TRUE(tick(kT0 + 2000 * kSecond).empty());
+  feed(send(0, 1, 2), kT0 + 700 * kCoreSecond);
+  feed(send(0, 1, 3), kT0 + 700 * kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + 2000 * kCoreSecond).empty());
   EXPECT_EQ(core_.stats().verdicts, 2u);
 }
 
 TEST_F(PointToPointTest, SendWithoutItsRecvIsAWarningAfterTheTimeoutThenAgain) {
   feed(send(0, 1, 1), kT0);
   feed(recv(1, 0, 1), kT0);
-  feed(send(1, 0, 1), kT0 + 10 * kSecond);
-  EXPECT_TRUE(tick(kT0 + 310 * kSecond - 1).empty());
-  auto verdicts = tick(kT0 + 310 * kSecond);
+  feed(send(1, 0, 1), kT0 + 10 * kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + 310 * kCoreSecond - 1).empty());
+  auto verdicts = tick(kT0 + 310 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
   const auto& report = desync_of(verdicts[0]);
@@ -761,8 +761,8 @@ TEST_F(PointToPointTest, SendWithoutItsRecvIsAWarningAfterTheTimeoutThenAgain) {
   EXPECT_NE(text.find("rank 1 waits in send #1 to rank 0; rank 0 has not made that receive after 300.00s."),
             std::string::npos)
       << text;
-  EXPECT_TRUE(tick(kT0 + 609 * kSecond).empty());
-  verdicts = tick(kT0 + 610 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 609 * kCoreSecond).empty());
+  verdicts = tick(kT0 + 610 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
 }
@@ -773,15 +773,15 @@ TEST_F(PointToPointTest, MatchedPairsArrivingLateInEitherOrderAreNoDesync) {
     const bool send_first = n % 2 == 0;
     feed(send_first ? send(0, 1, n) : recv(1, 0, n), now);
     feed(send_first ? recv(0, 1, n) : send(1, 0, n), now);
-    ASSERT_TRUE(tick(now + 299 * kSecond).empty()) << n;
+    ASSERT_TRUE(tick(now + 299 * kCoreSecond).empty()) << n;
     // The other side comes just within the timeout.
-    now += 299 * kSecond;
+    now += 299 * kCoreSecond;
     feed(send_first ? recv(1, 0, n) : send(0, 1, n), now);
     feed(send_first ? send(1, 0, n) : recv(0, 1, n), now);
     ASSERT_TRUE(tick(now).empty()) << n;
   }
   for (int32_t r = 0; r < 2; ++r) core_.on_goodbye(r, now);
-  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_TRUE(tick(now + 1000 * kCoreSecond).empty());
   EXPECT_EQ(core_.stats().verdicts, 0u);
   EXPECT_EQ(core_.stats().lost_counterparts, 0u);
 }
@@ -790,15 +790,15 @@ TEST_F(PointToPointTest, ReceivesPostedFarAheadWaitFromTheMatchBeforeThemNotFrom
   // Rank 1 posts ten receives at once; rank 0 sends one every 200 s: slow, but the pair moves.
   for (uint64_t n = 1; n <= 10; ++n) feed(recv(1, 0, n), kT0);
   for (uint64_t n = 1; n <= 5; ++n) {
-    ASSERT_TRUE(tick(kT0 + (200 * n - 1) * kSecond).empty()) << n;
-    feed(send(0, 1, n), kT0 + 200 * n * kSecond);
+    ASSERT_TRUE(tick(kT0 + (200 * n - 1) * kCoreSecond).empty()) << n;
+    feed(send(0, 1, n), kT0 + 200 * n * kCoreSecond);
   }
   // Then rank 0 stops sending: receive #6 waits from the match of #5 on.
-  EXPECT_TRUE(tick(kT0 + 1300 * kSecond - 1).empty());
-  const auto verdicts = tick(kT0 + 1300 * kSecond);
+  EXPECT_TRUE(tick(kT0 + 1300 * kCoreSecond - 1).empty());
+  const auto verdicts = tick(kT0 + 1300 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(desync_of(verdicts[0]).seq, 6u);
-  EXPECT_EQ(desync_of(verdicts[0]).stuck_since_ns, kT0 + 1000 * kSecond);
+  EXPECT_EQ(desync_of(verdicts[0]).stuck_since_ns, kT0 + 1000 * kCoreSecond);
 }
 
 enum class HowItLeft { kDestroyed, kExited, kVanished };
@@ -846,10 +846,10 @@ TEST_P(PeerLeftTest, WhileARecvWaitsForItIsACertainDesync) {
       StackDefinition{1, 9, native_stack({"recv_activations at pipeline.cc:88", "main at pipeline.cc:120"})});
   Fingerprint waiting = recv(1, 0, 7);
   waiting.stack_id = 9;
-  feed(waiting, kT0 + kSecond);
-  EXPECT_TRUE(tick(kT0 + kSecond).empty());
-  leave(0, kT0 + 2 * kSecond);
-  const auto verdicts = desyncs(tick(kT0 + 2 * kSecond));
+  feed(waiting, kT0 + kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + kCoreSecond).empty());
+  leave(0, kT0 + 2 * kCoreSecond);
+  const auto verdicts = desyncs(tick(kT0 + 2 * kCoreSecond));
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
@@ -874,7 +874,7 @@ TEST_P(PeerLeftTest, WhileARecvWaitsForItIsACertainDesync) {
   EXPECT_NE(text.find(reports::laggard_state_text(state())), std::string::npos) << text;
   EXPECT_NE(text.find("    #0 recv_activations at pipeline.cc:88\n"), std::string::npos) << text;
   // Reported once: no timeout warnings about it later.
-  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kSecond)).empty());
+  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kCoreSecond)).empty());
 }
 
 TEST_P(PeerLeftTest, BeforeTheWaitingSideArrivesIsACertainDesyncWhenItDoes) {
@@ -883,11 +883,11 @@ TEST_P(PeerLeftTest, BeforeTheWaitingSideArrivesIsACertainDesyncWhenItDoes) {
     feed(send(0, 1, n), kT0);
     feed(recv(1, 0, n), kT0);
   }
-  leave(1, kT0 + kSecond);
-  const auto at_leave = tick(kT0 + kSecond);
+  leave(1, kT0 + kCoreSecond);
+  const auto at_leave = tick(kT0 + kCoreSecond);
   EXPECT_TRUE(desyncs(at_leave).empty());
-  feed(send(0, 1, 4), kT0 + 2 * kSecond);
-  const auto verdicts = desyncs(tick(kT0 + 2 * kSecond));
+  feed(send(0, 1, 4), kT0 + 2 * kCoreSecond);
+  const auto verdicts = desyncs(tick(kT0 + 2 * kCoreSecond));
   if (GetParam() == HowItLeft::kVanished) {
     // Vanishing while still a member of a live communicator stopped the job already: what follows is no news.
     ASSERT_EQ(at_leave.size(), 1u);
@@ -909,12 +909,12 @@ TEST_P(PeerLeftTest, BeforeTheWaitingSideArrivesIsACertainDesyncWhenItDoes) {
 TEST_P(PeerLeftTest, AfterItsLastSendMatchedTheOtherSideStillComingIsNoDesync) {
   // Rank 0 made its 3 sends and left; rank 1's receives are still on their way: nobody waits for rank 0.
   for (uint64_t n = 1; n <= 3; ++n) feed(send(0, 1, n), kT0);
-  leave(0, kT0 + kSecond);
-  EXPECT_TRUE(desyncs(tick(kT0 + kSecond)).empty());
+  leave(0, kT0 + kCoreSecond);
+  EXPECT_TRUE(desyncs(tick(kT0 + kCoreSecond)).empty());
   // Its own sends wait for nobody either, however long the receives take.
-  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kSecond)).empty());
-  for (uint64_t n = 1; n <= 3; ++n) feed(recv(1, 0, n), kT0 + 1001 * kSecond);
-  EXPECT_TRUE(desyncs(tick(kT0 + 2000 * kSecond)).empty());
+  EXPECT_TRUE(desyncs(tick(kT0 + 1000 * kCoreSecond)).empty());
+  for (uint64_t n = 1; n <= 3; ++n) feed(recv(1, 0, n), kT0 + 1001 * kCoreSecond);
+  EXPECT_TRUE(desyncs(tick(kT0 + 2000 * kCoreSecond)).empty());
   EXPECT_EQ(core_.stats().lost_counterparts, 0u);
 }
 
@@ -992,7 +992,7 @@ TEST_F(PointToPointTest, HealthyPipelineEndIsNoVerdict) {
       core_.on_fingerprints(r, std::span(calls[r]).subspan(next[r], n), 0, now);
       next[r] += n;
     }
-    now += kSecond / 10;
+    now += kCoreSecond / 10;
     ASSERT_TRUE(tick(now).empty()) << round;
   }
   for (int32_t r : {1, 0, 2}) core_.on_goodbye(r, now);
@@ -1004,7 +1004,7 @@ TEST_F(PointToPointTest, HealthyPipelineEndIsNoVerdict) {
     ASSERT_TRUE(tick(now).empty()) << at;
   }
   core_.on_goodbye(kStages - 1, now);
-  EXPECT_TRUE(tick(now + 1000 * kSecond).empty());
+  EXPECT_TRUE(tick(now + 1000 * kCoreSecond).empty());
   EXPECT_EQ(core_.stats().verdicts, 0u);
   EXPECT_EQ(core_.stats().lost_counterparts, 0u);
 }
@@ -1013,8 +1013,8 @@ TEST_F(PointToPointTest, PeerLeavingOnAStopRequestIsNoDesync) {
   feed(send(0, 1, 1), kT0);
   feed(recv(1, 0, 1), kT0);
   feed(recv(1, 0, 2), kT0);  // rank 1 waits when rank 0 stops the job after its batch
-  core_.on_goodbye(0, kT0 + kSecond, /*stopping_job=*/true);
-  for (uint64_t t = 1; t < 2000; t += 100) EXPECT_TRUE(tick(kT0 + t * kSecond).empty()) << t;
+  core_.on_goodbye(0, kT0 + kCoreSecond, /*stopping_job=*/true);
+  for (uint64_t t = 1; t < 2000; t += 100) EXPECT_TRUE(tick(kT0 + t * kCoreSecond).empty()) << t;
 }
 
 TEST_F(PointToPointTest, PeerLeavingAfterAnAbortVerdictIsNoFurtherDesync) {
@@ -1024,9 +1024,9 @@ TEST_F(PointToPointTest, PeerLeavingAfterAnAbortVerdictIsNoFurtherDesync) {
   auto verdicts = tick(kT0);
   ASSERT_EQ(verdicts.size(), 1u);
   ASSERT_EQ(verdicts[0].action, VerdictAction::kAbort);
-  feed(recv(1, 0, 1), kT0 + kSecond);
-  core_.on_disconnect(0, false, kT0 + 2 * kSecond);
-  EXPECT_TRUE(tick(kT0 + 2 * kSecond).empty());
+  feed(recv(1, 0, 1), kT0 + kCoreSecond);
+  core_.on_disconnect(0, false, kT0 + 2 * kCoreSecond);
+  EXPECT_TRUE(tick(kT0 + 2 * kCoreSecond).empty());
 }
 
 TEST(CoreMemoryTest, OutstandingCallsStayWithinTheWindow) {
@@ -1187,7 +1187,7 @@ TEST(CoordinatorNonfiniteTest, FirstsOfAllRanksGiveTheOriginReport) {
   EXPECT_EQ(reports::format_origin_text(firsts), kEightRankOrigin);
   EXPECT_EQ(core.stats().nonfinite_firsts, 8u);
   // Without a stop request the job goes on: no verdict, however long.
-  EXPECT_TRUE(core.tick(kT0 + 1000 * kSecond).empty());
+  EXPECT_TRUE(core.tick(kT0 + 1000 * kCoreSecond).empty());
 }
 
 TEST(CoordinatorNonfiniteTest, LaterReportsOfARankAreIgnored) {
@@ -1196,8 +1196,8 @@ TEST(CoordinatorNonfiniteTest, LaterReportsOfARankAreIgnored) {
   core.on_nonfinite(nonfinite(0, NonfiniteWhere::kOutput), kT0);
   const uint64_t generation = core.nonfinite_generation();
   // Rank 3 again, later and elsewhere: its first stays, and the set did not change.
-  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kOutput, false, 13, 900, NonfiniteKind::kNan), kT0 + kSecond);
-  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput), kT0 + kSecond);
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kOutput, false, 13, 900, NonfiniteKind::kNan), kT0 + kCoreSecond);
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput), kT0 + kCoreSecond);
   EXPECT_EQ(core.nonfinite_generation(), generation);
   const auto firsts = core.nonfinite_firsts();
   ASSERT_EQ(firsts.size(), 2u);
@@ -1212,7 +1212,7 @@ TEST(CoordinatorNonfiniteTest, LaterReportsOfARankAreIgnored) {
 
 TEST(CoordinatorNonfiniteTest, StopJobGivesOneAbortVerdictAfterTheGracePeriod) {
   CoordinatorOptions options;
-  options.nonfinite_grace_ns = 3 * kSecond;
+  options.nonfinite_grace_ns = 3 * kCoreSecond;
   CoordinatorCore core(options);
   // Two ranks in a communicator, both past call 1: a disconnect now would be a vanished rank.
   for (int32_t rank : {0, 1}) {
@@ -1220,13 +1220,13 @@ TEST(CoordinatorNonfiniteTest, StopJobGivesOneAbortVerdictAfterTheGracePeriod) {
     core.on_fingerprints(rank, {&f, 1}, 0, kT0);
   }
   EXPECT_TRUE(core.tick(kT0).empty());
-  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput, true), kT0 + kSecond);
-  EXPECT_TRUE(core.tick(kT0 + kSecond).empty());
+  core.on_nonfinite(nonfinite(3, NonfiniteWhere::kInput, true), kT0 + kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + kCoreSecond).empty());
   // The other ranks' firsts arrive during the grace period (one of them asks for the stop too).
   for (int32_t rank : {0, 1, 2, 4, 5, 6, 7})
-    core.on_nonfinite(nonfinite(rank, NonfiniteWhere::kOutput, rank == 5), kT0 + 2 * kSecond);
-  EXPECT_TRUE(core.tick(kT0 + 4 * kSecond - 1).empty());
-  auto verdicts = core.tick(kT0 + 4 * kSecond);
+    core.on_nonfinite(nonfinite(rank, NonfiniteWhere::kOutput, rank == 5), kT0 + 2 * kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + 4 * kCoreSecond - 1).empty());
+  auto verdicts = core.tick(kT0 + 4 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kNonfinite);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
@@ -1234,18 +1234,18 @@ TEST(CoordinatorNonfiniteTest, StopJobGivesOneAbortVerdictAfterTheGracePeriod) {
   EXPECT_EQ(verdicts[0].seq, 812u);
   const NonfiniteOriginReport& report = origin_of(verdicts[0]);
   EXPECT_EQ(report.requested_by, 3);
-  EXPECT_EQ(report.detected_ns, kT0 + kSecond);
+  EXPECT_EQ(report.detected_ns, kT0 + kCoreSecond);
   ASSERT_EQ(report.firsts.size(), 8u);
   EXPECT_EQ(reports::format_origin_text(report.firsts), kEightRankOrigin);
   EXPECT_EQ(core.stats().verdicts, 1u);
   // Once per job: later requests and ticks give nothing more.
-  core.on_nonfinite(nonfinite(8, NonfiniteWhere::kOutput, true, 13, 1), kT0 + 5 * kSecond);
-  EXPECT_TRUE(core.tick(kT0 + 5 * kSecond).empty());
-  EXPECT_TRUE(core.tick(kT0 + 100 * kSecond).empty());
+  core.on_nonfinite(nonfinite(8, NonfiniteWhere::kOutput, true, 13, 1), kT0 + 5 * kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + 5 * kCoreSecond).empty());
+  EXPECT_TRUE(core.tick(kT0 + 100 * kCoreSecond).empty());
   // The ranks now exit without a goodbye, as they were told to: that is not a vanished rank.
-  core.on_disconnect(0, false, kT0 + 101 * kSecond);
-  core.on_disconnect(1, false, kT0 + 101 * kSecond);
-  EXPECT_TRUE(core.tick(kT0 + 102 * kSecond).empty());
+  core.on_disconnect(0, false, kT0 + 101 * kCoreSecond);
+  core.on_disconnect(1, false, kT0 + 101 * kCoreSecond);
+  EXPECT_TRUE(core.tick(kT0 + 102 * kCoreSecond).empty());
   EXPECT_EQ(core.stats().verdicts, 1u);
 }
 
@@ -1316,11 +1316,11 @@ TEST(CoordinatorNonfiniteTest, AStackDefinedAfterTheFirstRewritesTheOrigin) {
 }
 
 TEST(CoordinatorNonfiniteTest, DefaultGraceIsOneSecond) {
-  EXPECT_EQ(CoordinatorOptions{}.nonfinite_grace_ns, kSecond);
+  EXPECT_EQ(CoordinatorOptions{}.nonfinite_grace_ns, kCoreSecond);
   CoordinatorCore core;
   core.on_nonfinite(nonfinite(0, NonfiniteWhere::kInput, true), kT0);
-  EXPECT_TRUE(core.tick(kT0 + kSecond - 1).empty());
-  EXPECT_EQ(core.tick(kT0 + kSecond).size(), 1u);
+  EXPECT_TRUE(core.tick(kT0 + kCoreSecond - 1).empty());
+  EXPECT_EQ(core.tick(kT0 + kCoreSecond).size(), 1u);
 }
 
 // ---- a communicator's creation: members waiting in ncclCommInitRank for others that never come ----
@@ -1335,7 +1335,7 @@ class CreationTest : public ::testing::Test {
  protected:
   static CoordinatorOptions options() {
     CoordinatorOptions o;
-    o.desync_timeout_ns = 30 * kSecond;
+    o.desync_timeout_ns = 30 * kCoreSecond;
     return o;
   }
   CreationTest() : core_(options()) {}
@@ -1359,8 +1359,8 @@ TEST_F(CreationTest, AMemberWhoseProcessIsGoneIsACertainDesyncAfterTheGrace) {
   hello(1, 2);
   core_.on_goodbye(0, kT0);
   feed(1, creating(1, 2));
-  EXPECT_TRUE(core_.tick(kT0 + kSecond).empty());  // within the grace a restarted rank 0 could still come
-  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + kSecond);
+  EXPECT_TRUE(core_.tick(kT0 + kCoreSecond).empty());  // within the grace a restarted rank 0 could still come
+  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].kind, VerdictKind::kDesync);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kAbort);
@@ -1385,20 +1385,20 @@ TEST_F(CreationTest, AMemberWhoseProcessIsGoneIsACertainDesyncAfterTheGrace) {
       << text;
   EXPECT_EQ(reports::desync_base_name(report), "desync-3f2a9c-creation");
   EXPECT_EQ(reports::desync_json(report)["creation"], true);
-  EXPECT_TRUE(core_.tick(kT0 + 100 * kSecond).empty());  // said once
+  EXPECT_TRUE(core_.tick(kT0 + 100 * kCoreSecond).empty());  // said once
 }
 
 // A rank that has not said hello yet may be starting slowly: a warning after the timeout, repeated, never a stop.
 TEST_F(CreationTest, AMemberNotYetSeenIsAWarningAfterTheTimeoutNotAStop) {
   hello(1, 2);
   feed(1, creating(1, 2));
-  EXPECT_TRUE(core_.tick(kT0 + 20 * kSecond).empty());
-  auto verdicts = core_.tick(kT0 + 31 * kSecond);
+  EXPECT_TRUE(core_.tick(kT0 + 20 * kCoreSecond).empty());
+  auto verdicts = core_.tick(kT0 + 31 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(verdicts[0].action, VerdictAction::kWarn);
   EXPECT_FALSE(desync_of(verdicts[0]).certain);
   EXPECT_EQ(desync_of(verdicts[0]).missing[0].state, reports::LaggardState::kUnknown);
-  verdicts = core_.tick(kT0 + 62 * kSecond);
+  verdicts = core_.tick(kT0 + 62 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   EXPECT_EQ(desync_of(verdicts[0]).repeat, 2u);
   EXPECT_EQ(reports::desync_base_name(desync_of(verdicts[0])), "desync-3f2a9c-creation-2");
@@ -1411,12 +1411,12 @@ TEST_F(CreationTest, ARankThatComesBackWithinTheGraceIsNoDesync) {
   core_.on_goodbye(0, kT0);
   feed(1, creating(1, 2));
   hello(0, 2);
-  feed(0, creating(0, 2), kT0 + kSecond);
+  feed(0, creating(0, 2), kT0 + kCoreSecond);
   Fingerprint made = creating(1, 2);
   made.kind = static_cast<uint8_t>(EventKind::kCommCreated);
-  feed(1, made, kT0 + 2 * kSecond);
-  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kSecond).empty());
-  EXPECT_TRUE(core_.tick(kT0 + 100 * kSecond).empty());
+  feed(1, made, kT0 + 2 * kCoreSecond);
+  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kCoreSecond).empty());
+  EXPECT_TRUE(core_.tick(kT0 + 100 * kCoreSecond).empty());
 }
 
 // A creation every member is in (or that returned) is NCCL's own business; a communicator made of some ranks of a
@@ -1425,10 +1425,10 @@ TEST_F(CreationTest, ASubsetCommunicatorIsCertainOnlyWhenTooFewOfTheOtherRanksAr
   for (int32_t r = 0; r < 4; ++r) hello(r, 4);
   feed(2, creating(0, 2));  // ranks 2 and 3 in a 2-rank communicator, as seats 0 and 1
   core_.on_goodbye(0, kT0);
-  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kSecond).empty());  // ranks 1 and 3 are alive: no certainty
+  EXPECT_TRUE(core_.tick(kT0 + kCreationGraceNs + kCoreSecond).empty());  // ranks 1 and 3 are alive: no certainty
   core_.on_goodbye(1, kT0);
   core_.on_goodbye(3, kT0);
-  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + 2 * kSecond);
+  const auto verdicts = core_.tick(kT0 + kCreationGraceNs + 2 * kCoreSecond);
   ASSERT_EQ(verdicts.size(), 1u);
   const auto& report = desync_of(verdicts[0]);
   EXPECT_TRUE(report.certain);

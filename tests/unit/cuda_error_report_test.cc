@@ -27,7 +27,7 @@ using testing::LaunchRecorder;
 
 using testing::TempDir;
 
-recorder::RecorderFile read(const std::string& path) {
+recorder::RecorderFile read_recorder(const std::string& path) {
   recorder::RecorderFile file;
   std::string error;
   EXPECT_TRUE(recorder::read_recorder_file(path, &file, &error)) << error;
@@ -84,7 +84,7 @@ TEST(CudaErrorReport, TheErrorAndTheLaunchesOnItsStreamSinceItsLastSync) {
     rec.error("cudaStreamSynchronize", kStream, 50, 700);
     rec.error("cudaMemcpyAsync", kStream, 60, 700);  // counted only
   }
-  const recorder::RecorderFile file = read(path);
+  const recorder::RecorderFile file = read_recorder(path);
   CudaErrorReport report;
   ASSERT_TRUE(build_cuda_error_report(file, &report));
   EXPECT_EQ(report.rank, 3);
@@ -162,7 +162,7 @@ TEST(CudaErrorReport, AStreamlessCallListsEveryStreamSinceTheContextSync) {
     rec.error("cudaMalloc", 0, 30, 2);
   }
   CudaErrorReport report;
-  ASSERT_TRUE(build_cuda_error_report(read(path), &report));
+  ASSERT_TRUE(build_cuda_error_report(read_recorder(path), &report));
   EXPECT_TRUE(report.streamless);
   EXPECT_EQ(report.sync_api, "cudaDeviceSynchronize");
   ASSERT_EQ(report.launches.size(), 2u);
@@ -186,7 +186,7 @@ TEST(CudaErrorReport, ALappedRingSaysItsHistoryIsCutAndCapsTheList) {
     rec.error("cudaStreamSynchronize", kStream, 300, 719, recorder::CudaDomain::kDriver);
   }
   CudaErrorReport report;
-  ASSERT_TRUE(build_cuda_error_report(read(path), &report));
+  ASSERT_TRUE(build_cuda_error_report(read_recorder(path), &report));
   EXPECT_FALSE(report.has_sync);
   EXPECT_TRUE(report.history_cut);
   EXPECT_EQ(report.launches.size(), kMaxLaunchesShown);
@@ -206,14 +206,14 @@ TEST(CudaErrorReport, NoneWithoutAFirstErrorOrWhenItsRecordIsGone) {
     rec.launch("k", kStream, 1);
   }
   CudaErrorReport report;
-  EXPECT_FALSE(build_cuda_error_report(read(path), &report));
+  EXPECT_FALSE(build_cuda_error_report(read_recorder(path), &report));
   const std::string lapped = dir.file("lapped.tsrec");
   {
     LaunchRecorder rec(lapped, 1, 8);
     rec.error("cudaStreamSynchronize", kStream, 1, 700);
     for (uint64_t i = 0; i < 10; ++i) rec.launch("k", kStream, 2 + i);
   }
-  const recorder::RecorderFile file = read(lapped);
+  const recorder::RecorderFile file = read_recorder(lapped);
   EXPECT_EQ(file.header.cuda_errors, 1u);
   EXPECT_FALSE(build_cuda_error_report(file, &report)) << "its record was overwritten";
   EXPECT_NE(write_cuda_error_report(dir.path(), file).error.find("no first CUDA error recorded"), std::string::npos);

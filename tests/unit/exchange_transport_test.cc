@@ -42,7 +42,7 @@ namespace {
 
 using recorder::Op;
 constexpr char kToken[] = "job-token-0123456789";
-constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kTransportComm = 0x3f2a9c0011223344ull;
 
 // Polls `condition` until it holds or the deadline passes; returns whether it held.
 bool wait_until(const std::function<bool()>& condition, std::chrono::seconds deadline = std::chrono::seconds(20)) {
@@ -96,7 +96,7 @@ class VerdictCapture {
 
 Fingerprint all_reduce(int32_t rank, int32_t nranks, uint64_t seq, uint64_t count) {
   Fingerprint f{};
-  f.comm_id = kComm;
+  f.comm_id = kTransportComm;
   f.comm_rank = rank;
   f.nranks = nranks;
   f.seq = seq;
@@ -658,7 +658,7 @@ Verdict TransportTest::silent_rank_verdict(const std::string& host, const std::s
   EXPECT_EQ(writer.open(o), 0);
   for (uint64_t seq = 1; seq <= 4; ++seq) {
     recorder::Record r{};
-    r.comm_id = kComm;
+    r.comm_id = kTransportComm;
     r.seq = seq;
     r.count = 1024;
     r.op = static_cast<uint16_t>(Op::kAllReduce);
@@ -675,7 +675,8 @@ Verdict TransportTest::silent_rank_verdict(const std::string& host, const std::s
   ExchangeClientOptions waiting = client_options(server.endpoint(), 0, nullptr, nullptr);
   waiting.hello.host_id = host_identity();
   waiting.inside_calls = [] {
-    return std::vector<HeartbeatCall>{{kComm, 5, 1700000000000000005ull, static_cast<uint16_t>(Op::kAllReduce)}};
+    return std::vector<HeartbeatCall>{
+        {kTransportComm, 5, 1700000000000000005ull, static_cast<uint16_t>(Op::kAllReduce)}};
   };
   ExchangeClientOptions frozen = client_options(server.endpoint(), 1, nullptr, nullptr);
   frozen.hello.host = host;
@@ -990,7 +991,7 @@ class ExchangeOriginTest : public TransportTest {
     reports::FirstNonfinite f;
     f.rank = 99;  // the client sends its hello's rank, whatever this says
     f.batch_number = 12;
-    f.comm_id = kComm;
+    f.comm_id = kTransportComm;
     f.call_number = 812;
     f.op = "ncclAllReduce";
     f.where = where;
@@ -1079,7 +1080,7 @@ TEST_F(ExchangeOriginTest, StopJobBroadcastsTheNonfiniteVerdictToEveryRank) {
     const Verdict& verdict = got.front();
     EXPECT_EQ(verdict.kind, VerdictKind::kNonfinite);
     EXPECT_EQ(verdict.action, VerdictAction::kAbort);
-    EXPECT_EQ(verdict.comm_id, kComm);
+    EXPECT_EQ(verdict.comm_id, kTransportComm);
     EXPECT_EQ(verdict.seq, 812u);
     EXPECT_EQ(verdict.text, kTwoRankOrigin);
     EXPECT_EQ(verdict.text_path, origin_txt());

@@ -23,6 +23,7 @@
 
 #include "base/flight_recorder_reader.h"
 #include "base/flight_recorder_writer.h"
+#include "support/text_files.h"
 #include "tests/support/subprocess.h"
 
 namespace trainscope::recorder {
@@ -448,13 +449,6 @@ void copy_file(const std::string& from, const std::string& to, uint64_t bytes = 
 }
 
 // Creates a file holding `text`.
-void write_text(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  ::close(fd);
-}
-
 void expect_error(const std::string& path, const std::string& words) {
   const std::string e = read_error(path);
   EXPECT_EQ(e.rfind(path + ": ", 0), 0u) << e;
@@ -471,7 +465,7 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
   const uint64_t size = fs::file_size(good);
 
   const std::string empty = dir.file("empty.tsrec");
-  write_text(empty, "");
+  testing::write_text(empty, "");
   expect_error(empty, "empty file (0 bytes)");
 
   const std::string short_header = dir.file("short.tsrec");
@@ -555,7 +549,7 @@ TEST(FlightRecorder, BrokenFilesGiveClearErrors) {
 TEST(FlightRecorder, OpenRefusesAnExistingFileAndKeepsIt) {
   TempDir dir;
   const std::string path = dir.file("r.tsrec");
-  write_text(path, "someone else's");
+  testing::write_text(path, "someone else's");
   Writer w;
   EXPECT_EQ(w.open(options_for(path, 4)), EEXIST);
   EXPECT_FALSE(w.is_open());
@@ -694,8 +688,8 @@ TEST(FlightRecorder, RunDirectoryIsSortedByRankThenPidWithErrorsCollected) {
   write_rank(dir.file("b.tsrec"), kUnknown, 5);
   write_rank(dir.file("c.tsrec"), 0, 30);
   write_rank(dir.file("d.tsrec"), 2, 7);
-  write_text(dir.file("e.tsrec"), "garbage");
-  write_text(dir.file("notes.txt"), "not a recorder");
+  testing::write_text(dir.file("e.tsrec"), "garbage");
+  testing::write_text(dir.file("notes.txt"), "not a recorder");
   ASSERT_EQ(mkdir(dir.file("sub.tsrec").c_str(), 0700), 0);    // a folder named like a recorder is one, unreadable
   ASSERT_EQ(mkfifo(dir.file("pipe.tsrec").c_str(), 0600), 0);  // as a FIFO is, and never blocks the reader
 
@@ -723,7 +717,7 @@ TEST(FlightRecorder, RunDirectoryErrorsNameTheDirectory) {
   EXPECT_FALSE(read_run_directory(dir.file("nope"), &run, &error));
   EXPECT_EQ(error, "'" + dir.file("nope") + "' does not exist");
 
-  write_text(dir.file("plain"), "x");
+  testing::write_text(dir.file("plain"), "x");
   EXPECT_FALSE(read_run_directory(dir.file("plain"), &run, &error));
   EXPECT_EQ(error, "'" + dir.file("plain") + "' is not a directory");
 

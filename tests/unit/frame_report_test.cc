@@ -18,7 +18,7 @@ namespace {
 using stats::DType;
 using stats::TensorStats;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kFrameInf = std::numeric_limits<double>::infinity();
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 TensorStats make_stats(double abs_min, double abs_max, DType dtype = DType::kFloat16) {
@@ -78,7 +78,7 @@ std::vector<Frame> seed_frames_after_elision() {
       frame("encoder.block.2.layer.1.DenseReluDense", "T5DenseGatedGeluDense",
             {row("input[0]", 1.79e-06, 4.65e+00), row("output", 3.18e-04, 6.27e+04)}),
       frame("encoder.block.2.layer.1.dropout", "Dropout",
-            {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.00e+00, kInf)}),
+            {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.00e+00, kFrameInf)}),
   };
 }
 
@@ -223,7 +223,7 @@ TEST(FrameReportTest, SeedTraceExampleCharacterByCharacter) {
 }
 
 TEST(FrameReportTest, RowFormats) {
-  EXPECT_EQ(format_frame_row(row("output", 0.0, kInf)), "0.00e+00      inf output\n");
+  EXPECT_EQ(format_frame_row(row("output", 0.0, kFrameInf)), "0.00e+00      inf output\n");
   EXPECT_EQ(format_frame_row(row("output", kNan, kNan)), "     nan      nan output\n");
   EXPECT_EQ(format_frame_row(FrameRow::none("output[1]")), "             None output[1]\n");
   EXPECT_EQ(format_frame_row(FrameRow::not_a_tensor("output")), "     not a tensor output\n");
@@ -231,8 +231,8 @@ TEST(FrameReportTest, RowFormats) {
   TensorStats empty;
   empty.dtype = DType::kFloat16;
   empty.count = 0;
-  empty.abs_min = kInf;
-  empty.abs_max = -kInf;
+  empty.abs_min = kFrameInf;
+  empty.abs_max = -kFrameInf;
   const FrameRow from_stats = FrameRow::tensor("input[0]", empty);
   EXPECT_EQ(from_stats.kind, FrameRowKind::kEmpty);
   EXPECT_EQ(format_frame_row(from_stats), "            empty input[0]\n");
@@ -261,7 +261,7 @@ TEST(FrameReportTest, NcclFrameWithNanAndFirstNonfiniteRow) {
             "     nan      nan output\n");
 }
 
-exchange::CallStack python_stack() {
+exchange::CallStack frame_python_stack() {
   exchange::CallStack stack;
   stack.python = {{"train.py", 88, "backward"}, {"train.py", 120, "main"}};
   stack.native = {"ncclAllReduce at nccl.cc:1"};
@@ -276,7 +276,7 @@ TEST(FrameReportTest, DetectionShowsTheStackOfTheFirstFrameAfterTheSeedsBlock) {
   const std::string seed_block = format_detection_text(report);
   report.first_nonfinite_frame = "comm 3f2a9c ncclAllReduce #812";
   EXPECT_EQ(format_detection_text(report), seed_block) << "no stack known: the seed's text alone";
-  report.first_nonfinite_stack = python_stack();
+  report.first_nonfinite_stack = frame_python_stack();
   EXPECT_EQ(format_detection_text(report),
             "\n"
             "Detected inf/nan during batch_number=12\n"
@@ -330,8 +330,8 @@ TEST(FrameReportTest, DetectionJson) {
   TensorStats empty;
   empty.count = 0;
   report.frames = {frame("comm 3f2a9c ncclAllReduce #812", "ncclAllReduce",
-                         {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.0, kInf), FrameRow::none("output[1]"),
-                          FrameRow::tensor("output[2]", empty)})};
+                         {row("input[0]", 3.18e-04, 6.27e+04), row("output", 0.0, kFrameInf),
+                          FrameRow::none("output[1]"), FrameRow::tensor("output[2]", empty)})};
   const nlohmann::json j = detection_json(report);
   EXPECT_EQ(j["kind"], "inf_nan_detected");
   EXPECT_EQ(j["rank"], 3);
@@ -421,7 +421,7 @@ TEST(FrameReportTest, NearOverflow) {
   EXPECT_DOUBLE_EQ(largest_finite_value(DType::kFloat8E5M2), 57344.0);
   EXPECT_NEAR(largest_finite_value(DType::kBfloat16), 3.39e38, 0.01e38);
   // The finite abs max counts: an inf elsewhere in the tensor does not hide a near-overflow finite value.
-  TensorStats with_inf = make_stats(0, kInf);  // finite_abs_max 6.0e4
+  TensorStats with_inf = make_stats(0, kFrameInf);  // finite_abs_max 6.0e4
   EXPECT_TRUE(check_near_overflow(with_inf, "f", "o").near);
   TensorStats all_inf = with_inf;
   all_inf.count = 1;
@@ -605,7 +605,7 @@ TEST(FrameReportTest, OriginShowsTheStackOfTheCallItCameFrom) {
                 "  #0 receiver's frame\n");
   EXPECT_EQ(origin_json(firsts)["origin"]["stack_rank"], 0);
   // The origin's own rank first.
-  firsts[2].stack = python_stack();
+  firsts[2].stack = frame_python_stack();
   const std::string text = format_origin_text(firsts);
   EXPECT_EQ(text,
             "rank 2 sent inf in all-reduce call #812 in batch 12; ranks 0, 1 and 3 first saw it in that call's "

@@ -28,7 +28,7 @@ using trainscope::frames::FrameWindow;
 using trainscope::frames::FrameWindowOptions;
 using trainscope::frames::HeldFrames;
 
-CallInfo call(std::uint64_t count) {
+CallInfo held_call(std::uint64_t count) {
   CallInfo info;
   info.op = static_cast<std::uint16_t>(trainscope::recorder::Op::kAllReduce);
   info.comm_id = 1;
@@ -37,7 +37,7 @@ CallInfo call(std::uint64_t count) {
   return info;
 }
 
-Frame frame(std::uint64_t index, std::uint64_t batch, bool nonfinite = false) {
+Frame held_frame(std::uint64_t index, std::uint64_t batch, bool nonfinite = false) {
   Frame f;
   f.name = "call " + std::to_string(index);
   f.kind = "ncclAllReduce";
@@ -75,10 +75,10 @@ class Pipeline {
 
   void on_call(std::uint64_t count, bool nonfinite = false) {
     const std::uint64_t position = tracker_.position();
-    tracker_.on_collective(call(count));
+    tracker_.on_collective(held_call(count));
     held_.settle(tracker_);
     const bool settled = position < tracker_.settled();
-    Frame f = frame(position, tracker_.current_batch(), nonfinite);
+    Frame f = held_frame(position, tracker_.current_batch(), nonfinite);
     if (held_.must_hold(settled)) {
       held_.hold(f, position, settled);
     } else {

@@ -20,6 +20,7 @@
 #include "base/flight_recorder_writer.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
+#include "support/text_files.h"
 #include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/tensor_stats.h"
@@ -30,17 +31,10 @@ namespace {
 using nlohmann::json;
 using recorder::Op;
 
-constexpr uint64_t kBase = 1700000000123456789ull;  // 2023-11-14 22:13:20.123456789 UTC
-constexpr uint64_t kMs = 1000000;
-constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kPageStart = 1700000000123456789ull;  // 2023-11-14 22:13:20.123456789 UTC
+constexpr uint64_t kMillisecond = 1000000;
+constexpr uint64_t kPageComm = 0x3f2a9c0011223344ull;
 constexpr const char* kHostile = "</script><img src=x onerror=alert(1)><!--";
-
-void write_raw(const std::string& path, const std::string& content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0) << path;
-  ASSERT_EQ(::write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
-  ::close(fd);
-}
 
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
@@ -51,7 +45,7 @@ size_t count(const std::string& text, const std::string& part) {
 recorder::Record call(Op op, uint64_t start_ns, uint64_t seq, int32_t rank) {
   recorder::Record r{};
   r.start_ns = start_ns;
-  r.comm_id = kComm;
+  r.comm_id = kPageComm;
   r.seq = seq;
   r.count = 1024;
   r.rank = rank;
@@ -72,17 +66,18 @@ void write_recorder(const std::string& path, int32_t rank, bool hangs) {
                                          .pid = 1000001 + rank,
                                          .host = rank == 1 ? "node<b>1</b>" : "node0",
                                          .run_id = "run-42",
-                                         .start_ns = kBase}),
+                                         .start_ns = kPageStart}),
             0);
-  testing::add_live_comm(w, kComm, rank, 2, kBase);
+  testing::add_live_comm(w, kPageComm, rank, 2, kPageStart);
   for (uint64_t seq = 1; seq <= 3; ++seq) {
-    const auto pending = w.append(call(Op::kAllReduce, kBase + seq * 10 * kMs, seq, rank));
-    if (!(hangs && seq == 3)) recorder::Writer::complete(pending, 0, kBase + seq * 10 * kMs + 2 * kMs);
+    const auto pending = w.append(call(Op::kAllReduce, kPageStart + seq * 10 * kMillisecond, seq, rank));
+    if (!(hangs && seq == 3))
+      recorder::Writer::complete(pending, 0, kPageStart + seq * 10 * kMillisecond + 2 * kMillisecond);
   }
   if (hangs) {
     w.abandon();
   } else {
-    w.close(kBase + 100 * kMs);
+    w.close(kPageStart + 100 * kMillisecond);
   }
 }
 
@@ -98,7 +93,7 @@ std::string trace_line(uint64_t batch, const std::string& kind, const std::vecto
 }
 
 // A float32 tensor's statistics; an infinite abs max is one +inf element.
-stats::TensorStats tensor(double abs_max) { return testing::tensor_stats(abs_max, stats::DType::kFloat32, 1.0); }
+stats::TensorStats page_tensor(double abs_max) { return testing::tensor_stats(abs_max, stats::DType::kFloat32, 1.0); }
 
 class HtmlReport : public ::testing::Test {
  protected:
@@ -124,22 +119,22 @@ class HtmlReport : public ::testing::Test {
     std::string lines;
     for (uint64_t batch = 1; batch <= 3; ++batch) {
       lines += trace_line(batch, "ncclAllReduce",
-                          {FrameRow::tensor("input[0]", tensor(0.1 * static_cast<double>(batch))),
-                           FrameRow::tensor("output", tensor(batch == 3 ? std::numeric_limits<double>::infinity()
-                                                                        : 0.4 * static_cast<double>(batch)))},
+                          {FrameRow::tensor("input[0]", page_tensor(0.1 * static_cast<double>(batch))),
+                           FrameRow::tensor("output", page_tensor(batch == 3 ? std::numeric_limits<double>::infinity()
+                                                                             : 0.4 * static_cast<double>(batch)))},
                           false);
-      lines += trace_line(batch, "ncclBroadcast", {FrameRow::none("input[0]"), FrameRow::tensor("output", tensor(0.5))},
-                          false);
+      lines += trace_line(batch, "ncclBroadcast",
+                          {FrameRow::none("input[0]"), FrameRow::tensor("output", page_tensor(0.5))}, false);
     }
-    write_raw(file("trace-rank0.jsonl"), lines);
-    write_raw(file("trace-rank0.txt"), "\n                  *** Starting batch number=1 ***\n");
+    testing::write_text(file("trace-rank0.jsonl"), lines);
+    testing::write_text(file("trace-rank0.txt"), "\n                  *** Starting batch number=1 ***\n");
   }
 
   testing::TempDir tmp_;
   std::string dir_;
 };
 
-TimelineWriter events(const json& list) {
+TimelineWriter writer_of(const json& list) {
   return [list](const std::function<void(std::string_view)>& sink) {
     sink(json({{"traceEvents", list}, {"displayTimeUnit", "ms"}}).dump());
   };
@@ -161,7 +156,7 @@ TEST_F(HtmlReport, EveryTextFromTheFilesIsEscapedAndThePageNamesNoUrl) {
                                   {"pid", 0},
                                   {"tid", 1},
                                   {"args", {{"python", kHostile}}}}});
-  const std::string page = make_html_page(run, summary, events(list));
+  const std::string page = make_html_page(run, summary, writer_of(list));
   // Only the page's own blocks open and close scripts; a file's text never does.
   EXPECT_EQ(count(page, "<script"), 3u);
   EXPECT_EQ(count(page, "</script>"), 3u);
@@ -182,7 +177,7 @@ TEST_F(HtmlReport, TheSummaryIsShownWithTheWorstLinesHighlightedAndWhereEachRank
   recorder::RunDirectory run;
   RunSummary summary;
   read(&run, &summary);
-  const std::string page = make_html_page(run, summary, events(json::array()));
+  const std::string page = make_html_page(run, summary, writer_of(json::array()));
   EXPECT_NE(page.find("<span class=\"title\">Summary of run run-42</span>"), std::string::npos) << page;
   // Every summary line is on the page; the one saying rank 1 never returned is highlighted.
   for (const std::string& line : testing::split_lines(format_summary_text(summary)))
@@ -204,11 +199,11 @@ TEST_F(HtmlReport, TheSummaryIsShownWithTheWorstLinesHighlightedAndWhereEachRank
 TEST_F(HtmlReport, TracesArePlottedPerRankFromTextRowsOrStatsWithTheirInfBatches) {
   write_old_trace();
   // Rank 2: new lines with stats (and a line that is not JSON, skipped).
-  std::string lines = trace_line(4, "ncclAllReduce", {FrameRow::tensor("output", tensor(2.0))}, true);
+  std::string lines = trace_line(4, "ncclAllReduce", {FrameRow::tensor("output", page_tensor(2.0))}, true);
   lines += "{not json\n";
-  lines += trace_line(5, "ncclAllReduce", {FrameRow::tensor("output", tensor(std::numeric_limits<double>::infinity()))},
-                      true);
-  write_raw(file("trace-rank2.jsonl"), lines);
+  lines += trace_line(5, "ncclAllReduce",
+                      {FrameRow::tensor("output", page_tensor(std::numeric_limits<double>::infinity()))}, true);
+  testing::write_text(file("trace-rank2.jsonl"), lines);
   recorder::RunDirectory run;
   RunSummary summary;
   read(&run, &summary);
@@ -233,7 +228,7 @@ TEST_F(HtmlReport, TracesArePlottedPerRankFromTextRowsOrStatsWithTheirInfBatches
   EXPECT_EQ(rank2["nonfinite_x"], json::parse("[5]"));
   EXPECT_EQ(rank2["note"], "1 unreadable line(s) skipped");
   // And they are on the page.
-  const std::string page = make_html_page(run, summary, events(json::array()));
+  const std::string page = make_html_page(run, summary, writer_of(json::array()));
   EXPECT_NE(page.find(R"("label":"#1 ncclAllReduce output","nonfinite":true,"points":[[1,0.4],[2,0.8],[3,"inf"]])"),
             std::string::npos);
 }
@@ -243,9 +238,9 @@ TEST_F(HtmlReport, ManySeriesAreCappedKeepingThoseWithInfAndTheLargest) {
   std::vector<FrameRow> rows;
   for (int i = 0; i < 20; ++i) {
     const double value = i == 3 ? std::numeric_limits<double>::infinity() : static_cast<double>(i + 1);
-    rows.push_back(FrameRow::tensor("t" + std::to_string(i), tensor(value)));
+    rows.push_back(FrameRow::tensor("t" + std::to_string(i), page_tensor(value)));
   }
-  write_raw(file("trace-rank0.jsonl"), trace_line(1, "k", rows, true));
+  testing::write_text(file("trace-rank0.jsonl"), trace_line(1, "k", rows, true));
   recorder::RunDirectory run;
   RunSummary summary;
   read(&run, &summary);
@@ -266,10 +261,11 @@ TEST_F(HtmlReport, WithoutATraceTheNonfiniteReportsFramesArePlotted) {
     DetectionReport report;
     report.rank = rank;
     report.batch_number = 7;
-    report.frames = {Frame{"comm 3f2a9c all-reduce #20", "ncclAllReduce", {FrameRow::tensor("output", tensor(0.5))}},
-                     Frame{"comm 3f2a9c all-reduce #21",
-                           "ncclAllReduce",
-                           {FrameRow::tensor("output", tensor(std::numeric_limits<double>::infinity()))}}};
+    report.frames = {
+        Frame{"comm 3f2a9c all-reduce #20", "ncclAllReduce", {FrameRow::tensor("output", page_tensor(0.5))}},
+        Frame{"comm 3f2a9c all-reduce #21",
+              "ncclAllReduce",
+              {FrameRow::tensor("output", page_tensor(std::numeric_limits<double>::infinity()))}}};
     const WrittenReport written = write_report(dir_, "nonfinite-rank" + std::to_string(rank),
                                                format_detection_text(report), detection_json(report));
     ASSERT_TRUE(written.error.empty()) << written.error;

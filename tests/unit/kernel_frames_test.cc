@@ -43,9 +43,9 @@ constexpr const char* kScaleSymbol = "_Z5scalePfPKfi";  // scale(float*, float c
 constexpr const char* kAdamSymbol = "multi_tensor_apply_kernel_FusedAdamMathFunctor";  // extern "C" stand-in
 constexpr const char* kOtherSymbol = "_Z4fillPfi";                                     // fill(float*, int)
 constexpr uint32_t kCuLaunchKernel = 307;
-constexpr int8_t kNcclFloat32 = 7;
+constexpr int8_t kFloat32Dtype = 7;
 constexpr uint64_t kComm = 0x3f2a9c0000000000ull;
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kFloatInf = std::numeric_limits<float>::infinity();
 
 // What the window handed out, kept for the assertions.
 struct Seen {
@@ -135,7 +135,7 @@ class KernelFramesTest : public ::testing::Test {
     r.nranks = 2;
     r.seq = ++collective_seq_;
     r.count = send != nullptr ? send->size() : 1024;
-    r.dtype = kNcclFloat32;
+    r.dtype = kFloat32Dtype;
     r.sendbuff = send != nullptr ? reinterpret_cast<uint64_t>(send->data()) : 0;
     r.recvbuff = recv != nullptr ? reinterpret_cast<uint64_t>(recv->data()) : 0;
     r.flags = watched ? recorder::kFlagWatched : 0;
@@ -169,8 +169,8 @@ class KernelFramesTest : public ::testing::Test {
 TEST_F(KernelFramesTest, InfMadeByAKernelInBatch3IsReportedWithTheKernelsNameInTheSeedsFormat) {
   start("every:1", "^scale\\(");
   for (int batch = 0; batch < 5; ++batch) {
-    if (batch == 3) out_[5] = kInf;  // what scale wrote in batch 3
-    all_reduce(/*watched=*/false);   // every:1: each call starts a batch
+    if (batch == 3) out_[5] = kFloatInf;  // what scale wrote in batch 3
+    all_reduce(/*watched=*/false);        // every:1: each call starts a batch
     launch(kScale, kScaleSymbol);
     launch(kOther, kOtherSymbol);  // not watched: no frame
     pass();
@@ -225,7 +225,7 @@ TEST_F(KernelFramesTest, InfMadeByAKernelInBatch3IsReportedWithTheKernelsNameInT
 TEST_F(KernelFramesTest, LaunchesIntoACapturingStreamNeverMakeAFrame) {
   start("every:1", "^scale\\(");
   capturing_ = true;
-  out_[0] = kInf;
+  out_[0] = kFloatInf;
   launch(kScale, kScaleSymbol);
   all_reduce(false);
   capturing_ = false;
@@ -243,9 +243,9 @@ TEST_F(KernelFramesTest, MaxFramesAndTraceBatchesWorkForKernelFrames) {
   window.trace_batches = {1};
   start("every:1", "^scale\\(", window);
   for (int batch = 0; batch < 4; ++batch) {
-    if (batch == 1) out_[1] = kInf;  // in a trace batch: traced, not detected
+    if (batch == 1) out_[1] = kFloatInf;  // in a trace batch: traced, not detected
     if (batch == 2) out_[1] = 2.0f;
-    if (batch == 3) in_[2] = kInf;
+    if (batch == 3) in_[2] = kFloatInf;
     all_reduce(false);
     launch(kScale, kScaleSymbol);
     launch(kScale, kScaleSymbol);
@@ -328,7 +328,7 @@ TEST_F(KernelFramesTest, AWatchedLaunchWaitsForItsStatisticsThenIsDroppedAfterTh
 TEST_F(KernelFramesTest, OptimizerKernelsEndBatchesUnderAuto) {
   start("auto", "^scale\\(");
   for (int step = 0; step < 4; ++step) {
-    if (step == 2) out_[3] = kInf;
+    if (step == 2) out_[3] = kFloatInf;
     launch(kScale, kScaleSymbol);  // forward and backward
     launch(kOther, kOtherSymbol);
     launch(kAdam, kAdamSymbol);  // the optimizer's step: two kernels, one boundary
@@ -346,7 +346,7 @@ TEST_F(KernelFramesTest, OptimizerKernelsEndBatchesUnderAuto) {
 
 TEST_F(KernelFramesTest, AFailedLaunchMakesNoFrameAndLeavesNothingOnTheBoard) {
   start("auto", "^scale\\(");
-  out_[0] = kInf;                              // never written: the launch failed
+  out_[0] = kFloatInf;                         // never written: the launch failed
   launch(kScale, kScaleSymbol, /*result=*/1);  // CUDA_ERROR_INVALID_VALUE
   out_[0] = 2.0f;
   launch(kScale, kScaleSymbol);

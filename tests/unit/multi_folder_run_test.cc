@@ -25,7 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr uint64_t kComm = 0x239016aabbccddeeull;
+constexpr uint64_t kFolderComm = 0x239016aabbccddeeull;
 constexpr uint64_t kStart = 1700000000000000000ull;
 
 // A job of `world` ranks, two per host; host h's copy of the run folder is <root>/<host>/run-7.
@@ -47,10 +47,10 @@ class Hosts {
     process.run_id = run_id;
     process.start_ns = kStart;
     ASSERT_EQ(testing::open_rank_recorder(w, path.c_str(), process), 0);
-    testing::add_live_comm(w, kComm, rank, world, kStart);
+    testing::add_live_comm(w, kFolderComm, rank, world, kStart);
     recorder::Record r{};
     r.op = static_cast<uint16_t>(recorder::Op::kAllReduce);
-    r.comm_id = kComm;
+    r.comm_id = kFolderComm;
     r.seq = 1;
     r.count = 1024;
     r.dtype = 7;
@@ -73,7 +73,7 @@ class Hosts {
   void write_mismatch(const std::string& host, int32_t world) const {
     make_folder(host);
     MismatchReport m;
-    m.comm_id = kComm;
+    m.comm_id = kFolderComm;
     m.seq = 24;
     m.op = static_cast<uint16_t>(recorder::Op::kAllReduce);
     m.differences = {"count"};
@@ -83,7 +83,7 @@ class Hosts {
       line.global_rank = rank;
       line.comm_rank = rank;
       line.present = true;
-      line.call.comm_id = kComm;
+      line.call.comm_id = kFolderComm;
       line.call.seq = 24;
       line.call.count = rank == 0 ? 1048576 : 524288;
       line.call.op = m.op;
@@ -109,7 +109,7 @@ class Hosts {
   testing::TempDir tmp_;
 };
 
-RunRead read(const std::vector<std::string>& args) {
+RunRead read_run(const std::vector<std::string>& args) {
   std::vector<std::string> folders;
   std::string error;
   EXPECT_TRUE(find_run_folders(args, &folders, &error)) << error;
@@ -118,9 +118,9 @@ RunRead read(const std::vector<std::string>& args) {
   return out;
 }
 
-std::vector<std::string> summary_lines(const RunRead& read) {
+std::vector<std::string> summary_lines(const RunRead& run) {
   std::vector<std::string> lines;
-  const std::string text = format_summary_text(read.summary);
+  const std::string text = format_summary_text(run.summary);
   size_t start = 0;
   for (size_t end = text.find('\n'); end != std::string::npos; start = end + 1, end = text.find('\n', start))
     lines.push_back(text.substr(start, end - start));
@@ -136,7 +136,7 @@ bool has_line(const std::vector<std::string>& lines, const std::string& line) {
 TEST(MultiFolderRun, TwoHostsCopiesAreOneRun) {
   Hosts hosts;
   hosts.write_two_hosts_job();
-  const RunRead run = read({hosts.folder("node0"), hosts.folder("node1")});
+  const RunRead run = read_run({hosts.folder("node0"), hosts.folder("node1")});
   ASSERT_EQ(run.run.files.size(), 4u);
   for (int32_t rank = 0; rank < 4; ++rank) EXPECT_EQ(run.run.files[rank].header.launcher_rank, rank);
   EXPECT_TRUE(run.summary.missing_ranks.empty());
@@ -171,7 +171,7 @@ TEST(MultiFolderRun, AParentOfTheHostsCopiesIsSearchedTwoLevelsDown) {
   ASSERT_TRUE(find_run_folders({hosts.folder("node0"), hosts.root(), hosts.folder("node0") + "/"}, &folders, &error))
       << error;
   EXPECT_EQ(folders.size(), 2u);
-  const RunRead run = read({hosts.root()});
+  const RunRead run = read_run({hosts.root()});
   EXPECT_EQ(run.run.files.size(), 4u);
 }
 
@@ -199,7 +199,7 @@ TEST(MultiFolderRun, ARankWhoseHostsFolderIsMissingIsNamedWithItsHost) {
   hosts.write_rank("node0", 0, 4);
   hosts.write_rank("node0", 1, 4);
   hosts.write_mismatch("node0", 4);
-  const RunRead run = read({hosts.folder("node0")});
+  const RunRead run = read_run({hosts.folder("node0")});
   EXPECT_TRUE(run.summary.folders.empty());  // one folder: read as always
   EXPECT_EQ(run.summary.missing_ranks, (std::vector<int32_t>{2, 3}));
   EXPECT_TRUE(
@@ -224,7 +224,7 @@ TEST(MultiFolderRun, TheSameProcessCopiedTwiceIsOneProcessAndTheSameReportOneRep
   std::filesystem::remove(hosts.folder("copy") + "/rank1.tsrec");
   for (const char* name : {"rank0.tsrec", "mismatch-239016-24.txt", "mismatch-239016-24.json"})
     std::filesystem::copy_file(hosts.folder("node0") + "/" + name, hosts.folder("copy") + "/" + name);
-  const RunRead run = read({hosts.folder("node0"), hosts.folder("copy")});
+  const RunRead run = read_run({hosts.folder("node0"), hosts.folder("copy")});
   EXPECT_EQ(run.run.files.size(), 2u);
   EXPECT_TRUE(run.summary.missing_ranks.empty());
   EXPECT_EQ(run.summary.reports.size(), 1u);
@@ -234,7 +234,7 @@ TEST(MultiFolderRun, FoldersOfDifferentRunsAreSaidToBeSo) {
   Hosts hosts;
   hosts.write_rank("node0", 0, 2, "run-7");
   hosts.write_rank("node1", 1, 2, "run-8");
-  const RunRead run = read({hosts.folder("node0"), hosts.folder("node1")});
+  const RunRead run = read_run({hosts.folder("node0"), hosts.folder("node1")});
   const std::string text = format_summary_text(run.summary);
   EXPECT_NE(text.find("their recorders name different runs (run-7, run-8): are these copies of one run?"),
             std::string::npos)

@@ -17,6 +17,7 @@
 
 #include "base/private_files.h"
 #include "support/subprocess.h"
+#include "support/text_files.h"
 
 namespace trainscope::files {
 namespace {
@@ -25,11 +26,6 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 constexpr uid_t kOtherUid = 65534;  // nobody
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 std::string read_text(const std::string& path) { return testing::read_file(path); }
 
@@ -51,7 +47,7 @@ std::vector<std::string> names_in(const std::string& dir) {
 struct Outside {
   TempDir dir;
   std::string path = dir.path() + "/precious";
-  Outside() { write_text(path, "precious\n"); }
+  Outside() { testing::write_text(path, "precious\n"); }
   void expect_unchanged() const { EXPECT_EQ(read_text(path), "precious\n") << path; }
 };
 
@@ -187,7 +183,7 @@ TEST(PrivateFiles, ReplaceFileRefusesALinkAFolderAndAFileItDidNotCreate) {
 
   if (can_chown()) {
     const std::string theirs = run.path() + "/theirs.json";
-    write_text(theirs, "theirs\n");
+    testing::write_text(theirs, "theirs\n");
     ASSERT_EQ(chown(theirs.c_str(), kOtherUid, kOtherUid), 0);
     EXPECT_EQ(replace_file(theirs.c_str(), "x\n", 2), kOtherOwner);
     EXPECT_EQ(read_text(theirs), "theirs\n");
@@ -236,7 +232,7 @@ TEST(PrivateFiles, AppendRefusesALinkAFifoAndAFileItDidNotCreate) {
 
   if (can_chown()) {
     const std::string theirs = run.path() + "/theirs.log";
-    write_text(theirs, "theirs\n");
+    testing::write_text(theirs, "theirs\n");
     ASSERT_EQ(chown(theirs.c_str(), kOtherUid, kOtherUid), 0);
     EXPECT_EQ(append_file(theirs.c_str(), "x\n", 2), kOtherOwner);
     EXPECT_EQ(read_text(theirs), "theirs\n");
@@ -253,7 +249,7 @@ TEST(PrivateDirectory, CreatesParentsPrivatelyAndReportsErrors) {
   EXPECT_EQ(mode_of(nested), 0700u);
   EXPECT_EQ(mode_of(dir.path() + "/a"), 0700u);
   const std::string file = dir.path() + "/file";
-  write_text(file, "");
+  testing::write_text(file, "");
   EXPECT_EQ(make_private_directory(file.c_str()).error, kNotDirectory);
   EXPECT_EQ(make_private_directory((file + "/below").c_str()).error, ENOTDIR);
   EXPECT_EQ(make_private_directory("").error, ENAMETOOLONG);

@@ -27,6 +27,7 @@
 #include "reports/cuda_error_report.h"
 #include "reports/json_stream.h"
 #include "reports/recorder_report.h"
+#include "support/text_files.h"
 #include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 
@@ -46,13 +47,6 @@ constexpr int32_t kKilledPid = 1000002;
 constexpr int32_t kAlivePid = 1000003;
 
 using testing::TempDir;
-
-void write_text(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  ::close(fd);
-}
 
 Record call(Op op, uint64_t start_ns, uint64_t seq, uint64_t count, int32_t dtype, int32_t redop, int32_t peer) {
   Record r{};
@@ -160,7 +154,7 @@ void make_run(const std::string& dir) {
     w.append(call(Op::kAllReduce, kBase + 60 * kMs, 2, 1048576, 6, 0, kUnknown));
     w.abandon();
   }
-  write_text(file("broken.tsrec"), "not a recorder");
+  testing::write_text(file("broken.tsrec"), "not a recorder");
 }
 
 void make_run(const TempDir& dir) { make_run(dir.path()); }
@@ -186,8 +180,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(RecorderReport, NamesFollowNccl) {
   EXPECT_EQ(nccl_version_string(22809), "2.28.9");
@@ -252,35 +244,39 @@ TEST(RecorderReport, TextNamesEveryRankItsStateAndItsLastCalls) {
   const std::string text = format_text_report(read_run(dir), test_options());
   SCOPED_TRACE(text);
 
-  EXPECT_TRUE(contains(text, "trainscope report: " + dir.path() + "  (run run-42)\n"));
-  EXPECT_TRUE(contains(text, "3 recorder files read, 1 unreadable; first start 2023-11-14 22:13:20.123456 UTC"));
-  EXPECT_TRUE(contains(text, "\nATTENTION\n"));
-  EXPECT_TRUE(contains(text, "  ! rank 1 (pid 1000002, node-b): crashed or was killed\n"));
-  EXPECT_TRUE(contains(text,
-                       "  ! rank 1 (pid 1000002, node-b): ncclAllReduce comm 3f2a9c seq 812 (#1, "
-                       "22:13:20.173456) did not return\n"));
-  EXPECT_TRUE(contains(text,
-                       "  ! rank 2 (pid 1000003, node-c): ncclAllReduce comm 3f2a9c seq 2 (#0, "
-                       "22:13:20.183456) pending\n"));
-  EXPECT_TRUE(contains(text, "  ! unreadable " + dir.file("broken.tsrec") + ": truncated: 14 bytes"));
+  EXPECT_TRUE(testing::contains(text, "trainscope report: " + dir.path() + "  (run run-42)\n"));
+  EXPECT_TRUE(
+      testing::contains(text, "3 recorder files read, 1 unreadable; first start 2023-11-14 22:13:20.123456 UTC"));
+  EXPECT_TRUE(testing::contains(text, "\nATTENTION\n"));
+  EXPECT_TRUE(testing::contains(text, "  ! rank 1 (pid 1000002, node-b): crashed or was killed\n"));
+  EXPECT_TRUE(testing::contains(text,
+                                "  ! rank 1 (pid 1000002, node-b): ncclAllReduce comm 3f2a9c seq 812 (#1, "
+                                "22:13:20.173456) did not return\n"));
+  EXPECT_TRUE(testing::contains(text,
+                                "  ! rank 2 (pid 1000003, node-c): ncclAllReduce comm 3f2a9c seq 2 (#0, "
+                                "22:13:20.183456) pending\n"));
+  EXPECT_TRUE(testing::contains(text, "  ! unreadable " + dir.file("broken.tsrec") + ": truncated: 14 bytes"));
 
-  EXPECT_TRUE(contains(text,
-                       "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited 22:13:25.000456 | "
-                       "records 5 total, 5 held (ring 64) | torn 0\n"));
-  EXPECT_TRUE(contains(text,
-                       "=== rank 1 | pid 1000002 | host node-b | NCCL 2.7.8 | CRASHED OR KILLED (pid gone, "
-                       "never exited cleanly) | records 2 total"));
-  EXPECT_TRUE(contains(text, "=== rank 2 | pid 1000003 | host node-c | NCCL unknown | running | records 1 total"));
+  EXPECT_TRUE(testing::contains(text,
+                                "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited 22:13:25.000456 | "
+                                "records 5 total, 5 held (ring 64) | torn 0\n"));
+  EXPECT_TRUE(testing::contains(text,
+                                "=== rank 1 | pid 1000002 | host node-b | NCCL 2.7.8 | CRASHED OR KILLED (pid gone, "
+                                "never exited cleanly) | records 2 total"));
+  EXPECT_TRUE(
+      testing::contains(text, "=== rank 2 | pid 1000003 | host node-c | NCCL unknown | running | records 1 total"));
   EXPECT_LT(text.find("=== rank 0"), text.find("=== rank 1"));
   EXPECT_LT(text.find("=== rank 1"), text.find("=== rank 2"));
 
-  EXPECT_TRUE(contains(text, "    id                parent  rank/n  created by        created          state\n"));
-  EXPECT_TRUE(contains(text, "    3f2a9c0011223344  -          0/3  ncclCommInitRank  22:13:20.123456  live\n"));
+  EXPECT_TRUE(
+      testing::contains(text, "    id                parent  rank/n  created by        created          state\n"));
+  EXPECT_TRUE(
+      testing::contains(text, "    3f2a9c0011223344  -          0/3  ncclCommInitRank  22:13:20.123456  live\n"));
 
   // Rank 0's call table: every column starts where its header does.
   const std::vector<std::string> lines = lines_of(text);
   size_t header_line = 0;
-  while (header_line < lines.size() && !contains(lines[header_line], "index  time (UTC)")) ++header_line;
+  while (header_line < lines.size() && !testing::contains(lines[header_line], "index  time (UTC)")) ++header_line;
   ASSERT_LT(header_line + 5, lines.size());
   const std::string& header = lines[header_line];
   EXPECT_EQ(header,
@@ -311,10 +307,10 @@ TEST(RecorderReport, LastLimitsTheCallsShown) {
   ReportOptions options = test_options();
   options.last = 2;
   const std::string text = format_text_report(read_run(dir), options);
-  EXPECT_TRUE(contains(text, "  last 2 of 5 held calls\n")) << text;
-  EXPECT_FALSE(contains(text, "ncclBroadcast")) << text;
+  EXPECT_TRUE(testing::contains(text, "  last 2 of 5 held calls\n")) << text;
+  EXPECT_FALSE(testing::contains(text, "ncclBroadcast")) << text;
   options.last = 0;
-  EXPECT_TRUE(contains(format_text_report(read_run(dir), options), "  calls: none held\n"));
+  EXPECT_TRUE(testing::contains(format_text_report(read_run(dir), options), "  calls: none held\n"));
 }
 
 TEST(RecorderReport, JsonCarriesTheSameFacts) {
@@ -445,29 +441,31 @@ TEST(RecorderReport, LastCallsShowTheirInnermostPythonLocation) {
   make_python_run(dir);
   const std::string text = format_text_report(read_run(dir), test_options());
   SCOPED_TRACE(text);
-  EXPECT_TRUE(contains(text, "    file " + dir.file("rank0.tsrec") +
-                                 "  started 2023-11-14 22:13:20.123456 UTC\n"
-                                 "    Python 3.12\n"
-                                 "  communicators (1)\n"));
-  EXPECT_TRUE(contains(text,
-                       "  last 4 of 4 held calls\n"
-                       "    index  time (UTC)       op             comm    seq    count  dtype     redop  "
-                       "root/peer  group  result       duration  python (the job's own line)\n"
-                       "        0  22:13:20.133456  ncclAllReduce  3f2a9c    1  1048576  float16   sum            "
-                       "-      -  ncclSuccess    1.00ms  train.py:88 in backward\n"
-                       "        1  22:13:20.143456  ncclBroadcast  3f2a9c    2     4096  bfloat16  -              "
-                       "1      -  ncclSuccess    1.00ms  -\n"
-                       "        2  22:13:20.153456  ncclAllReduce  3f2a9c    3  1048576  float16   sum            "
-                       "-      -  ncclSuccess    1.00ms  /opt/lib/loop.py in step\n"
-                       "        3  22:13:20.163456  ncclAllReduce  3f2a9c    4  1048576  float16   sum            "
-                       "-      -  ncclSuccess    1.00ms  -\n"));
+  EXPECT_TRUE(testing::contains(text, "    file " + dir.file("rank0.tsrec") +
+                                          "  started 2023-11-14 22:13:20.123456 UTC\n"
+                                          "    Python 3.12\n"
+                                          "  communicators (1)\n"));
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  last 4 of 4 held calls\n"
+                        "    index  time (UTC)       op             comm    seq    count  dtype     redop  "
+                        "root/peer  group  result       duration  python (the job's own line)\n"
+                        "        0  22:13:20.133456  ncclAllReduce  3f2a9c    1  1048576  float16   sum            "
+                        "-      -  ncclSuccess    1.00ms  train.py:88 in backward\n"
+                        "        1  22:13:20.143456  ncclBroadcast  3f2a9c    2     4096  bfloat16  -              "
+                        "1      -  ncclSuccess    1.00ms  -\n"
+                        "        2  22:13:20.153456  ncclAllReduce  3f2a9c    3  1048576  float16   sum            "
+                        "-      -  ncclSuccess    1.00ms  /opt/lib/loop.py in step\n"
+                        "        3  22:13:20.163456  ncclAllReduce  3f2a9c    4  1048576  float16   sum            "
+                        "-      -  ncclSuccess    1.00ms  -\n"));
   // Rank 1: Python, but not readable: said once, and no column of dashes.
-  EXPECT_TRUE(contains(text,
-                       "    Python 3.14: stacks not available: Python 3.14 is not supported by this trainscope "
-                       "(3.9 to 3.13)\n"));
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "    Python 3.14: stacks not available: Python 3.14 is not supported by this trainscope "
+                        "(3.9 to 3.13)\n"));
   const size_t rank1 = text.find("=== rank 1");
   ASSERT_NE(rank1, std::string::npos);
-  EXPECT_FALSE(contains(text.substr(rank1), "python (the job's own line)"));
+  EXPECT_FALSE(testing::contains(text.substr(rank1), "python (the job's own line)"));
 
   const json j = make_json_report(read_run(dir), test_options());
   const json& r0 = j["ranks"][0];
@@ -486,7 +484,7 @@ TEST(RecorderReport, LastCallsShowTheirInnermostPythonLocation) {
   TempDir plain;
   make_run(plain);
   const std::string plain_text = format_text_report(read_run(plain), test_options());
-  EXPECT_FALSE(contains(plain_text, "Python")) << plain_text;
+  EXPECT_FALSE(testing::contains(plain_text, "Python")) << plain_text;
   EXPECT_TRUE(make_json_report(read_run(plain), test_options())["ranks"][0]["python"].is_null());
 }
 
@@ -505,11 +503,12 @@ TEST(RecorderReport, CallsThatDidNotReturnSayWhereInPythonTheyWereMade) {
     w.abandon();
   }
   const std::string text = format_text_report(read_run(dir), test_options());
-  EXPECT_TRUE(contains(text,
-                       "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 1 (#0, 22:13:20.123456) did "
-                       "not return, called from train.py:131 in evaluate\n"
-                       "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 2 (#1, 22:13:20.123456) did "
-                       "not return\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 1 (#0, 22:13:20.123456) did "
+                        "not return, called from train.py:131 in evaluate\n"
+                        "  ! rank 0 (pid 1000002, node-a): ncclAllReduce comm 3f2a9c seq 2 (#1, 22:13:20.123456) did "
+                        "not return\n"))
       << text;
 }
 
@@ -568,8 +567,9 @@ TEST(RecorderReport, TornCallSitesNeedAttention) {
     w.close(kBase + 2 * kMs);
   }
   const std::string text = format_text_report(read_run(dir), test_options());
-  EXPECT_TRUE(contains(text, "  ! rank 0 (pid 1000001, node-a): 1 unfinished call site entry skipped\n")) << text;
-  EXPECT_FALSE(contains(text, "python (the job's own line)")) << text;
+  EXPECT_TRUE(testing::contains(text, "  ! rank 0 (pid 1000001, node-a): 1 unfinished call site entry skipped\n"))
+      << text;
+  EXPECT_FALSE(testing::contains(text, "python (the job's own line)")) << text;
 }
 
 struct ToolRun {
@@ -643,8 +643,8 @@ TEST(RecorderReport, ToolPrintsTextAndJson) {
   EXPECT_LT(text.out.find("  processes: 3 recorded, 1 recorder file unreadable: "),
             text.out.find("trainscope report: " + dir.path()))
       << text.out;
-  EXPECT_TRUE(contains(text.out, "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited")) << text.out;
-  EXPECT_TRUE(contains(text.out, "  ! unreadable " + dir.file("broken.tsrec"))) << text.out;
+  EXPECT_TRUE(testing::contains(text.out, "=== rank 0 | pid 1000001 | host node-a | NCCL 2.28.9 | exited")) << text.out;
+  EXPECT_TRUE(testing::contains(text.out, "  ! unreadable " + dir.file("broken.tsrec"))) << text.out;
 
   const ToolRun j = run_tool({"report", dir.path(), "--json", "--last", "1"});
   EXPECT_EQ(j.status, 0) << j.err;
@@ -660,7 +660,7 @@ TEST(RecorderReport, ToolPrintsTextAndJson) {
 
   const ToolRun all = run_tool({"report", "--last=all", dir.path()});
   EXPECT_EQ(all.status, 0) << all.err;
-  EXPECT_TRUE(contains(all.out, "  last 5 of 5 held calls\n"));
+  EXPECT_TRUE(testing::contains(all.out, "  last 5 of 5 held calls\n"));
 }
 
 // A crafted recorder (and a crafted report and note beside it) cannot drive the reader's terminal: every string from
@@ -685,15 +685,16 @@ TEST(RecorderReport, CraftedStringsArePrintedEscaped) {
     Writer::complete(w.append(call(Op::kAllReduce, kBase, 1, 16, 7, 0, kUnknown)), 0, kBase + kMs);
     w.close(kBase + 2 * kMs);
   }
-  write_text(dir.file("mismatch-abcdef-1.txt"), "Cannot apply\x1b[8m hidden\n");
-  write_text(dir.file("pid-7.no-nccl-calls.json"),
-             "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
-             "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
+  testing::write_text(dir.file("mismatch-abcdef-1.txt"), "Cannot apply\x1b[8m hidden\n");
+  testing::write_text(
+      dir.file("pid-7.no-nccl-calls.json"),
+      "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
+      "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
 
   const std::string text = format_text_report(read_run(dir), test_options());
   EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
-  EXPECT_TRUE(contains(text, "| host evil\\x1b]0;pwned\\x07 |")) << text;
-  EXPECT_TRUE(contains(text, "(run run\\x1b[2J)")) << text;
+  EXPECT_TRUE(testing::contains(text, "| host evil\\x1b]0;pwned\\x07 |")) << text;
+  EXPECT_TRUE(testing::contains(text, "(run run\\x1b[2J)")) << text;
 
   const ToolRun tool = run_tool({"report", dir.path()});
   EXPECT_EQ(tool.status, 0) << tool.err;
@@ -701,8 +702,9 @@ TEST(RecorderReport, CraftedStringsArePrintedEscaped) {
     EXPECT_EQ(out->find('\x1b'), std::string::npos) << *out;
     EXPECT_EQ(out->find('\x07'), std::string::npos) << *out;
   }
-  EXPECT_TRUE(contains(tool.out, "host evil\\x1b]0;pwned\\x07")) << tool.out;
-  EXPECT_TRUE(contains(tool.out, "Cannot apply\\x1b[8m hidden\n")) << "the report's own text, escaped: " << tool.out;
+  EXPECT_TRUE(testing::contains(tool.out, "host evil\\x1b]0;pwned\\x07")) << tool.out;
+  EXPECT_TRUE(testing::contains(tool.out, "Cannot apply\\x1b[8m hidden\n"))
+      << "the report's own text, escaped: " << tool.out;
 
   const ToolRun j = run_tool({"report", "--json", dir.path()});
   EXPECT_EQ(j.status, 0) << j.err;
@@ -734,9 +736,10 @@ TEST(RecorderReport, ProcessOverviewSaysWhoCrashedAndWhichCallsNeverReturned) {
   std::string error;
   ASSERT_TRUE(reports::read_run_summary(dir.path(), &summary, &error)) << error;
   summary.processes = overview;
-  EXPECT_TRUE(contains(reports::format_summary_text(summary),
-                       "  processes: 3 recorded, 1 recorder file unreadable: 1 exited, 1 crashed or killed (rank 1), "
-                       "1 running; a call never returned on rank 1; calls still pending on rank 2\n"))
+  EXPECT_TRUE(
+      testing::contains(reports::format_summary_text(summary),
+                        "  processes: 3 recorded, 1 recorder file unreadable: 1 exited, 1 crashed or killed (rank 1), "
+                        "1 running; a call never returned on rank 1; calls still pending on rank 2\n"))
       << reports::format_summary_text(summary);
 }
 
@@ -745,7 +748,7 @@ TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
   make_run(dir);
   const auto expect_usage_error = [](const ToolRun& run, const std::string& message) {
     EXPECT_EQ(run.status, 2);
-    EXPECT_TRUE(contains(run.err, "trainscope report: " + message + "\n")) << run.err;
+    EXPECT_TRUE(testing::contains(run.err, "trainscope report: " + message + "\n")) << run.err;
     EXPECT_EQ(run.out, "");
   };
   expect_usage_error(run_tool({"report"}),
@@ -775,14 +778,17 @@ TEST(RecorderReport, ToolRejectsBadArgumentsWithOneClearLine) {
 
 TEST(RecorderReport, ToolFailsWhenNoFileCouldBeRead) {
   TempDir dir;
-  write_text(dir.file("a.tsrec"), "");
-  write_text(dir.file("b.tsrec"), std::string(5000, 'x'));
+  testing::write_text(dir.file("a.tsrec"), "");
+  testing::write_text(dir.file("b.tsrec"), std::string(5000, 'x'));
   const ToolRun run = run_tool({"report", dir.path()});
   EXPECT_EQ(run.status, 1);
-  EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("a.tsrec") + ": empty file (0 bytes)")) << run.out;
-  EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("b.tsrec") + ": not a trainscope flight recorder"))
+  EXPECT_TRUE(testing::contains(run.out, "  ! unreadable " + dir.file("a.tsrec") + ": empty file (0 bytes)"))
       << run.out;
-  EXPECT_TRUE(contains(run.err, "none of the 2 *.tsrec files in '" + dir.path() + "' could be read")) << run.err;
+  EXPECT_TRUE(
+      testing::contains(run.out, "  ! unreadable " + dir.file("b.tsrec") + ": not a trainscope flight recorder"))
+      << run.out;
+  EXPECT_TRUE(testing::contains(run.err, "none of the 2 *.tsrec files in '" + dir.path() + "' could be read"))
+      << run.err;
 }
 
 // The golden run: make_run's ranks and unreadable file; rank 3, stopped by trainscope, whose strings were crafted
@@ -879,11 +885,13 @@ void make_golden_run(const std::string& dir) {
     record_exit_status(w.header(), 3);
     w.close(kBase + 99 * kMs);
   }
-  write_text(dir + "/mismatch-abcdef-1.txt", "Cannot apply\x1b[8m hidden\n");
-  write_text(dir + "/pid-7.no-nccl-calls.json",
-             "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
-             "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
-  write_text(dir + "/manifest.json", "{\"world_size\": 5, \"warnings\": [], \"note\": \"a\\u007fb\\u0085c\\u001b\"}\n");
+  testing::write_text(dir + "/mismatch-abcdef-1.txt", "Cannot apply\x1b[8m hidden\n");
+  testing::write_text(
+      dir + "/pid-7.no-nccl-calls.json",
+      "{\"kind\": \"nccl_without_calls\", \"pid\": 7, \"rank\": null, \"host\": \"h\\u001b[5m\", \"exe\": "
+      "\"/x\\u009by\", \"nccl\": \"libnccl.so.2\", \"calls\": 0, \"communicators\": 0}\n");
+  testing::write_text(dir + "/manifest.json",
+                      "{\"world_size\": 5, \"warnings\": [], \"note\": \"a\\u007fb\\u0085c\\u001b\"}\n");
 }
 
 std::string read_text(const std::string& path) {
@@ -928,7 +936,7 @@ TEST(RecorderReport, ToolOutputMatchesTheGoldenFiles) {
     const std::string shown = replace_all(tool.out, dir.path(), "@TMP@");
     const std::string golden_path = std::string(TRAINSCOPE_GOLDEN_DIR) + "/" + c.golden;
     if (update != nullptr && std::strcmp(update, "1") == 0) {
-      write_text(golden_path, shown);
+      testing::write_text(golden_path, shown);
       continue;
     }
     const std::string golden = read_text(golden_path);
@@ -976,38 +984,44 @@ TEST(RecorderReport, LaunchesPerStreamBesideTheCallsWithWhetherTheyFinished) {
   options.last = 3;
   const std::string text = format_text_report(read_run(dir), options);
   // The calls table holds the NCCL calls only, counted among themselves.
-  EXPECT_TRUE(contains(text, "  last 2 of 2 held calls\n")) << text;
-  EXPECT_FALSE(contains(text, "kernel launch")) << text;
-  EXPECT_TRUE(contains(text, "  launches: callbacks and kernel completion; completion known as of 12:00:00.060000\n"))
+  EXPECT_TRUE(testing::contains(text, "  last 2 of 2 held calls\n")) << text;
+  EXPECT_FALSE(testing::contains(text, "kernel launch")) << text;
+  EXPECT_TRUE(
+      testing::contains(text, "  launches: callbacks and kernel completion; completion known as of 12:00:00.060000\n"))
       << text;
-  EXPECT_TRUE(contains(text, "    stream 0x7f3a5c001200 (context 0000000000c0ffee): last 3 of 4 held launches\n"))
+  EXPECT_TRUE(
+      testing::contains(text, "    stream 0x7f3a5c001200 (context 0000000000c0ffee): last 3 of 4 held launches\n"))
       << text;
-  EXPECT_TRUE(contains(text, "    stream 0x7f3a5c009900 (context 0000000000c0ffee): last 1 of 1 held launches\n"))
+  EXPECT_TRUE(
+      testing::contains(text, "    stream 0x7f3a5c009900 (context 0000000000c0ffee): last 1 of 1 held launches\n"))
       << text;
-  EXPECT_FALSE(contains(text, "gemm_a")) << "beyond --last 3 on its stream";
+  EXPECT_FALSE(testing::contains(text, "gemm_a")) << "beyond --last 3 on its stream";
   const std::vector<std::string> lines = lines_of(text);
   const auto line_with = [&](const std::string& part) {
     for (const std::string& line : lines)
-      if (contains(line, part)) return line;
+      if (testing::contains(line, part)) return line;
     return std::string();
   };
-  EXPECT_TRUE(contains(line_with("gemm_b"),
-                       "gemm_b   1024  256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035000"))
+  EXPECT_TRUE(testing::contains(
+      line_with("gemm_b"), "gemm_b   1024  256    0       runtime kernel  cudaSuccess  finished by 12:00:00.035000"))
       << line_with("gemm_b");
-  EXPECT_TRUE(contains(line_with("softmax"), "not finished as of 12:00:00.060000")) << line_with("softmax");
-  EXPECT_TRUE(contains(line_with("  late  "), "cudaSuccess  unknown")) << text;
-  EXPECT_TRUE(contains(line_with("copy_kernel"), "not finished as of")) << "checked at 60, started at 21, never done";
-  EXPECT_TRUE(contains(text,
-                       "  first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an "
-                       "illegal memory access was encountered) at 2025-12-01 12:00:00.080000 UTC, after kernel "
-                       "late on stream 0x7f3a5c001200 (cuda-error-rank0)\n"))
+  EXPECT_TRUE(testing::contains(line_with("softmax"), "not finished as of 12:00:00.060000")) << line_with("softmax");
+  EXPECT_TRUE(testing::contains(line_with("  late  "), "cudaSuccess  unknown")) << text;
+  EXPECT_TRUE(testing::contains(line_with("copy_kernel"), "not finished as of"))
+      << "checked at 60, started at 21, never done";
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  first CUDA error: cudaStreamSynchronize returned 700 cudaErrorIllegalAddress (an "
+                        "illegal memory access was encountered) at 2025-12-01 12:00:00.080000 UTC, after kernel "
+                        "late on stream 0x7f3a5c001200 (cuda-error-rank0)\n"))
       << text;
-  EXPECT_TRUE(contains(text, "  ! rank 0 (pid 4000, node-1): first CUDA error: cudaStreamSynchronize returned 700"))
+  EXPECT_TRUE(
+      testing::contains(text, "  ! rank 0 (pid 4000, node-1): first CUDA error: cudaStreamSynchronize returned 700"))
       << text;
   // Rank 1's collector never ran and it launched nothing: its section is as it always was.
   const size_t rank1 = text.find("=== rank 1");
   ASSERT_NE(rank1, std::string::npos);
-  EXPECT_FALSE(contains(text.substr(rank1), "launches:")) << text.substr(rank1);
+  EXPECT_FALSE(testing::contains(text.substr(rank1), "launches:")) << text.substr(rank1);
 
   const json j = make_json_report(read_run(dir), options);
   const json& rank0 = j["ranks"][0];
@@ -1043,8 +1057,8 @@ TEST(RecorderReport, ALaunchRecordWithoutAResultIsNoWait) {
   EXPECT_EQ(overview.details[0].pending_calls, 0u);
   EXPECT_TRUE(overview.pending.empty());
   const std::string text = format_text_report(run, test_options());
-  EXPECT_FALSE(contains(text, "pending")) << text;
-  EXPECT_TRUE(contains(text, "no result")) << text;
+  EXPECT_FALSE(testing::contains(text, "pending")) << text;
+  EXPECT_TRUE(testing::contains(text, "no result")) << text;
 }
 
 TEST(RecorderReport, ToolShowsTheFirstCudaErrorRebuiltWhenTheProcessDidNotWriteIt) {
@@ -1052,13 +1066,14 @@ TEST(RecorderReport, ToolShowsTheFirstCudaErrorRebuiltWhenTheProcessDidNotWriteI
   make_launch_run(dir.path());
   ToolRun text = run_tool({"report", dir.path()});
   EXPECT_EQ(text.status, 0) << text.err;
-  EXPECT_TRUE(contains(text.out,
-                       "  first CUDA errors: 1\n    rank 0: first CUDA error: cudaStreamSynchronize returned "
-                       "700 cudaErrorIllegalAddress"))
+  EXPECT_TRUE(testing::contains(text.out,
+                                "  first CUDA errors: 1\n    rank 0: first CUDA error: cudaStreamSynchronize returned "
+                                "700 cudaErrorIllegalAddress"))
       << text.out;
-  EXPECT_TRUE(contains(text.out, "\n=== cuda-error-rank0 (rebuilt from " + dir.file("rank0.tsrec") +
-                                     ": not written by the process) ===\nFirst CUDA error on rank 0 (pid 4000, host "
-                                     "node-1): cudaStreamSynchronize returned 700 cudaErrorIllegalAddress"))
+  EXPECT_TRUE(
+      testing::contains(text.out, "\n=== cuda-error-rank0 (rebuilt from " + dir.file("rank0.tsrec") +
+                                      ": not written by the process) ===\nFirst CUDA error on rank 0 (pid 4000, host "
+                                      "node-1): cudaStreamSynchronize returned 700 cudaErrorIllegalAddress"))
       << text.out;
   // Once the process wrote it, the report on disk is shown, once.
   RecorderFile file;
@@ -1067,9 +1082,9 @@ TEST(RecorderReport, ToolShowsTheFirstCudaErrorRebuiltWhenTheProcessDidNotWriteI
   ASSERT_EQ(reports::write_cuda_error_report(dir.path(), file).error, "");
   text = run_tool({"report", dir.path()});
   EXPECT_EQ(text.status, 0) << text.err;
-  EXPECT_TRUE(contains(text.out, "\n=== cuda-error-rank0.txt ===\nFirst CUDA error on rank 0")) << text.out;
-  EXPECT_FALSE(contains(text.out, "rebuilt from")) << text.out;
-  EXPECT_TRUE(contains(text.out, "  first CUDA errors: 1\n")) << "one line per process, not per source";
+  EXPECT_TRUE(testing::contains(text.out, "\n=== cuda-error-rank0.txt ===\nFirst CUDA error on rank 0")) << text.out;
+  EXPECT_FALSE(testing::contains(text.out, "rebuilt from")) << text.out;
+  EXPECT_TRUE(testing::contains(text.out, "  first CUDA errors: 1\n")) << "one line per process, not per source";
   const ToolRun j = run_tool({"report", dir.path(), "--json"});
   const json parsed = json::parse(j.out, nullptr, false);
   ASSERT_FALSE(parsed.is_discarded()) << j.out;

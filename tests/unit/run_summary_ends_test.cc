@@ -24,6 +24,7 @@
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
+#include "support/text_files.h"
 #include "tests/support/rank_recorder.h"
 #include "tests/support/subprocess.h"
 
@@ -40,7 +41,7 @@ using recorder::Writer;
 
 constexpr uint64_t kBase = 1700000000123456789ull;  // 2023-11-14 22:13:20.123456789 UTC
 constexpr uint64_t kMs = 1000000;
-constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kEndsComm = 0x3f2a9c0011223344ull;
 constexpr int32_t kFirstPid = 3000000;  // rank R has pid kFirstPid + R; no such process runs here
 
 // A run directory "run-7" in a fresh temporary directory, whose recorders are made by the real writer.
@@ -64,7 +65,7 @@ class RunFolder {
                                            .start_ns = kBase,
                                            .max_sites = 4}),
               0);
-    testing::add_live_comm(w, kComm, rank, 4, kBase);
+    testing::add_live_comm(w, kEndsComm, rank, 4, kBase);
     Writer::complete(w.append(call(Op::kCommInitRank, 0, kBase)), 0, kBase + kMs);
     for (uint64_t seq = 1; seq <= calls; ++seq)
       Writer::complete(w.append(call(Op::kAllReduce, seq, kBase + (10 + seq) * kMs)), 0, kBase + (11 + seq) * kMs);
@@ -76,7 +77,7 @@ class RunFolder {
   static Record call(Op op, uint64_t seq, uint64_t start_ns, int32_t peer = recorder::kUnknown) {
     Record r{};
     r.start_ns = start_ns;
-    r.comm_id = kComm;
+    r.comm_id = kEndsComm;
     r.seq = seq;
     r.count = 1024;
     r.rank = 0;
@@ -116,8 +117,6 @@ RunSummary summarise(const RunFolder& run, const recorder::ReportOptions& option
   return summary;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 JobEnd exited_with(int status, int32_t pid = 1) { return JobEnd{pid, false, status, 0}; }
 JobEnd killed_by(int signal, int32_t pid = 1) { return JobEnd{pid, true, 0, signal}; }
 
@@ -131,25 +130,26 @@ TEST(ProcessEnds, RanksStoppedByAMismatchVerdictAreStoppedByTrainscopeNotCrashed
   for (int32_t rank = 0; rank < 4; ++rank) {
     Writer& w = run.rank(rank, 4);
     w.append(RunFolder::call(Op::kAllReduce, 5, kBase + 50 * kMs));  // the mismatched call: it never returns
-    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kComm, 5, false, 0, false, kBase + 90 * kMs);
+    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kEndsComm, 5, false, 0, false, kBase + 90 * kMs);
     w.abandon();  // _exit(): the writer is never closed
   }
   const RunSummary summary = summarise(run);
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text, "  stopped: ranks 0\u20133 by trainscope (mismatch, status 86)\n")) << text;
-  EXPECT_TRUE(contains(text,
-                       "  processes: 4 recorded: 4 stopped by trainscope (ranks 0\u20133); calls never returned on "
-                       "ranks 0\u20133\n"
-                       "    ranks 0\u20133: stopped by trainscope (mismatch, status 86); was waiting in ncclAllReduce "
-                       "(communicator 3f2a9c, call #5) since 22:13:20.173456 UTC\n"))
+  EXPECT_TRUE(testing::contains(text, "  stopped: ranks 0\u20133 by trainscope (mismatch, status 86)\n")) << text;
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  processes: 4 recorded: 4 stopped by trainscope (ranks 0\u20133); calls never returned on "
+                        "ranks 0\u20133\n"
+                        "    ranks 0\u20133: stopped by trainscope (mismatch, status 86); was waiting in ncclAllReduce "
+                        "(communicator 3f2a9c, call #5) since 22:13:20.173456 UTC\n"))
       << text;
-  EXPECT_FALSE(contains(text, "crashed or killed")) << text;
-  EXPECT_FALSE(contains(text, "stopped: none")) << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_FALSE(testing::contains(text, "crashed or killed")) << text;
+  EXPECT_FALSE(testing::contains(text, "stopped: none")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
   // No report on disk (the coordinator wrote it elsewhere): the verdict still makes the mismatch line.
-  EXPECT_TRUE(contains(text,
-                       "  mismatches: 1 (communicator 3f2a9c call #5; its report is not in this directory; it "
-                       "stopped ranks 0\u20133)\n"))
+  EXPECT_TRUE(testing::contains(text,
+                                "  mismatches: 1 (communicator 3f2a9c call #5; its report is not in this directory; it "
+                                "stopped ranks 0\u20133)\n"))
       << text;
 
   const json j = summary_json(summary);
@@ -160,7 +160,7 @@ TEST(ProcessEnds, RanksStoppedByAMismatchVerdictAreStoppedByTrainscopeNotCrashed
   EXPECT_EQ(d["state"], "stopped");
   EXPECT_EQ(d["exit_status"], 86);
   EXPECT_EQ(d["stop"]["reason"], "mismatch");
-  EXPECT_EQ(d["stop"]["communicator"], recorder::hex_id(kComm));
+  EXPECT_EQ(d["stop"]["communicator"], recorder::hex_id(kEndsComm));
   EXPECT_EQ(d["stop"]["seq"], 5);
   EXPECT_EQ(d["waiting"]["op"], "ncclAllReduce");
   EXPECT_EQ(d["waiting"]["seq"], 5);
@@ -173,9 +173,10 @@ TEST(ProcessEnds, RanksStoppedByAMismatchVerdictAreStoppedByTrainscopeNotCrashed
   std::string error;
   ASSERT_TRUE(recorder::read_run_directory(run.path(), &recorders, &error)) << error;
   const std::string table = recorder::format_text_report(recorders, liveness());
-  EXPECT_TRUE(contains(table, "  ! rank 1 (pid 3000001, node-a): stopped by trainscope (mismatch, status 86)\n"))
+  EXPECT_TRUE(
+      testing::contains(table, "  ! rank 1 (pid 3000001, node-a): stopped by trainscope (mismatch, status 86)\n"))
       << table;
-  EXPECT_TRUE(contains(table, "| stopped by trainscope (mismatch, status 86) 22:13:20.213456 |")) << table;
+  EXPECT_TRUE(testing::contains(table, "| stopped by trainscope (mismatch, status 86) 22:13:20.213456 |")) << table;
   const json rank1 = recorder::make_json_report(recorders, liveness())["ranks"][1];
   EXPECT_EQ(rank1["state"], "stopped");
   EXPECT_EQ(rank1["stopped_by"], "mismatch");
@@ -185,7 +186,7 @@ TEST(ProcessEnds, RanksStoppedByAMismatchVerdictAreStoppedByTrainscopeNotCrashed
 TEST(ProcessEnds, AMismatchReportOnDiskAndTheStoppedRanksAgree) {
   RunFolder run;
   MismatchReport m;
-  m.comm_id = kComm;
+  m.comm_id = kEndsComm;
   m.seq = 5;
   m.op = static_cast<uint16_t>(Op::kAllReduce);
   m.differences = {"count"};
@@ -194,15 +195,17 @@ TEST(ProcessEnds, AMismatchReportOnDiskAndTheStoppedRanksAgree) {
   ASSERT_TRUE(written.error.empty()) << written.error;
   for (int32_t rank = 0; rank < 2; ++rank) {
     Writer& w = run.rank(rank, 4);
-    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kComm, 5, false, 0, false, kBase + 90 * kMs);
+    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kEndsComm, 5, false, 0, false, kBase + 90 * kMs);
     w.abandon();
   }
   const std::string text = format_summary_text(summarise(run));
-  EXPECT_TRUE(contains(text, "  mismatches: 1 (communicator 3f2a9c call #5 `ncclAllReduce`: count differs)\n")) << text;
-  EXPECT_TRUE(contains(text, "  stopped: ranks 0 and 1 by trainscope (mismatch, status 86)\n")) << text;
-  EXPECT_TRUE(contains(text,
-                       "  processes: 2 recorded: 2 stopped by trainscope (ranks 0 and 1); every call returned\n"
-                       "    ranks 0 and 1: stopped by trainscope (mismatch, status 86)\n"))
+  EXPECT_TRUE(testing::contains(text, "  mismatches: 1 (communicator 3f2a9c call #5 `ncclAllReduce`: count differs)\n"))
+      << text;
+  EXPECT_TRUE(testing::contains(text, "  stopped: ranks 0 and 1 by trainscope (mismatch, status 86)\n")) << text;
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  processes: 2 recorded: 2 stopped by trainscope (ranks 0 and 1); every call returned\n"
+                        "    ranks 0 and 1: stopped by trainscope (mismatch, status 86)\n"))
       << text;
 }
 
@@ -242,9 +245,10 @@ TEST(ProcessEnds, RanksStoppedOnInfNanWithoutAStopReportOfTheirOwnAreListedBesid
     w.abandon();
   }
   const std::string text = format_summary_text(summarise(run));
-  EXPECT_TRUE(contains(text,
-                       "  stopped: rank 1 on inf/nan in batch 12 (TRAINSCOPE_ON_NONFINITE=abort); ranks 0 and 2 by "
-                       "trainscope (inf/nan abort, status 87)\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  stopped: rank 1 on inf/nan in batch 12 (TRAINSCOPE_ON_NONFINITE=abort); ranks 0 and 2 by "
+                        "trainscope (inf/nan abort, status 87)\n"))
       << text;
 }
 
@@ -261,11 +265,12 @@ TEST(ProcessEnds, ExitStatusesAreSaid) {
   run.rank(2).close(kBase + 100 * kMs);  // a recorder that says no status (an older trainscope): plainly "exited"
   const RunSummary summary = summarise(run);
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text,
-                       "  processes: 3 recorded: 2 exited, 1 exited with status 3 (rank 1); every call returned\n"
-                       "    rank 1: exited with status 3\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  processes: 3 recorded: 2 exited, 1 exited with status 3 (rank 1); every call returned\n"
+                        "    rank 1: exited with status 3\n"))
       << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
   EXPECT_EQ(summary_json(summary)["processes"]["details"][1]["exit_status"], 3);
   EXPECT_TRUE(summary_json(summary)["processes"]["details"][2]["exit_status"].is_null());
 
@@ -308,15 +313,16 @@ TEST(ProcessEnds, TheJobsOnlyProcessKilledByASignalIsNamedWithIt) {
   w.append(RunFolder::call(Op::kAllReduce, 3, kBase + 50 * kMs));
   w.abandon();  // killed: never closed, pid gone
   const std::string text = format_summary_text(summarise(run, liveness(), killed_by(SIGTERM, RunFolder::pid(0))));
-  EXPECT_TRUE(contains(text,
-                       "    rank 0: killed by SIGTERM; was waiting in ncclAllReduce (communicator 3f2a9c, call #3) "
-                       "since 22:13:20.173456 UTC\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "    rank 0: killed by SIGTERM; was waiting in ncclAllReduce (communicator 3f2a9c, call #3) "
+                        "since 22:13:20.173456 UTC\n"))
       << text;
   // Under a launcher, the job's wait status is the launcher's: a rank gone without a clean exit says only that.
   const std::string launched = format_summary_text(summarise(run, liveness(), exited_with(143)));
-  EXPECT_TRUE(contains(launched,
-                       "    rank 0: crashed or killed (no clean exit; its process is gone); was waiting in "
-                       "ncclAllReduce (communicator 3f2a9c, call #3) since 22:13:20.173456 UTC\n"))
+  EXPECT_TRUE(testing::contains(launched,
+                                "    rank 0: crashed or killed (no clean exit; its process is gone); was waiting in "
+                                "ncclAllReduce (communicator 3f2a9c, call #3) since 22:13:20.173456 UTC\n"))
       << launched;
 }
 
@@ -334,17 +340,18 @@ TEST(ProcessEnds, ARankWaitingInACallIsNamedWithItsCall) {
   const RunSummary summary =
       summarise(run, liveness({RunFolder::pid(0), RunFolder::pid(1), RunFolder::pid(2), RunFolder::pid(3)}));
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text,
-                       "  processes: 4 recorded: 4 running; calls still pending on ranks 1\u20133\n"
-                       "    ranks 1 and 3: running; waiting in ncclAllReduce (communicator 3f2a9c, call #7) since "
-                       "22:13:20.163456 UTC\n"
-                       "    rank 2: running; waiting in ncclRecv (communicator 3f2a9c, call #3 with peer 0) since "
-                       "22:13:20.183456 UTC\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  processes: 4 recorded: 4 running; calls still pending on ranks 1\u20133\n"
+                        "    ranks 1 and 3: running; waiting in ncclAllReduce (communicator 3f2a9c, call #7) since "
+                        "22:13:20.163456 UTC\n"
+                        "    rank 2: running; waiting in ncclRecv (communicator 3f2a9c, call #3 with peer 0) since "
+                        "22:13:20.183456 UTC\n"))
       << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
   const json waiting = summary_json(summary)["processes"]["details"][1]["waiting"];
   EXPECT_EQ(waiting["op"], "ncclAllReduce");
-  EXPECT_EQ(waiting["communicator"], recorder::hex_id(kComm));
+  EXPECT_EQ(waiting["communicator"], recorder::hex_id(kEndsComm));
   EXPECT_EQ(waiting["seq"], 7);
   EXPECT_EQ(waiting["since_ns"], kBase + 50 * kMs);
   EXPECT_EQ(waiting["process_gone"], false);
@@ -371,11 +378,11 @@ TEST(ProcessEnds, ARecorderWhoseRecordsAreAllTornIsUnreadableNeverClean) {
   tear_every_record(run.file("rank-1.pid-3000001.tsrec"));
   const RunSummary summary = summarise(run, liveness(), exited_with(0));
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text,
-                       "  processes: 2 recorded: 2 exited; every call returned\n"
-                       "    rank 1: exited; records unreadable (all 5 torn)\n"))
+  EXPECT_TRUE(testing::contains(text,
+                                "  processes: 2 recorded: 2 exited; every call returned\n"
+                                "    rank 1: exited; records unreadable (all 5 torn)\n"))
       << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
   EXPECT_EQ(summary_json(summary)["processes"]["details"][1]["torn_records"], 5);
 }
 
@@ -388,8 +395,8 @@ TEST(ProcessEnds, AnUnreadableRecorderFileIsNamedWithWhy) {
     ::close(fd);
   }
   const std::string text = format_summary_text(summarise(run));
-  EXPECT_TRUE(contains(text, "    rank-1.pid-3000001.tsrec: unreadable (empty file (0 bytes): ")) << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_TRUE(testing::contains(text, "    rank-1.pid-3000001.tsrec: unreadable (empty file (0 bytes): ")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
 }
 
 // ---- reports that could not be written ----------------------------------------------------------------------------
@@ -398,29 +405,32 @@ TEST(ProcessEnds, AVerdictWhoseReportCouldNotBeWrittenIsNeverNone) {
   RunFolder run;
   for (int32_t rank = 0; rank < 2; ++rank) {
     Writer& w = run.rank(rank, 4);
-    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kComm, 5, false, 0, /*report_missing=*/true,
+    recorder::record_stop(w.header(), StopReason::kMismatch, 86, kEndsComm, 5, false, 0, /*report_missing=*/true,
                           kBase + 90 * kMs);
     w.abandon();
   }
   RunSummary summary = summarise(run);
   std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text,
-                       "  mismatches: 1 (communicator 3f2a9c call #5; its report could not be written; it stopped "
-                       "ranks 0 and 1)\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  mismatches: 1 (communicator 3f2a9c call #5; its report could not be written; it stopped "
+                        "ranks 0 and 1)\n"))
       << text;
-  EXPECT_FALSE(contains(text, "mismatches: none")) << text;
-  EXPECT_TRUE(contains(text,
-                       "  could not write the report of the verdict that stopped ranks 0 and 1: cause not known (the "
-                       "coordinator; its log says why)\n"))
+  EXPECT_FALSE(testing::contains(text, "mismatches: none")) << text;
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  could not write the report of the verdict that stopped ranks 0 and 1: cause not known (the "
+                        "coordinator; its log says why)\n"))
       << text;
   EXPECT_TRUE(summary_json(summary)["mismatches"][0]["report_missing"].get<bool>());
 
   // `trainscope run` heard its coordinator say why.
   summary.unwritten = {{"mismatch-3f2a9c-5.json", "No space left on device", "the coordinator"}};
   text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text, "  could not write mismatch-3f2a9c-5.json: No space left on device (the coordinator)\n"))
+  EXPECT_TRUE(
+      testing::contains(text, "  could not write mismatch-3f2a9c-5.json: No space left on device (the coordinator)\n"))
       << text;
-  EXPECT_FALSE(contains(text, "cause not known")) << text;
+  EXPECT_FALSE(testing::contains(text, "cause not known")) << text;
 }
 
 TEST(ProcessEnds, ReportsARankCouldNotWriteAreNamedWithTheirCause) {
@@ -435,9 +445,10 @@ TEST(ProcessEnds, ReportsARankCouldNotWriteAreNamedWithTheirCause) {
   r1.abandon();
   const RunSummary summary = summarise(run, liveness(), exited_with(87));
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text, "  could not write stop-rank1.json: No space left on device (rank 1, and 1 more)\n"))
+  EXPECT_TRUE(
+      testing::contains(text, "  could not write stop-rank1.json: No space left on device (rank 1, and 1 more)\n"))
       << text;
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
   const json unwritten = summary_json(summary)["unwritten"];
   ASSERT_EQ(unwritten.size(), 1u);
   EXPECT_EQ(unwritten[0]["report"], "stop-rank1.json");
@@ -504,7 +515,7 @@ TEST(ProcessEnds, NothingWentWrongOnlyWhenEveryProcessExitedZeroAndAllIsClean) {
       {"a rank was stopped by a desync", exited_with(86),
        [](RunFolder& run) {
          Writer& w = run.rank(2);
-         recorder::record_stop(w.header(), StopReason::kDesync, 86, kComm, 2, false, 0, false, kBase + 90 * kMs);
+         recorder::record_stop(w.header(), StopReason::kDesync, 86, kEndsComm, 2, false, 0, false, kBase + 90 * kMs);
          w.abandon();
        }},
       {"a recorder is torn", exited_with(0),
@@ -527,7 +538,7 @@ TEST(ProcessEnds, NothingWentWrongOnlyWhenEveryProcessExitedZeroAndAllIsClean) {
     clean_run(run);
     c.spoil(run);
     const std::string text = format_summary_text(summarise(run, liveness(), c.job));
-    EXPECT_FALSE(contains(text, "nothing went wrong")) << c.name << ":\n" << text;
+    EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << c.name << ":\n" << text;
     EXPECT_FALSE(summary_json(summarise(run, liveness(), c.job))["nothing_wrong"].get<bool>()) << c.name;
   }
   // A stop the user asked for (TRAINSCOPE_ABORT_AFTER_BATCH) is not something that went wrong, nor is the job's 87.
@@ -541,11 +552,12 @@ TEST(ProcessEnds, NothingWentWrongOnlyWhenEveryProcessExitedZeroAndAllIsClean) {
       w.abandon();
     }
     const std::string text = format_summary_text(summarise(run, liveness(), exited_with(87)));
-    EXPECT_TRUE(contains(text, kNothingWrong)) << text;
-    EXPECT_TRUE(contains(text, "  stopped: ranks 0 and 1 by trainscope (abort after batch 5, status 87)\n")) << text;
-    EXPECT_TRUE(contains(text,
-                         "    rank 1: stopped by trainscope (abort after batch 5, status 87); was waiting in "
-                         "ncclAllReduce (communicator 3f2a9c, call #4) since 22:13:20.173456 UTC\n"))
+    EXPECT_TRUE(testing::contains(text, kNothingWrong)) << text;
+    EXPECT_TRUE(testing::contains(text, "  stopped: ranks 0 and 1 by trainscope (abort after batch 5, status 87)\n"))
+        << text;
+    EXPECT_TRUE(testing::contains(text,
+                                  "    rank 1: stopped by trainscope (abort after batch 5, status 87); was waiting in "
+                                  "ncclAllReduce (communicator 3f2a9c, call #4) since 22:13:20.173456 UTC\n"))
         << text;
   }
 }
@@ -568,7 +580,8 @@ TEST(ProcessEnds, TheJobsEndIsReadBackFromTheRunDirectory) {
   EXPECT_EQ(summary.job->signal, SIGKILL);
   EXPECT_EQ(summary.job->pid, 4242);
   EXPECT_TRUE(summary.job_started);
-  EXPECT_TRUE(contains(format_summary_text(summary), "  job: killed by SIGKILL\n")) << format_summary_text(summary);
+  EXPECT_TRUE(testing::contains(format_summary_text(summary), "  job: killed by SIGKILL\n"))
+      << format_summary_text(summary);
 
   {
     const int fd = ::open(run.file(kJobEndFile).c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -578,7 +591,7 @@ TEST(ProcessEnds, TheJobsEndIsReadBackFromTheRunDirectory) {
   }
   summary = summarise(run);
   EXPECT_FALSE(summary.job.has_value());
-  EXPECT_TRUE(contains(format_summary_text(summary), "  could not read: job-exit.json (truncated JSON"))
+  EXPECT_TRUE(testing::contains(format_summary_text(summary), "  could not read: job-exit.json (truncated JSON"))
       << format_summary_text(summary);
 }
 

@@ -19,9 +19,9 @@ namespace {
 
 using nlohmann::json;
 
-class RunDir {
+class NcclRunDir {
  public:
-  RunDir() : path_(tmp_.path() + "/run-7") { EXPECT_EQ(mkdir(path_.c_str(), 0700), 0); }
+  NcclRunDir() : path_(tmp_.path() + "/run-7") { EXPECT_EQ(mkdir(path_.c_str(), 0700), 0); }
   const std::string& path() const { return path_; }
   void write(const std::string& name, const std::string& content) const {
     const std::string file = path_ + "/" + name;
@@ -52,7 +52,7 @@ class RunDir {
   std::string path_;
 };
 
-RunSummary read(const RunDir& dir) {
+RunSummary read(const NcclRunDir& dir) {
   RunSummary summary;
   std::string error;
   EXPECT_TRUE(read_run_summary(dir.path(), &summary, &error)) << error;
@@ -67,7 +67,7 @@ std::string nccl_line(const RunSummary& summary) {
 }
 
 TEST(NcclWithoutCalls, RanksThatLoadedNcclAndCalledNothingMakeTheRunNotClean) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.note(1, 812);
   dir.note(0, 811);
   RunSummary summary = read(dir);
@@ -87,7 +87,7 @@ TEST(NcclWithoutCalls, RanksThatLoadedNcclAndCalledNothingMakeTheRunNotClean) {
 }
 
 TEST(NcclWithoutCalls, LaunchersAndHelpersOfRanksThatUsedNcclAreOnlyListed) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.note(-1, 100, "/usr/bin/python3.11");  // torchrun's agent
   dir.note(0, 250);                          // rank 0's data-loader worker
   RunSummary summary = read(dir);
@@ -107,7 +107,7 @@ TEST(NcclWithoutCalls, LaunchersAndHelpersOfRanksThatUsedNcclAreOnlyListed) {
 
 // torch with gloo on the CPU loads libnccl and never the driver: NCCL cannot have run, linked statically or not.
 TEST(NcclWithoutCalls, ProcessesThatNeverLoadedTheCudaDriverRanOnTheCpuAndAreNotSuspected) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.note(0, 811, "/usr/bin/python3.11", false);
   dir.note(1, 812, "/usr/bin/python3.11", false);
   dir.note(-1, 800, "/usr/bin/python3.11", false);  // torchrun's agent
@@ -143,7 +143,7 @@ TEST(NcclWithoutCalls, ProcessesThatNeverLoadedTheCudaDriverRanOnTheCpuAndAreNot
 }
 
 TEST(NcclWithoutCalls, ARankWithoutARecorderAmongRanksWithOnesIsStillUnexplained) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.note(3, 903);
   RunSummary summary = read(dir);
   summary.recorders_with_communicators = 3;
@@ -155,7 +155,7 @@ TEST(NcclWithoutCalls, ARankWithoutARecorderAmongRanksWithOnesIsStillUnexplained
 }
 
 TEST(NcclWithoutCalls, AJobThatRecordedNothingIsNotSaidToBeClean) {
-  RunDir dir;
+  NcclRunDir dir;
   RunSummary summary = read(dir);
   EXPECT_EQ(nccl_line(summary), "");  // `trainscope report` of a folder: nothing to say
   summary.job_started = true;         // `trainscope run` started a job, and nothing reached NCCL
@@ -166,7 +166,7 @@ TEST(NcclWithoutCalls, AJobThatRecordedNothingIsNotSaidToBeClean) {
 }
 
 TEST(NcclWithoutCalls, ABrokenNoteIsNamedNotTrusted) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.write("rank-0.pid-5.no-nccl-calls.json", "{\"kind\": \"nccl_without");
   dir.write("rank-1.pid-6.no-nccl-calls.json", "{\"kind\": \"mismatch\"}");
   const RunSummary summary = read(dir);
@@ -177,7 +177,7 @@ TEST(NcclWithoutCalls, ABrokenNoteIsNamedNotTrusted) {
 }
 
 TEST(NcclWithoutCalls, TheReportToolReadsAFolderThatHoldsOnlyNotes) {
-  RunDir dir;
+  NcclRunDir dir;
   dir.note(0, 42);
   testing::ProcessOptions options;
   options.timeout_seconds = 30;

@@ -21,6 +21,7 @@
 #include "base/flight_record_format.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
+#include "support/text_files.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/tensor_stats.h"
 
@@ -53,16 +54,10 @@ void write_pair(const RunDir& dir, const std::string& base, const std::string& t
   ASSERT_EQ(written.text_path, dir.file(base + ".txt"));
 }
 
-void write_raw(const std::string& path, const std::string& content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0) << path;
-  ASSERT_EQ(::write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
-  ::close(fd);
-}
-
 void write_manifest(const RunDir& dir, int world_size, const std::vector<std::string>& warnings = {}) {
-  write_raw(dir.file("manifest.json"),
-            json({{"world_size", world_size}, {"ranks", json::array()}, {"warnings", warnings}}).dump(2) + "\n");
+  testing::write_text(
+      dir.file("manifest.json"),
+      json({{"world_size", world_size}, {"ranks", json::array()}, {"warnings", warnings}}).dump(2) + "\n");
 }
 
 stats::TensorStats tensor(double abs_max) { return testing::tensor_stats(abs_max); }
@@ -138,8 +133,6 @@ ProcessOverview exited(size_t n) {
   return p;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // The names `trainscope report --trace/--html` refuses to write in a run directory: those of the run's own files.
 TEST(RunSummary, TheRunsOwnFileNamesAreKnown) {
   for (const char* name : {"rank-0.pid-12.tsrec",
@@ -210,9 +203,10 @@ TEST(RunSummary, WithoutAnOriginTheFirstFrameSaysWhere) {
   detection.frames = {allreduce_frame(40, false, false), allreduce_frame(41, false, true)};
   write_pair(dir, "nonfinite-rank0", format_detection_text(detection), detection_json(detection));
   const std::string text = format_summary_text(read(dir));
-  EXPECT_TRUE(contains(text, "  inf/nan origin: not reported (no origin.txt: it needs the coordinator)\n")) << text;
-  EXPECT_TRUE(
-      contains(text, "  first inf/nan: batch 7 on rank 0; rank 0 saw it in comm 3f2a9c ncclAllReduce #41 output\n"))
+  EXPECT_TRUE(testing::contains(text, "  inf/nan origin: not reported (no origin.txt: it needs the coordinator)\n"))
+      << text;
+  EXPECT_TRUE(testing::contains(
+      text, "  first inf/nan: batch 7 on rank 0; rank 0 saw it in comm 3f2a9c ncclAllReduce #41 output\n"))
       << text;
 }
 
@@ -244,25 +238,27 @@ TEST(RunSummary, AProcessWithoutARankIsNamedByItsPid) {
     EXPECT_EQ(r.pid, 4242) << r.base_name;
   }
   const std::string text = format_summary_text(summary);
-  EXPECT_TRUE(contains(text,
-                       "  first inf/nan: batch 2 on pid 4242; pid 4242 saw it in comm 3f2a9c ncclAllReduce #41 "
-                       "output; the loss scaler skipped that batch's optimizer step (see skipped steps)\n"))
+  EXPECT_TRUE(
+      testing::contains(text,
+                        "  first inf/nan: batch 2 on pid 4242; pid 4242 saw it in comm 3f2a9c ncclAllReduce #41 "
+                        "output; the loss scaler skipped that batch's optimizer step (see skipped steps)\n"))
       << text;
-  EXPECT_TRUE(contains(
+  EXPECT_TRUE(testing::contains(
       text, "  near overflow: 1 warning on pid 4242 (batch 2, comm 3f2a9c ncclAllReduce #39 output 6.27e+04 = "))
       << text;
-  EXPECT_TRUE(contains(text, "  skipped steps: pid 4242, batch 2 (")) << text;
-  EXPECT_FALSE(contains(text, "rank ?")) << text;
-  EXPECT_FALSE(contains(text, "unknown rank")) << text;
-  EXPECT_TRUE(contains(text, "  inf/nan origin: not reported (no origin.txt: it needs the coordinator)\n")) << text;
+  EXPECT_TRUE(testing::contains(text, "  skipped steps: pid 4242, batch 2 (")) << text;
+  EXPECT_FALSE(testing::contains(text, "rank ?")) << text;
+  EXPECT_FALSE(testing::contains(text, "unknown rank")) << text;
+  EXPECT_TRUE(testing::contains(text, "  inf/nan origin: not reported (no origin.txt: it needs the coordinator)\n"))
+      << text;
 
   // With its recorder, the run is known to be that one process: no other rank can have come first.
   RunSummary one = summary;
   one.processes = recorder::ProcessOverview{};
   one.processes->recorded = 1;
   one.processes->exited = 1;
-  EXPECT_TRUE(contains(format_summary_text(one),
-                       "  inf/nan origin: one process in this run: its first inf/nan is the origin\n"))
+  EXPECT_TRUE(testing::contains(format_summary_text(one),
+                                "  inf/nan origin: one process in this run: its first inf/nan is the origin\n"))
       << format_summary_text(one);
 }
 
@@ -394,16 +390,16 @@ TEST(RunSummary, InfInATracedBatchIsSaidAndTheRunIsNotClean) {
       trace += format_trace_batch_start(batch);
       trace += format_trace_frame(allreduce_frame(batch * 10, rank == 1 && batch == 2, rank < 2 && batch >= 2));
     }
-    write_raw(dir.file("trace-rank" + std::to_string(rank) + ".txt"), trace);
+    testing::write_text(dir.file("trace-rank" + std::to_string(rank) + ".txt"), trace);
   }
   RunSummary summary = read(dir);
   summary.processes = exited(4);
   const std::string text = format_summary_text(summary);
-  EXPECT_FALSE(contains(text, "nothing went wrong")) << text;
-  EXPECT_TRUE(
-      contains(text,
-               "  traces: batches 1\u20133 on ranks 0\u20133; inf/nan in traced batches 2 and 3 on ranks 0 and 1 "
-               "(detection is off in traced batches)\n"))
+  EXPECT_FALSE(testing::contains(text, "nothing went wrong")) << text;
+  EXPECT_TRUE(testing::contains(
+      text,
+      "  traces: batches 1\u20133 on ranks 0\u20133; inf/nan in traced batches 2 and 3 on ranks 0 and 1 "
+      "(detection is off in traced batches)\n"))
       << text;
   const json traces = summary_json(summary)["traces"];
   ASSERT_EQ(traces.size(), 4u);
@@ -483,8 +479,8 @@ TEST(RunSummary, EveryOtherKindInOneLine) {
       trace += format_trace_batch_start(batch);
       trace += format_trace_frame(allreduce_frame(batch * 10, false, false));
     }
-    write_raw(dir.file("trace-rank" + std::to_string(rank) + ".txt"), trace);
-    write_raw(dir.file("trace-rank" + std::to_string(rank) + ".jsonl"), "{}\n");
+    testing::write_text(dir.file("trace-rank" + std::to_string(rank) + ".txt"), trace);
+    testing::write_text(dir.file("trace-rank" + std::to_string(rank) + ".jsonl"), "{}\n");
   }
 
   RunSummary summary = read(dir);
@@ -521,8 +517,8 @@ TEST(RunSummary, EveryOtherKindInOneLine) {
     EXPECT_NE(at.back(), std::string::npos) << header << "\n" << reports;
   }
   EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << reports;
-  EXPECT_TRUE(contains(reports, format_vanished_text(vanished)));
-  EXPECT_FALSE(contains(reports, "Starting batch number")) << "traces are listed, not printed";
+  EXPECT_TRUE(testing::contains(reports, format_vanished_text(vanished)));
+  EXPECT_FALSE(testing::contains(reports, "Starting batch number")) << "traces are listed, not printed";
 }
 
 TEST(RunSummary, BrokenFilesAreNamedAndTheRestGoesOn) {
@@ -530,17 +526,17 @@ TEST(RunSummary, BrokenFilesAreNamedAndTheRestGoesOn) {
   std::vector<FirstNonfinite> firsts = {
       {3, 12, kComm, 812, "ncclAllReduce", NonfiniteWhere::kInput, NonfiniteKind::kNan},
       {0, 12, kComm, 812, "ncclAllReduce", NonfiniteWhere::kOutput, NonfiniteKind::kNan}};
-  write_raw(dir.file("origin.txt"), format_origin_text(firsts));
-  write_raw(dir.file("origin.json"), origin_json(firsts).dump(2).substr(0, 40));  // crashed mid-write
+  testing::write_text(dir.file("origin.txt"), format_origin_text(firsts));
+  testing::write_text(dir.file("origin.json"), origin_json(firsts).dump(2).substr(0, 40));  // crashed mid-write
   const MismatchReport m = count_mismatch();
-  write_raw(dir.file("mismatch-239016-24.txt"), format_mismatch_text(m));
-  write_raw(dir.file("mismatch-239016-24.json"), "not json at all");
-  write_raw(dir.file("stop-rank1.json"), R"({"kind": "desync"})");
-  write_raw(dir.file("nonfinite-rank2.txt"), "");
-  write_raw(dir.file("nonfinite-rank4.json"), std::string(100000, '['));
-  write_raw(dir.file("manifest.json"), "[1,2");
+  testing::write_text(dir.file("mismatch-239016-24.txt"), format_mismatch_text(m));
+  testing::write_text(dir.file("mismatch-239016-24.json"), "not json at all");
+  testing::write_text(dir.file("stop-rank1.json"), R"({"kind": "desync"})");
+  testing::write_text(dir.file("nonfinite-rank2.txt"), "");
+  testing::write_text(dir.file("nonfinite-rank4.json"), std::string(100000, '['));
+  testing::write_text(dir.file("manifest.json"), "[1,2");
   ASSERT_EQ(mkdir(dir.file("vanished-rank9.json").c_str(), 0700), 0);  // a directory is skipped
-  write_raw(dir.file("notes.txt"), "not a report\n");                  // unknown names are ignored
+  testing::write_text(dir.file("notes.txt"), "not a report\n");        // unknown names are ignored
 
   const RunSummary summary = read(dir);
   const std::string text = format_summary_text(summary);
@@ -559,11 +555,11 @@ TEST(RunSummary, BrokenFilesAreNamedAndTheRestGoesOn) {
                             0),
             0u)
       << lines[11];
-  EXPECT_TRUE(contains(lines[11],
-                       "; nonfinite-rank2.txt (empty file); nonfinite-rank4.json (not valid JSON: nested "
-                       "deeper than 256 levels); nonfinite-rank4.txt (missing); origin.json (truncated "
-                       "JSON: ends after 40 bytes); stop-rank1.json (not a stop report: \"kind\" is "
-                       "\"desync\"); stop-rank1.txt (missing)"))
+  EXPECT_TRUE(testing::contains(lines[11],
+                                "; nonfinite-rank2.txt (empty file); nonfinite-rank4.json (not valid JSON: nested "
+                                "deeper than 256 levels); nonfinite-rank4.txt (missing); origin.json (truncated "
+                                "JSON: ends after 40 bytes); stop-rank1.json (not a stop report: \"kind\" is "
+                                "\"desync\"); stop-rank1.txt (missing)"))
       << lines[11];
 
   const json j = summary_json(summary);
@@ -582,9 +578,9 @@ TEST(RunSummary, BrokenFilesAreNamedAndTheRestGoesOn) {
 
   // The full text still shows what could be read.
   const std::string full = format_report_texts(summary);
-  EXPECT_TRUE(contains(full, "\n=== origin.txt ===\n" + format_origin_text(firsts))) << full;
-  EXPECT_TRUE(contains(full, "\n=== mismatch-239016-24.txt ===\n" + format_mismatch_text(m))) << full;
-  EXPECT_TRUE(contains(full, "\n=== nonfinite-rank2: no readable file")) << full;
+  EXPECT_TRUE(testing::contains(full, "\n=== origin.txt ===\n" + format_origin_text(firsts))) << full;
+  EXPECT_TRUE(testing::contains(full, "\n=== mismatch-239016-24.txt ===\n" + format_mismatch_text(m))) << full;
+  EXPECT_TRUE(testing::contains(full, "\n=== nonfinite-rank2: no readable file")) << full;
 }
 
 TEST(RunSummary, ReportsComeInDisplayOrder) {
@@ -601,7 +597,7 @@ TEST(RunSummary, ReportsComeInDisplayOrder) {
   for (const ReportFiles& r : summary.reports) names.push_back(r.base_name);
   EXPECT_EQ(names, (std::vector<std::string>{"origin", "mismatch-239016-3", "mismatch-239016-24", "nonfinite-rank0",
                                              "nonfinite-rank2", "nonfinite-rank3", "nonfinite-rank10"}));
-  EXPECT_TRUE(contains(format_summary_text(summary), "  mismatches: 2 (first: communicator 239016 call #3 "));
+  EXPECT_TRUE(testing::contains(format_summary_text(summary), "  mismatches: 2 (first: communicator 239016 call #3 "));
   const json reports = reports_json(summary);
   EXPECT_EQ(reports[0]["kind"], "origin");
   EXPECT_EQ(reports[0]["report"]["kind"], "nonfinite_origin");
@@ -713,14 +709,15 @@ TEST(RunSummaryTool, ReportsWithoutRecordersStillPrintTheSummary) {
 
 TEST(RunSummaryTool, UnreadableRecordersWithReportsAreNotAFailure) {
   RunDir dir;
-  write_raw(dir.file("rank-0.pid-1.tsrec"), "");
+  testing::write_text(dir.file("rank-0.pid-1.tsrec"), "");
   const MismatchReport m = count_mismatch();
   write_pair(dir, mismatch_base_name(m), format_mismatch_text(m), mismatch_json(m));
   const testing::ProcessResult run = report_tool({dir.path()});
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_TRUE(contains(run.out, "  processes: 0 recorded, 1 recorder file unreadable\n")) << run.out;
-  EXPECT_TRUE(contains(run.out, "  ! unreadable " + dir.file("rank-0.pid-1.tsrec"))) << run.out;
-  EXPECT_TRUE(contains(run.err, "none of the 1 *.tsrec files in '" + dir.path() + "' could be read")) << run.err;
+  EXPECT_TRUE(testing::contains(run.out, "  processes: 0 recorded, 1 recorder file unreadable\n")) << run.out;
+  EXPECT_TRUE(testing::contains(run.out, "  ! unreadable " + dir.file("rank-0.pid-1.tsrec"))) << run.out;
+  EXPECT_TRUE(testing::contains(run.err, "none of the 1 *.tsrec files in '" + dir.path() + "' could be read"))
+      << run.err;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "analysis/run_summary.h"
 #include "analysis/run_timeline.h"
 #include "base/flight_recorder_reader.h"
+#include "support/text_files.h"
 #include "tests/support/launch_recorder.h"
 #include "tests/support/subprocess.h"
 
@@ -29,19 +30,12 @@ using recorder::Op;
 using testing::LaunchRecorder;
 using testing::TempDir;
 
-constexpr uint64_t kComm = 0x3f2a9c0011223344ull;
-constexpr uint64_t kStream = 0x7f3a5c001200ull;
-
-void write_text(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  ::close(fd);
-}
+constexpr uint64_t kTimelineComm = 0x3f2a9c0011223344ull;
+constexpr uint64_t kTimelineStream = 0x7f3a5c001200ull;
 
 void add_comm(LaunchRecorder& r, int32_t rank) {
   recorder::CommEntry c{};
-  c.id = kComm;
+  c.id = kTimelineComm;
   c.created_ns = LaunchRecorder::at(0);
   c.rank = rank;
   c.nranks = 2;
@@ -63,7 +57,7 @@ void python_broadcast(LaunchRecorder& r, int32_t rank, uint64_t seq, uint64_t ms
   recorder::Record c{};
   c.op = static_cast<uint16_t>(Op::kBroadcast);
   c.start_ns = LaunchRecorder::at(ms);
-  c.comm_id = kComm;
+  c.comm_id = kTimelineComm;
   c.seq = seq;
   c.count = 4096;
   c.rank = rank;
@@ -83,14 +77,14 @@ void write_run(const TempDir& dir) {
     ASSERT_TRUE(r.opened());
     r.writer().set_global_rank(rank);
     add_comm(r, rank);
-    r.collective(kComm, 1, 10);
+    r.collective(kTimelineComm, 1, 10);
     python_broadcast(r, rank, 2, 20);
     if (rank == 0) {
-      r.launch("void at::native::gemm_kernel<float, 4>(float*, float const*, int)", kStream, 30);
-      r.sync("cudaStreamSynchronize", kStream, 31);
-      r.error("cudaMemcpyAsync", kStream, 32, 700);
+      r.launch("void at::native::gemm_kernel<float, 4>(float*, float const*, int)", kTimelineStream, 30);
+      r.sync("cudaStreamSynchronize", kTimelineStream, 31);
+      r.error("cudaMemcpyAsync", kTimelineStream, 32, 700);
     }
-    r.collective(kComm, 3, 40, /*returned=*/rank == 0);
+    r.collective(kTimelineComm, 3, 40, /*returned=*/rank == 0);
   }
 }
 
@@ -210,8 +204,8 @@ TEST(RunTimeline, CallsEveryRankHungInAreDrawnThoughNothingCameAfterThem) {
     ranks.push_back(std::make_unique<LaunchRecorder>(dir.file("rank" + std::to_string(rank) + ".tsrec"), rank));
     ASSERT_TRUE(ranks.back()->opened());
     ranks.back()->writer().set_global_rank(rank);
-    ranks.back()->collective(kComm, 1, 0);
-    ranks.back()->collective(kComm, 2, 100 + static_cast<uint64_t>(rank), /*returned=*/false);
+    ranks.back()->collective(kTimelineComm, 1, 0);
+    ranks.back()->collective(kTimelineComm, 2, 100 + static_cast<uint64_t>(rank), /*returned=*/false);
   }
   const json trace = timeline(dir);
   EXPECT_EQ(trace.at("otherData").at("end_after_last_record"), true);
@@ -268,7 +262,7 @@ TEST(RunTimeline, AMismatchAndTheFirstInfNanAreInstantsOnTheirRanks) {
       {"differences", {"count"}},
       {"detected_ns", LaunchRecorder::at(25)},
       {"calls", {{{"process", 0}, {"comm_rank", 0}, {"present", true}}, {{"process", 1}, {"comm_rank", 1}}}}};
-  write_text(dir.file("mismatch-3f2a9c-2.json"), mismatch.dump());
+  testing::write_text(dir.file("mismatch-3f2a9c-2.json"), mismatch.dump());
   // Rank 1's first inf/nan: in the output of broadcast #2 (a JSON without a time: the call's record gives it).
   const json nonfinite = {{"kind", "inf_nan_detected"},
                           {"rank", 1},
@@ -276,7 +270,7 @@ TEST(RunTimeline, AMismatchAndTheFirstInfNanAreInstantsOnTheirRanks) {
                           {"frames",
                            {{{"name", "comm 3f2a9c all-reduce #1"}, {"has_nonfinite", false}},
                             {{"name", "comm 3f2a9c broadcast #2"}, {"has_nonfinite", true}}}}};
-  write_text(dir.file("nonfinite-rank1.json"), nonfinite.dump());
+  testing::write_text(dir.file("nonfinite-rank1.json"), nonfinite.dump());
   const json trace = timeline(dir);
 
   for (int64_t rank = 0; rank < 2; ++rank) {
@@ -308,7 +302,7 @@ TEST(RunTimeline, DesyncVanishedStopAndCudaErrorReportsAreInstantsOnTheRanksThey
                        {"detected_ns", LaunchRecorder::at(70)},
                        {"waiting", {{{"process", 1}, {"comm_rank", 1}, {"seq", 3}}}},
                        {"missing", {{{"process", 0}, {"comm_rank", 0}, {"state", "alive, not arrived"}}}}};
-  write_text(dir.file("desync-3f2a9c-3.json"), desync.dump());
+  testing::write_text(dir.file("desync-3f2a9c-3.json"), desync.dump());
   // A vanished rank 5 has no recorder here: its mark still names it.
   const json vanished = {{"kind", "vanished"},
                          {"process", 5},
@@ -317,16 +311,17 @@ TEST(RunTimeline, DesyncVanishedStopAndCudaErrorReportsAreInstantsOnTheRanksThey
                          {"time_ns", LaunchRecorder::at(80)},
                          {"last_call", nullptr},
                          {"last_call_communicator", ""}};
-  write_text(dir.file("vanished-rank5.json"), vanished.dump());
+  testing::write_text(dir.file("vanished-rank5.json"), vanished.dump());
   const json stop = {{"kind", "stop"}, {"rank", 1}, {"reason", "nonfinite"}, {"batch_number", 4}, {"message", "m"}};
-  write_text(dir.file("stop-rank1.json"), stop.dump());
+  testing::write_text(dir.file("stop-rank1.json"), stop.dump());
   // Rank 1 has no CUDA error record: its report's time places the mark (rank 0's record already has one).
   const json cuda_error = {{"kind", "cuda_error"},
                            {"process", 1},
                            {"time_ns", LaunchRecorder::at(50)},
                            {"summary", "cudaMalloc returned 2 cudaErrorMemoryAllocation"}};
-  write_text(dir.file("cuda-error-rank1.json"), cuda_error.dump());
-  write_text(dir.file("cuda-error-rank0.json"), json({{"kind", "cuda_error"}, {"process", 0}, {"time_ns", 1}}).dump());
+  testing::write_text(dir.file("cuda-error-rank1.json"), cuda_error.dump());
+  testing::write_text(dir.file("cuda-error-rank0.json"),
+                      json({{"kind", "cuda_error"}, {"process", 0}, {"time_ns", 1}}).dump());
   const json trace = timeline(dir);
 
   for (int64_t rank = 0; rank < 2; ++rank) {
@@ -358,10 +353,10 @@ TEST(RunTimeline, AProcessOfUnknownRankAndARestartedRankAreProcessesOfTheirOwn) 
   {
     LaunchRecorder unknown(dir.file("a.tsrec"), -1);  // pid 3999, no rank
     ASSERT_TRUE(unknown.opened());
-    unknown.collective(kComm, 1, 1);
+    unknown.collective(kTimelineComm, 1, 1);
     LaunchRecorder first(dir.file("b.tsrec"), 0);  // pid 4000
     ASSERT_TRUE(first.opened());
-    first.collective(kComm, 1, 2);
+    first.collective(kTimelineComm, 1, 2);
   }
   {
     // Rank 0 again, in a process of its own (a restart on another node).
@@ -385,8 +380,9 @@ TEST(RunTimeline, AProcessOfUnknownRankAndARestartedRankAreProcessesOfTheirOwn) 
 TEST(RunTimeline, EveryEventHasTheHeadersShape) {
   TempDir dir;
   write_run(dir);
-  write_text(dir.file("stop-rank1.json"), json({{"kind", "stop"}, {"rank", 1}, {"reason", "nonfinite"}}).dump());
-  write_text(dir.file("nonfinite-rank1.json"), json({{"kind", "inf_nan_detected"}, {"rank", 1}}).dump());
+  testing::write_text(dir.file("stop-rank1.json"),
+                      json({{"kind", "stop"}, {"rank", 1}, {"reason", "nonfinite"}}).dump());
+  testing::write_text(dir.file("nonfinite-rank1.json"), json({{"kind", "inf_nan_detected"}, {"rank", 1}}).dump());
   const json trace = timeline(dir);
   const std::set<std::string> instant_categories = {"verdict", "nonfinite", "cuda_error", "stop", "step"};
   const std::set<std::string> slice_categories = {"nccl", "launch", "sync"};
@@ -417,7 +413,7 @@ TEST(RunTimeline, StringsFromTheFilesStayValidJson) {
     LaunchRecorder r(dir.file("rank0.tsrec"), 0);
     ASSERT_TRUE(r.opened());
     std::strcpy(r.writer().header()->host, "bad\xff\xfehost\"\n");
-    r.launch("kernel\xc3(\"x\")", kStream, 1);
+    r.launch("kernel\xc3(\"x\")", kTimelineStream, 1);
   }
   const json trace = timeline(dir);
   const std::vector<json> names = events(trace, "M", "process_name", 0);
@@ -428,13 +424,14 @@ TEST(RunTimeline, StringsFromTheFilesStayValidJson) {
 TEST(RunTimeline, ReportsOfTheWrongShapeAreLeftOutNeverThrown) {
   TempDir dir;
   write_run(dir);
-  write_text(dir.file("nonfinite-rank0.json"),
-             R"({"kind": "inf_nan_detected", "rank": 0, "batch_number": "four", "frames": [1, "x", {"name": 7,
+  testing::write_text(dir.file("nonfinite-rank0.json"),
+                      R"({"kind": "inf_nan_detected", "rank": 0, "batch_number": "four", "frames": [1, "x", {"name": 7,
                  "has_nonfinite": "yes"}, {"has_nonfinite": true, "launch": {"record_index": -3}}]})");
-  write_text(
+  testing::write_text(
       dir.file("mismatch-3f2a9c-9.json"),
       R"({"kind": "mismatch", "communicator": 12, "seq": -1, "calls": [{"process": "one"}, {"process": -4}, 5]})");
-  write_text(dir.file("origin.json"), R"({"kind": "nonfinite_origin", "origin": {"senders": [1, "x", -2, 1e300]}})");
+  testing::write_text(dir.file("origin.json"),
+                      R"({"kind": "nonfinite_origin", "origin": {"senders": [1, "x", -2, 1e300]}})");
   const json trace = timeline(dir);
   const std::vector<json> firsts = events(trace, "i", "first inf/nan", 0);
   ASSERT_EQ(firsts.size(), 1u);  // no batch, no call: placed at its process's exit, and said so
@@ -448,7 +445,7 @@ TEST(RunTimeline, ABigRunIsHandedOverInPieces) {
   {
     LaunchRecorder r(dir.file("rank0.tsrec"), 0, 4096);
     ASSERT_TRUE(r.opened());
-    for (uint64_t i = 1; i <= 4000; ++i) r.collective(kComm, i, i);
+    for (uint64_t i = 1; i <= 4000; ++i) r.collective(kTimelineComm, i, i);
   }
   size_t pieces = 0;
   const json trace = timeline(dir, &pieces);
