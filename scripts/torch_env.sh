@@ -10,8 +10,8 @@
 # has no wheel for 3.10, and Ubuntu 22.04's Python is 3.10). 3.9 is past its end of life and its last torch is 2.8:
 # not tested.
 # Safe to run again: an environment already at the pinned versions is kept. The index's torch is its CUDA build; it
-# runs on a machine without a GPU, and its nvidia-* dependencies are what it needs to import (about 5 GB, 2 minutes;
-# pip's cache shares the nvidia-* wheels between the versions).
+# runs on a machine without a GPU, and its nvidia-* dependencies are what it needs to import (about 5 GB; installed by
+# uv, which links one unpacked copy of them into every venv: install_packages.sh).
 # Exits 1 and says why when it makes nothing (no such CPython, no pins for it, no package index); the tests that need
 # that environment then skip, naming this script.
 set -euo pipefail
@@ -19,6 +19,7 @@ dest="$1"
 wanted="${2:-}"
 
 source "$(dirname "$0")/find_python.sh"
+source "$(dirname "$0")/install_packages.sh"
 
 python=""
 version=""
@@ -61,7 +62,7 @@ fi
 rm -rf "$dest"
 "$python" -m venv "$dest"
 echo "torch_env: installing torch==$torch_version transformers==$transformers_version into $dest with $python"
-if ! "$dest/bin/python" -m pip install --quiet "torch==$torch_version" "transformers==$transformers_version" >&2; then
+if ! install_packages "$dest/bin/python" "torch==$torch_version" "transformers==$transformers_version" >&2; then
   echo "torch_env: could not install $want; its module-frame tests will skip" >&2
   rm -rf "$dest"
   exit 1
