@@ -29,9 +29,10 @@ install_packages() {
   local python="$1" uv
   shift
   if uv="$(uv_binary)"; then
-    "$uv" pip install --quiet --python "$python" --compile-bytecode "$@"
+    "$uv" pip install --quiet --python "$python" --compile-bytecode "$@" && return 0
+    echo "install_packages: uv could not install $* (it said why above); pip tries" >&2
   else
     echo "install_packages: uv $uv_version could not be installed; pip installs $*" >&2
-    "$python" -m pip install --quiet "$@"
   fi
+  "$python" -m pip install --quiet "$@"
 }
