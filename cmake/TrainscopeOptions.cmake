@@ -22,7 +22,7 @@ target_compile_options(trainscope_test_code INTERFACE ${_trainscope_test_code_fl
 
 # The test binaries' files are compiled 16 at a time (CMake's unity build): the GoogleTest and JSON templates that every
 # file instantiates are then compiled once a batch instead of once a file. On 2 cores the three GoogleTest binaries of
-# the plain build took 135 s to compile file by file and take 51 s so (61 s by 8s); the README's test command builds
+# the plain build took 135 s to compile file by file and take 51 s so (61 s in batches of 8); the README's test command builds
 # them three times (plain, ASan, TSan). A file's helpers, in its anonymous namespace, share that namespace with the
 # other files of its batch, so names must not clash across the files of a binary: the build says where they do (give
 # the helper a name of its own, or move a shared one to a header of tests/support or of the test folder).

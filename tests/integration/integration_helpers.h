@@ -22,12 +22,17 @@ constexpr int kVerdictExit = 86;
 inline std::string program(const std::string& name) { return std::string(TS_PROGRAM_DIR) + "/" + name; }
 inline bool sanitized() { return std::strlen(TS_SANITIZER) > 0; }
 
+// LD_PRELOAD for the shim; a sanitizer's runtime must come first in the list.
+inline std::string shim_preload() {
+  return sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+}
+
 inline testing::ProcessOptions job_options(const testing::TempDir& dir) {
   testing::ProcessOptions options;
   options.env["LD_LIBRARY_PATH"] = std::string(TS_FAKE_NCCL_DIR);
   options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
   options.env["TRAINSCOPE_RUN_ID"] = "job";
-  options.env["LD_PRELOAD"] = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+  options.env["LD_PRELOAD"] = shim_preload();
   for (const char* name : {"RANK",
                            "WORLD_SIZE",
                            "LOCAL_RANK",

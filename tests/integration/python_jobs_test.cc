@@ -362,7 +362,7 @@ TEST(HandleLookups, ASecondPreloadedLibraryWrappingOpenWithRtldNextStillWorks) {
   const ProcessResult expected =
       testing::run_process(launch(2, 60, with_args({program("scenario_program")}, args)), plain);
   ASSERT_EQ(expected.exit_code, 0) << expected.err;
-  const std::string shim = sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
+  const std::string shim = shim_preload();
   for (const bool shim_first : {true, false}) {
     TempDir dir;
     ProcessOptions options = python_shim_options(dir);

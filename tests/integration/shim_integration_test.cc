@@ -26,17 +26,12 @@ using testing::ProcessOptions;
 using testing::ProcessResult;
 using testing::TempDir;
 
-// LD_PRELOAD for the shim; a sanitizer runtime must come first in the list.
-std::string preload_value() {
-  return sanitized() ? std::string(TS_SANITIZER_RUNTIME) + ":" + TS_SHIM : std::string(TS_SHIM);
-}
-
 ProcessOptions shim_job_options(const TempDir& dir, bool with_shim, const std::string& nccl_dir = TS_FAKE_NCCL_DIR) {
   ProcessOptions options;
   options.env["LD_LIBRARY_PATH"] = nccl_dir;
   options.env["TRAINSCOPE_DIR"] = dir.path() + "/runs";
   options.env["TRAINSCOPE_RUN_ID"] = "test-run";
-  options.env["LD_PRELOAD"] = with_shim ? std::optional<std::string>(preload_value()) : std::nullopt;
+  options.env["LD_PRELOAD"] = with_shim ? std::optional<std::string>(shim_preload()) : std::nullopt;
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
                            "SLURM_JOB_ID", "TRAINSCOPE_LOG_RANKS", "TRAINSCOPE_LOG_LEVEL", "TRAINSCOPE_ENABLE"})
     options.env[name] = std::nullopt;

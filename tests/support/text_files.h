@@ -1,4 +1,4 @@
-// Text helpers shared by the unit tests: a file written whole, a substring test.
+// Text helpers shared by the tests: a file written whole, a substring test.
 #pragma once
 
 #include <fcntl.h>
