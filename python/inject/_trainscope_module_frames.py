@@ -26,6 +26,7 @@ failure.
 
 import array
 import ctypes
+import os
 import sys
 import threading
 import warnings
@@ -44,8 +45,20 @@ def _warn(text):
     sys.stderr.write("[trainscope] warn: module frames: %s\n" % text)
 
 
-def install(torch):
-    """Registers the global module hooks. Returns whether they were installed."""
+def _class_name(module):
+    """The class a header names. torch.compile(model)'s wrapper is named by the model's class, marked compiled: its
+    frame is the model's forward as a whole (what it calls runs compiled, without frames)."""
+    kind = type(module).__name__
+    if kind == "OptimizedModule":
+        original = getattr(module, "_orig_mod", None)
+        if original is not None:
+            return type(original).__name__ + " (compiled)"
+    return kind
+
+
+def install(torch, after_import=None):
+    """Registers the global module hooks. Returns whether they were installed. after_import(name, then): sitecustomize's
+    meta path finder, with which the hooks wait for the job's import of torch._dynamo (its first torch.compile)."""
     try:
         library = ctypes.CDLL(None)  # the process's global scope, where the preloaded libtrainscope.so is
         take_frame = library.trainscope_module_frame
@@ -61,7 +74,7 @@ def install(torch):
     if backward is not None:
         backward.restype = ctypes.c_int
         backward.argtypes = []
-    _Hooks(torch, take_frame, is_watched, backward is not None and backward() == 1).register()
+    _Hooks(torch, take_frame, is_watched, backward is not None and backward() == 1, after_import).register()
     return True
 
 
@@ -89,7 +102,7 @@ class _Gradients:
 
 
 class _Hooks:
-    def __init__(self, torch, take_frame, is_watched, backward=False):
+    def __init__(self, torch, take_frame, is_watched, backward=False, after_import=None):
         self._torch = torch
         self._take_frame = take_frame
         self._is_watched = is_watched
@@ -102,6 +115,8 @@ class _Hooks:
         self._handles = []
         self._stopped = False
         self._warned_compiling = False
+        self._compiles_watched = False  # torch.compile's compilations are told to _compile_started
+        self._after_import = after_import
         compiler = getattr(torch, "compiler", None)
         self._is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
         graph = getattr(getattr(torch, "autograd", None), "graph", None)
@@ -144,6 +159,7 @@ class _Hooks:
             handle = module.register_module_forward_hook(self._after)
         self._handles.append(handle)
         self._watch_loss_scaler()
+        self._watch_compiles()
 
     def _stop(self, why):
         if self._stopped:
@@ -156,6 +172,73 @@ class _Hooks:
             scaler._maybe_opt_step = original
             self._scaler_patched = None
         _warn(why + "; no more module frames in this process")
+
+    # ---- torch.compile -------------------------------------------------------------------------------------------
+
+    def _watch_compiles(self):
+        """Whatever torch.compile compiles runs without frames (the hooks do nothing in what dynamo traces): the job is
+        told once, at its first compilation, whichever way it compiles (torch.compile(model), model.compile(), a
+        compiled training step). Dynamo is imported by the job's first torch.compile, never by us: the start callback
+        is registered then."""
+        if "torch._dynamo" in sys.modules:
+            self._register_compile_callback(sys.modules["torch._dynamo"])
+        elif self._after_import is not None:
+            sys.meta_path.insert(0, self._after_import("torch._dynamo", self._register_compile_callback))
+
+    def _register_compile_callback(self, dynamo):
+        try:
+            handler = getattr(getattr(dynamo, "callback", None), "callback_handler", None)
+            register = getattr(handler, "register_start_callback", None)
+            if register is None:
+                return  # an older PyTorch, without compile callbacks: the wrapper of torch.compile(model) tells it
+            register(self._compile_started)
+            self._compiles_watched = True
+        except Exception:
+            pass  # only the warning is lost
+
+    def _compile_started(self, *args):
+        # Runs inside dynamo's compilation: nothing may raise into it.
+        try:
+            if self._warned_compiling or self._stopped:
+                return
+            self._warned_compiling = True
+            self._warn_compiled(self._what_compiles())
+        except Exception:
+            pass
+
+    @staticmethod
+    def _what_compiles():
+        """What dynamo is about to compile, from its _compile frame: a module's forward (torch.compile(model) and
+        model.compile() compile a wrapper of torch's that holds the module, or its bound method, in its closure;
+        torch.compile(model.forward) compiles the forward itself), else the function and where it is defined."""
+        frame = sys._getframe(1)
+        for _ in range(64):
+            if frame is None or frame.f_code.co_name == "_compile":
+                break
+            frame = frame.f_back
+        found = frame.f_locals if frame is not None else {}
+        code = found.get("code")
+        if code is None or not hasattr(code, "co_filename"):
+            return "part of this job"
+        candidates = []
+        if code.co_name == "forward":
+            candidates.append(getattr(found.get("locals"), "get", lambda _: None)("self"))
+        elif "%storch%s" % (os.sep, os.sep) in code.co_filename:
+            for cell in found.get("closure") or ():
+                try:
+                    candidates.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+        for candidate in candidates:
+            owner = getattr(candidate, "__self__", candidate)  # a module's bound method: the module
+            if hasattr(owner, "named_modules") and hasattr(owner, "forward"):
+                return "%s's forward" % type(owner).__name__
+        return "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename), code.co_firstlineno)
+
+    @staticmethod
+    def _warn_compiled(what):
+        _warn("torch.compile compiles %s: the modules that run in compiled code get no frame, the modules run eagerly "
+              "do (TORCHDYNAMO_DISABLE=1 runs the job uncompiled, every module with its frame)" % what)
 
     def _watch_loss_scaler(self):
         """AMP's GradScaler skips optimizer.step() when the unscaled gradients hold inf/nan (what loss scaling is
@@ -228,9 +311,21 @@ class _Hooks:
                 return _Running(module, model, model_names)
         names = self._names.get(module)
         if names is None:
-            names = {m: name for name, m in module.named_modules()}
+            names = self._tree_names(module)
             self._names[module] = names
         return _Running(module, module, names)
+
+    @staticmethod
+    def _tree_names(root):
+        """{module: qualified name} in the root's tree. torch.compile(model)'s wrapper holds the model as _orig_mod:
+        its tree is named as the model's, so that what runs eagerly in it (after a graph break, or with
+        TORCH_COMPILE_DISABLE=1) is named as without torch.compile."""
+        original = getattr(root, "_orig_mod", None) if type(root).__name__ == "OptimizedModule" else None
+        if original is None or not hasattr(original, "named_modules"):
+            return {m: name for name, m in root.named_modules()}
+        names = {m: name for name, m in original.named_modules()}
+        names[root] = ""
+        return names
 
     def _watched_name(self, module, names):
         """The module's qualified name when it gets frames (in the running root's tree, and watched), else None."""
@@ -239,7 +334,7 @@ class _Hooks:
             return None
         watched = self._watched.get(module)
         if watched is None:
-            watched = bool(self._is_watched(name.encode(), type(module).__name__.encode()))
+            watched = bool(self._is_watched(name.encode(), _class_name(module).encode()))
             self._watched[module] = watched
         return name if watched else None
 
@@ -255,7 +350,7 @@ class _Hooks:
         if name is None:
             return
         inputs = [(i, value) for i, value in enumerate(args) if isinstance(value, self._tensor) and value.requires_grad]
-        gradients = _Gradients(name, type(module).__name__, ["grad_input[%d]" % i for i, _ in inputs])
+        gradients = _Gradients(name, _class_name(module), ["grad_input[%d]" % i for i, _ in inputs])
         running.gradients = gradients
         if not inputs:
             return
@@ -286,11 +381,8 @@ class _Hooks:
             name = running.names.get(module)
             if name is None:
                 return None  # not in the running root's tree (DUO never sees it)
-            if type(module).__name__ == "OptimizedModule" and not self._warned_compiling:
-                # torch.compile(model)'s wrapper ran: what it compiled made no frame (said once, eagerly, here).
-                self._warned_compiling = True
-                _warn("the modules torch.compile compiled get no frame (%s and what it calls run compiled); the "
-                      "modules run eagerly do" % (name or type(module).__name__))
+            if not self._warned_compiling and type(module).__name__ == "OptimizedModule":
+                self._compiled_wrapper_ran(module)
             watched = self._watched_name(module, running.names) is not None
             batch_root = module is running.root and len(running.names) >= self._batch_root_size
             if batch_root:
@@ -304,6 +396,18 @@ class _Hooks:
         except Exception as error:
             self._stop("the forward hook failed (%r)" % (error,))
         return None
+
+    def _compiled_wrapper_ran(self, module):
+        """torch.compile(model)'s wrapper ran. Without compile callbacks it is where the job is told that what was
+        compiled made no frame; with them, it was told at the compilation if there was one (none with
+        TORCH_COMPILE_DISABLE=1, where the wrapper runs the model eagerly)."""
+        if self._compiles_watched:
+            return
+        config = sys.modules.get("torch._dynamo.config")
+        if getattr(config, "disable", False):
+            return
+        self._warned_compiling = True
+        self._warn_compiled("%s's forward" % type(getattr(module, "_orig_mod", module)).__name__)
 
     # ---- the backward frame -------------------------------------------------------------------------------------
 
@@ -434,7 +538,7 @@ class _Hooks:
                     self._row(words, labels, value, label)
             else:  # the common case, without a generator on every frame
                 self._row(words, labels, output, "output")
-        self._send(name, type(module).__name__, words, labels)
+        self._send(name, _class_name(module), words, labels)
 
     def _send(self, name, kind, words, labels):
         """One frame (or event) to the library: words[0:3] are the version, the flags and the row count, set here."""

@@ -385,6 +385,18 @@ INSTANTIATE_TEST_SUITE_P(Python, ModuleCheckpointing,
                          ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
                          [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
 
+// The job was told once, at its first compilation, that what torch.compile compiles (`what`) runs without frames.
+void expect_told_once_what_compiles(const testing::ProcessResult& job, const std::string& what) {
+  const size_t first = job.err.find("[trainscope] warn: module frames: torch.compile compiles " + what);
+  EXPECT_NE(first, std::string::npos) << job.err;
+  EXPECT_EQ(job.err.find("torch.compile compiles", job.err.find("torch.compile compiles") + 1), std::string::npos)
+      << "said once: " << job.err;
+  EXPECT_NE(job.err.find("(TORCHDYNAMO_DISABLE=1 runs the job uncompiled, every module with its frame)"),
+            std::string::npos)
+      << job.err;
+  EXPECT_EQ(job.err.find("failed"), std::string::npos) << job.err;
+}
+
 // ---- Backward frames (TRAINSCOPE_WATCH=modules,backward) on a small fp32 model ---------------------------------
 
 // The parameter is the minor version of CPython.
@@ -499,6 +511,7 @@ TEST_P(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsTold
   const std::string inductor_cache = dir.path() + "/inductor";
   testing::ProcessOptions options = backward_options(dir);
   options.env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache;
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
   options.timeout_seconds = 300;
   const testing::ProcessResult watched = testing::run_process(argv, options);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
@@ -511,11 +524,50 @@ TEST_P(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsTold
   ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
   ASSERT_NE(unwatched.out.find("job: digest "), std::string::npos) << unwatched.out;
   EXPECT_EQ(watched.out, unwatched.out);
-  const std::string warning = "module frames: the modules torch.compile compiled get no frame";
-  const size_t first = watched.err.find(warning);
-  EXPECT_NE(first, std::string::npos) << watched.err;
-  EXPECT_EQ(watched.err.find(warning, first + 1), std::string::npos) << "said once: " << watched.err;
-  EXPECT_EQ(watched.err.find("failed"), std::string::npos) << watched.err;
+  expect_told_once_what_compiles(watched, "Sequential's forward");
+  // torch.compile(model)'s wrapper runs eagerly: its frame is the model's forward as a whole, named by the model's
+  // class and marked compiled.
+  const std::string trace = trace_text(dir);
+  EXPECT_NE(trace.find("\n                   Sequential (compiled)\n"), std::string::npos) << trace;
+  EXPECT_EQ(trace.find("OptimizedModule"), std::string::npos) << trace;
+}
+
+// model.compile() and a compiled function that calls the model run nothing of ours eagerly; the job is told at the
+// first compilation, naming what was compiled. With TORCHDYNAMO_DISABLE=1 (what the warning says) every module has
+// its frame, named as the model names it, and nothing is said. The eager backend: what dynamo traces is the same as
+// for inductor, without inductor's compile time.
+TEST_P(ModuleBackwardFrames, EveryWayOfCompilingIsToldAndTorchdynamoDisableGivesEveryFrame) {
+  std::vector<std::string> digests;
+  for (const auto& [way, what] : {std::pair<std::string, std::string>{"inplace", "Sequential's forward"},
+                                  {"function", "compute_loss (module_compile_job.py:"}}) {
+    SCOPED_TRACE(way);
+    testing::TempDir dir;
+    const testing::ProcessResult watched = testing::run_process(
+        {python_, "-W", "error::UserWarning", python_job("module_compile_job.py"), "--way", way, "--backend", "eager"},
+        backward_options(dir));
+    ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+    digests.push_back(watched.out);
+    expect_told_once_what_compiles(watched, what);
+  }
+  testing::TempDir dir;
+  testing::ProcessOptions options = backward_options(dir);
+  options.env["TORCHDYNAMO_DISABLE"] = "1";
+  options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
+  const testing::ProcessResult uncompiled = testing::run_process(
+      {python_, "-W", "error::UserWarning", python_job("module_compile_job.py"), "--way", "inplace"}, options);
+  ASSERT_EQ(uncompiled.exit_code, 0) << uncompiled.out << uncompiled.err;
+  EXPECT_EQ(uncompiled.err.find("torch.compile"), std::string::npos) << uncompiled.err;
+  // What was compiled (by the eager backend) trained as the uncompiled model did.
+  ASSERT_NE(uncompiled.out.find("job: digest "), std::string::npos) << uncompiled.out;
+  EXPECT_EQ(digests, std::vector<std::string>(2, uncompiled.out));
+  const std::string trace = trace_text(dir);
+  EXPECT_NE(trace.find("                  *** Starting batch number=1 ***\n"
+                       "abs min  abs max  metadata\n"
+                       "                  0 Linear\n"),
+            std::string::npos)
+      << trace;
+  EXPECT_NE(trace.find("\n                   Sequential\n"), std::string::npos) << trace;
+  EXPECT_NE(trace.find("\n                  2 Linear (backward)\n"), std::string::npos) << trace;
 }
 
 // A DataLoader with worker processes, forked (with the engine) or spawned (new interpreters that import torch, and so
