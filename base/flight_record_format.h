@@ -197,7 +197,8 @@ enum RecordFlags : uint8_t {
 //                                                              forward of a root module; a batch ends),
 //                                                              kModuleRecordBackward (2: the module's gradients) or
 //                                                              kModuleRecordStepSkipped (3: a loss scaler skipped the
-//                                                              optimizer step; no frame, 0 rows, not watched)
+//                                                              optimizer step; no frame, not watched; count is how
+//                                                              many batches ago that step was, 0: this one)
 //                   caller    a hash of the module's qualified name and class (its call site for near overflow)
 // rank, nranks, peer, redop and dtype are kUnknown, comm_id and site 0. The name and the rows are the engine's (the
 // frame reports); the record keeps the frames in one order with the job's collectives and launches.

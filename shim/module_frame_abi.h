@@ -22,7 +22,9 @@ inline constexpr int64_t kModuleFrameRoot = 1;  // flags: the forward of a root 
 // with kModuleFrameRoot: a backward frame ends no batch, it belongs to the batch of its forward.
 inline constexpr int64_t kModuleFrameBackward = 2;
 // flags: no frame, an event: a loss scaler (AMP's GradScaler) skipped the optimizer step because the gradients held
-// inf/nan. Zero rows; the name is the scaler's class (the record keeps no string: only GradScaler is hooked).
+// inf/nan. Zero rows; the name is the scaler's class (the record keeps no string: only GradScaler is hooked). words[3],
+// when given, is how many batches ago that step was (0: in the current one): a fused optimizer's skip is read from a
+// GPU's found-inf once it is back on the host, without waiting for it, maybe after the next batch began.
 inline constexpr int64_t kModuleFrameStepSkipped = 4;
 inline constexpr int64_t kModuleRowHead = 7;  // words of a row before its sizes and strides
 inline constexpr int64_t kModuleMaxDims = 64;

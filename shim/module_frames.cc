@@ -117,9 +117,11 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   record.tid = current_tid();
   record.op = static_cast<uint16_t>(recorder::Op::kModuleForward);
   record.seq = g_module_frames.fetch_add(1, std::memory_order_relaxed) + 1;
-  record.count = static_cast<uint64_t>(words[2] > 0 ? words[2] : 0);
   // aux: kModuleRecordRoot, kModuleRecordBackward or kModuleRecordStepSkipped (flight_record_format.h).
   const int64_t flags = words[1];
+  // count: the frame's rows; for a skipped step, how many batches ago it was.
+  const int64_t count = (flags & kModuleFrameStepSkipped) != 0 ? (word_count > 3 ? words[3] : 0) : words[2];
+  record.count = static_cast<uint64_t>(count > 0 ? count : 0);
   record.aux = (flags & kModuleFrameStepSkipped) != 0 ? recorder::kModuleRecordStepSkipped
                : (flags & kModuleFrameBackward) != 0  ? recorder::kModuleRecordBackward
                : (flags & kModuleFrameRoot) != 0      ? recorder::kModuleRecordRoot

@@ -10,8 +10,8 @@ it.
 
 Statistics are trainscope's, never torch's: each tensor goes to libtrainscope.so as its address, element count, type,
 sizes, strides, device and stream, in one call per frame (shim/module_frame_abi.h). A host tensor is read there, a
-CUDA tensor gets the statistics kernel on its current stream; nothing here synchronises, allocates a tensor or keeps
-one. A hook never raises into the job: what goes wrong is said once and the hooks stand down.
+CUDA tensor gets the statistics kernel on its current stream; nothing here synchronises, and a frame allocates no
+tensor and keeps none (only a fused optimizer's found-inf is copied back, 4 bytes a step: _FoundInfLater). A hook never raises into the job: what goes wrong is said once and the hooks stand down.
 
 With TRAINSCOPE_WATCH=modules,backward a watched module's gradients are a frame of their own, after its backward:
 grad_output[i] (the gradient of the loss by its outputs), then grad_input[i] (by its positional inputs that require
@@ -21,10 +21,12 @@ runs the same operations in the same order, so every gradient and weight is the 
 backward hooks are not used: they wrap the inputs in a custom autograd Function, and a module that modifies its input
 in place, ReLU(inplace=True), then fails; views of the inputs would change the order in which a tensor's gradients
 are summed.) AMP's GradScaler skipping a step is told to the library, so that the inf/nan it skipped is not called a
-failure.
+failure: the step GradScaler itself skips, and the one a fused optimizer (Adam(fused=True)) skips given GradScaler's
+found-inf tensor, which is read without waiting on the GPU (_FoundInfLater).
 """
 
 import array
+import atexit
 import ctypes
 import os
 import sys
@@ -35,6 +37,9 @@ import weakref
 _VERSION = 1
 _ROOT, _BACKWARD, _STEP_SKIPPED = 1, 2, 4
 _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
+# Where a fused optimizer's found-inf is read at once (host memory) and where it is copied back first (_FoundInfLater).
+# Another device's (XPU, MPS) is not read: its skips are not told.
+_READ_NOW, _READ_LATER = ("cpu",), ("cuda",)
 
 
 def _no_module():
@@ -101,6 +106,29 @@ class _Gradients:
         self.inputs = inputs  # labels of the inputs that require grad, in order
 
 
+class _FoundInfLater:
+    """GradScaler's found-inf tensors on CUDA devices, copied to pinned host memory behind the step that used them
+    (the copy is queued on each device's current stream, after the kernels that wrote them), with an event to tell
+    when the copy is done. Nothing waits on them: ready() is a query."""
+
+    def __init__(self, torch, tensors, scaler_name, batches_begun):
+        self.scaler_name = scaler_name
+        self.batches_begun = batches_begun
+        self._copies = []
+        for tensor in tensors:
+            with torch.cuda.device(tensor.device):
+                copy = tensor.detach().to("cpu", non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+            self._copies.append((copy, event))
+
+    def ready(self):
+        return all(event.query() for _, event in self._copies)
+
+    def found(self):
+        return sum(float(copy) for copy, _ in self._copies) != 0
+
+
 class _Hooks:
     def __init__(self, torch, take_frame, is_watched, backward=False, after_import=None):
         self._torch = torch
@@ -126,7 +154,14 @@ class _Hooks:
             self._backward = False
             _warn("TRAINSCOPE_WATCH=...,backward needs torch.autograd.graph.register_multi_grad_hook (PyTorch 2.0 "
                   "or later); this PyTorch %s gets forward frames only" % getattr(torch, "__version__", "?"))
-        self._scaler_patched = None  # (class, its own _maybe_opt_step)
+        self._scaler_patched = []  # (GradScaler, attribute, its own function) for each one wrapped
+        # The engine's module batches, as it counts them (shim/engine/engine_frame_feed.cc): a forward frame after a
+        # root's begins the next. A found-inf read late says how many batches ago its step was.
+        self._batches_begun = 0
+        self._after_root = False
+        self._found_inf_later = []  # _FoundInfLater, oldest first
+        self._exit_check_registered = False
+        self._read_fused_found_inf = True
         self._deferred = []  # backward frames waiting for the other hooks of their gradient (_defer)
         self._deferred_lock = threading.Lock()
         self._flush_queued = False
@@ -167,10 +202,9 @@ class _Hooks:
         self._stopped = True
         for handle in self._handles:
             handle.remove()
-        if self._scaler_patched is not None:
-            scaler, original = self._scaler_patched
-            scaler._maybe_opt_step = original
-            self._scaler_patched = None
+        for scaler, attribute, original in self._scaler_patched:
+            setattr(scaler, attribute, original)
+        self._scaler_patched = []
         _warn(why + "; no more module frames in this process")
 
     # ---- torch.compile -------------------------------------------------------------------------------------------
@@ -243,10 +277,14 @@ class _Hooks:
     def _watch_loss_scaler(self):
         """AMP's GradScaler skips optimizer.step() when the unscaled gradients hold inf/nan (what loss scaling is
         for): the library is told, so that the summary says the step was skipped. The check is GradScaler's own, on
-        the values it has just synchronised for the same check; the result and the step are GradScaler's."""
+        the values it has just synchronised for the same check; the result and the step are GradScaler's. A fused
+        optimizer (_step_supports_amp_scaling: Adam, AdamW, SGD, Adagrad with fused=True) is given GradScaler's
+        found-inf tensor and skips its update itself, with no synchronisation: that found-inf is read when it is
+        ready (_found_inf_of_fused_step)."""
         scaler = getattr(getattr(getattr(self._torch, "amp", None), "grad_scaler", None), "GradScaler", None)
         original = scaler.__dict__.get("_maybe_opt_step") if scaler is not None else None
-        if original is None or not callable(original):
+        original_step = scaler.__dict__.get("step") if scaler is not None else None
+        if original is None or not callable(original) or original_step is None or not callable(original_step):
             return  # another PyTorch: no step is told skipped (the frames are the same)
         hooks = self
 
@@ -260,16 +298,77 @@ class _Hooks:
                 hooks._step_skipped(type(scaler_self).__name__)
             return result
 
-        _maybe_opt_step.__wrapped__ = original
-        _maybe_opt_step.__doc__ = getattr(original, "__doc__", None)
-        scaler._maybe_opt_step = _maybe_opt_step
-        self._scaler_patched = (scaler, original)
+        def step(scaler_self, optimizer, *args, **kwargs):
+            fused = getattr(scaler_self, "_enabled", False) and getattr(optimizer, "_step_supports_amp_scaling", False)
+            result = original_step(scaler_self, optimizer, *args, **kwargs)
+            if fused and hooks._read_fused_found_inf:
+                hooks._found_inf_of_fused_step(scaler_self, optimizer)
+            return result
 
-    def _step_skipped(self, scaler_name):
+        for attribute, wrapper, wrapped in (("_maybe_opt_step", _maybe_opt_step, original), ("step", step,
+                                                                                              original_step)):
+            wrapper.__wrapped__ = wrapped
+            wrapper.__doc__ = getattr(wrapped, "__doc__", None)
+            wrapper.__name__ = wrapped.__name__
+            wrapper.__qualname__ = getattr(wrapped, "__qualname__", wrapped.__name__)
+            setattr(scaler, attribute, wrapper)
+            self._scaler_patched.append((scaler, attribute, wrapped))
+
+    def _found_inf_of_fused_step(self, scaler, optimizer):
+        """After a fused optimizer's step under GradScaler: GradScaler's found-inf of that optimizer (nonzero: the
+        optimizer skipped its update). On the CPU it is read now; a CUDA one is copied to the host behind the step and
+        read once the copy is done, at a later batch's start, never waiting for it (_check_found_inf_later)."""
+        try:
+            state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer))
+            found = list(state["found_inf_per_device"].values()) if state else []
+            host = [t for t in found if t.device.type in _READ_NOW]
+            if host and sum(t.item() for t in host):
+                self._step_skipped(type(scaler).__name__)
+                return
+            device = [t for t in found if t.device.type in _READ_LATER]
+            if device:
+                self._found_inf_later.append(_FoundInfLater(self._torch, device, type(scaler).__name__,
+                                                            self._batches_begun))
+                del self._found_inf_later[:-64]  # a GPU 64 batches behind: those skips are not told
+                self._check_found_inf_at_exit()
+        except Exception as error:
+            self._found_inf_unreadable(error)
+
+    def _found_inf_unreadable(self, error):
+        # Only these skips are lost; the frames go on.
+        self._found_inf_later = []
+        self._read_fused_found_inf = False
+        _warn("reading the loss scaler's found-inf after a fused optimizer's step failed (%r); the steps a fused "
+              "optimizer skips are not told in this process" % (error,))
+
+    def _check_found_inf_later(self):
+        """The found-infs copied to the host whose copy is done are read, oldest first; a skip is told with how many
+        batches ago its step was. Runs before the forward frame that begins a batch, and at exit."""
+        try:
+            while self._found_inf_later and self._found_inf_later[0].ready():
+                later = self._found_inf_later.pop(0)
+                if later.found():
+                    self._step_skipped(later.scaler_name, self._batches_begun - later.batches_begun)
+        except Exception as error:
+            self._found_inf_unreadable(error)
+
+    def _check_found_inf_at_exit(self):
+        # At exit the last steps' found-infs are read if the GPU has made them (a query: exit never waits on it).
+        if self._exit_check_registered:
+            return
+        self._exit_check_registered = True
+        atexit.register(self._found_inf_at_exit)
+
+    def _found_inf_at_exit(self):
+        if not self._stopped:
+            self._check_found_inf_later()  # raises nothing: exit goes on, at worst without the last skips
+
+    def _step_skipped(self, scaler_name, batches_ago=0):
         try:
             if self._stopped:
                 return
-            self._send(scaler_name, "step skipped", array.array("q", (_VERSION, _STEP_SKIPPED, 0)), [])
+            words = array.array("q", (_VERSION, _STEP_SKIPPED, 0, batches_ago))
+            self._send(scaler_name, "step skipped", words, [])
         except Exception as error:
             self._stop("telling a skipped step failed (%r)" % (error,))
 
@@ -519,6 +618,11 @@ class _Hooks:
     # ---- the frame ----------------------------------------------------------------------------------------------
 
     def _frame(self, module, name, args, output, root, watched):
+        if self._after_root:  # this frame begins the engine's next batch
+            if self._found_inf_later:
+                self._check_found_inf_later()
+            self._batches_begun += 1
+        self._after_root = root
         words = array.array("q", (_VERSION, _ROOT if root else 0, 0))
         labels = []
         if watched:

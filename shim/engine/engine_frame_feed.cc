@@ -347,7 +347,10 @@ void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
   }
   const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
   if (r.aux == recorder::kModuleRecordStepSkipped) {
-    Pending skipped{false, batch, index, position, true, r};
+    // A skip read late (a fused optimizer's, from a GPU's found-inf) is put back in its step's batch; a batch of
+    // TRAINSCOPE_STEP_MARKER's is not counted in module forwards: there it is the batch it was read in.
+    const uint64_t ago = module_batches_ ? std::min<uint64_t>(r.count, batch) : 0;
+    Pending skipped{false, batch - ago, index, position, true, r};
     skipped.step_skipped = true;
     backlog_.push_back(skipped);
     return;

@@ -10,6 +10,9 @@
 #  - module-frames-no-sync: PyTorch's sync debug mode set to "error" during every step's forward and backward: a hook
 #    that synchronised the host with the GPU (.item(), a copy to the host) would raise. The unwatched job goes first:
 #    where the model itself synchronises, the check cannot say anything and says so.
+#  - module-frames-fused-skip: a fused optimizer (SGD(fused=True)) under GradScaler on CUDA skips batch 2's update
+#    itself; the hooks read its found-inf back without waiting (sync debug mode "error" in every step after the
+#    first) and the skip is told in batch 2, not in the batch the copy came back in.
 #  - module-frames-step-time: GPT-2 small (124M) in float16, batch 8 x 512, the median step time without and with the
 #    watch (a figure; the issue's target is 1.05x or less).
 set -uo pipefail
@@ -63,6 +66,18 @@ elif timeout 150 "${watched[@]}" TRAINSCOPE_RUN_ID=sync python3 "$job" "${quiet[
 else
   echo "module-frames-no-sync (no host synchronisation in a watched step): FAILED"
   grep -m3 -i 'error' "$work/mf-sync.log" | sed 's/^/    /'
+  status=1
+fi
+
+fused=(--device cuda --grad-scaler --fused --steps 6 --sync-check)
+if timeout 150 "${watched[@]}" TRAINSCOPE_WATCH=modules,backward TRAINSCOPE_RUN_ID=fused python3 \
+  tests/programs/python/module_backward_job.py "${fused[@]}" >"$work/mf-fused.log" 2>&1 &&
+  grep -qs "skipped the optimizer step of batch 2 (" "$work/mf-runs/fused/"step-skipped-*.txt; then
+  echo "module-frames-fused-skip (a fused optimizer's skip, read without waiting, in its batch): OK"
+else
+  echo "module-frames-fused-skip (a fused optimizer's skip, read without waiting, in its batch): FAILED"
+  { cat "$work/mf-runs/fused/"step-skipped-*.txt; grep -m3 -i 'error' "$work/mf-fused.log"; } 2>/dev/null |
+    sed 's/^/    /'
   status=1
 fi
 

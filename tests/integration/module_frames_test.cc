@@ -490,6 +490,46 @@ TEST_P(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
   EXPECT_EQ(watched.out, unwatched.out);
 }
 
+// A fused optimizer (SGD(fused=True)) takes GradScaler's found-inf and skips its update itself, never through
+// GradScaler's own check: the skip is told from that found-inf, read at once on the CPU. A GPU's is read once its copy
+// is back on the host, maybe batches later or at exit; a CPU found-inf not ready until a later look stands in for it
+// here (--found-inf-read-late), and the skip must land in its own step's batch all the same.
+TEST_P(ModuleBackwardFrames, AStepAFusedOptimizerSkippedIsToldInItsBatchEvenWhenReadLate) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string batch;
+  };
+  const std::vector<Case> cases = {
+      {{"--grad-scaler", "--fused", "--digest"}, "batch 2"},
+      {{"--grad-scaler", "--fused", "--steps", "6", "--found-inf-read-late", "2"}, "batch 2"},  // two batches later
+      {{"--grad-scaler", "--fused", "--overflow-batch", "3", "--found-inf-read-late", "1"}, "batch 3"},  // at exit
+  };
+  std::string first_digests;
+  for (const Case& c : cases) {
+    std::string job_args;
+    for (const std::string& arg : c.args) job_args += arg + " ";
+    SCOPED_TRACE(job_args);
+    testing::TempDir dir;
+    const testing::ProcessResult watched = testing::run_process(backward_job(c.args), backward_options(dir));
+    ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+    if (first_digests.empty()) first_digests = watched.out;
+    const std::string skipped = report(dir, "step-skipped-");
+    EXPECT_NE(skipped.find("the loss scaler skipped the optimizer step of " + c.batch + " ("), std::string::npos)
+        << skipped;
+    EXPECT_EQ(std::count(skipped.begin(), skipped.end(), '\n'), 1) << skipped;
+    const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+    EXPECT_NE(summary.out.find("first inf/nan: " + c.batch), std::string::npos) << summary.out;
+    EXPECT_NE(summary.out.find("the loss scaler skipped that batch's optimizer step"), std::string::npos)
+        << summary.out;
+  }
+  // The fused optimizer's own result: the same with and without trainscope.
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  const testing::ProcessResult unwatched = testing::run_process(backward_job(cases[0].args), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  EXPECT_EQ(first_digests, unwatched.out);
+}
+
 TEST_P(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) {
   testing::TempDir dir;
   testing::ProcessOptions options = torch_options(dir);  // modules only

@@ -119,11 +119,13 @@ class ModuleFramesTest : public ::testing::Test {
   }
 
   // GradScaler skipped the step: an event record, not watched, as shim/module_frames.cc appends it.
-  void step_skipped() {
+  // batches_ago: a fused optimizer's skip, read from a GPU's found-inf after later batches began.
+  void step_skipped(uint64_t batches_ago = 0) {
     recorder::Record r{};
     r.op = static_cast<uint16_t>(Op::kModuleForward);
     r.seq = ++frames_made_;
     r.aux = recorder::kModuleRecordStepSkipped;
+    r.count = batches_ago;
     writer_.append(r, 0, 1000);
   }
 
@@ -234,6 +236,18 @@ TEST_F(ModuleFramesTest, BackwardFramesBelongToTheBatchOfTheirForwardAndAreMarke
   EXPECT_EQ(detection_report(*detection_, 0, 21).first_nonfinite_frame, "layer Linear (backward)");
   // The skipped step is batch 1's, after its frames.
   EXPECT_EQ(skipped_, std::vector<uint64_t>{1});
+}
+
+TEST_F(ModuleFramesTest, AStepSkipReadBatchesLaterIsPutBackInItsStepsBatch) {
+  forward(finite_);  // batch 0
+  forward(finite_);  // batch 1: its step is skipped, read two batches later
+  forward(finite_);  // batch 2
+  forward(finite_);  // batch 3
+  step_skipped(2);
+  step_skipped(0);  // batch 3's own, read at once
+  step_skipped(9);  // more batches ago than there were: the first one
+  pass();
+  EXPECT_EQ(skipped_, (std::vector<uint64_t>{1, 3, 0}));
 }
 
 TEST_F(ModuleFramesTest, AGradientThatArrivesNonFiniteIsWhatTheModulesBackwardReceived) {
