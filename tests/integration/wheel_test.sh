@@ -4,7 +4,8 @@
 # the policy's system libraries; the preloaded library at most GLIBC_2.17) and with `auditwheel show`, installs it
 # into a fresh venv and checks the installed package: the tree it holds needs nothing but glibc (check_bundled.sh),
 # `trainscope` is on the venv's PATH and exits as the bundled command does, `trainscope env` names the package's
-# libraries and its policy, and a stand-in NCCL job run through `trainscope run` is recorded and reported.
+# libraries and its policy, and a stand-in NCCL job run through `trainscope run` is recorded and reported; a PyTorch
+# job (the test command's .torch) gets its module frames from the installed package.
 # Usage: wheel_test.sh BUILD_DIR
 #   BUILD_DIR: a build tree of this checkout configured by scripts/build.sh with the tests (build-ci): its stand-in
 #   NCCL and programs run the job. The wheel is built in BUILD_DIR-wheel (scikit-build-core's build-dir, kept, so that
@@ -148,4 +149,21 @@ print(sys.path[1] if len(sys.path) > 1 else "", getattr(site, "__file__", ""))
 read -r first_path site_file <"$work/modules.out"
 [ "$first_path" = "$package/lib/trainscope-python" ] && [ "$site_file" = "$package/lib/trainscope-python/sitecustomize.py" ] ||
   { cat "$work/modules.out" "$work/modules.err"; fail "TRAINSCOPE_WATCH=modules did not put the package's hooks first"; }
-echo "wheel_test: the installed wheel works, for a C and a Python job and the module hooks (wheel step ${wheel_seconds} s)"
+# And frames from the installed package in a PyTorch job: the test command's torch environment runs the job (trainscope
+# installed as a tool, the job in an environment of its own), its gradient overflowing in head.proj at batch 2 and
+# the fused optimizer skipping that step under GradScaler.
+torch_python="$source_dir/.torch/bin/python"
+if [ -x "$torch_python" ]; then
+  TRAINSCOPE_WATCH=modules,backward OMP_NUM_THREADS=1 trainscope run --dir "$work/runs" --run-id torch -- \
+    "$torch_python" "$source_dir/tests/programs/python/module_backward_job.py" --grad-scaler --fused \
+    >"$work/torch.out" 2>"$work/torch.err" || { cat "$work/torch.out" "$work/torch.err"; fail "the torch job failed"; }
+  trainscope report "$work/runs/torch" >"$work/torch-report" 2>&1 ||
+    { cat "$work/torch-report"; fail "trainscope report of the torch job failed"; }
+  grep -q "first inf/nan: batch 2 .* head.proj Linear (backward) grad_input\[0\]; the loss scaler skipped" \
+    "$work/torch-report" || { cat "$work/torch-report"; fail "the torch job's report names no module frame"; }
+  modules="and a PyTorch job's module frames"
+else
+  modules="(no $torch_python: the module frames of a PyTorch job were not run)"
+fi
+echo "wheel_test: the installed wheel works, for a C and a Python job and the module hooks $modules (wheel step" \
+  "${wheel_seconds} s)"
