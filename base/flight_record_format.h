@@ -34,6 +34,8 @@ inline constexpr uint64_t kModuleRecordForward = 0;
 inline constexpr uint64_t kModuleRecordRoot = 1;
 inline constexpr uint64_t kModuleRecordBackward = 2;
 inline constexpr uint64_t kModuleRecordStepSkipped = 3;
+inline constexpr uint64_t kModuleRecordLossScaler = 4;
+inline constexpr uint64_t kModuleRecordBeside = 5;
 
 // Every intercepted NCCL entry point. Values are stable: they are stored in files.
 enum class Op : uint16_t {
@@ -198,7 +200,11 @@ enum RecordFlags : uint8_t {
 //                                                              kModuleRecordBackward (2: the module's gradients) or
 //                                                              kModuleRecordStepSkipped (3: a loss scaler skipped the
 //                                                              optimizer step; no frame, not watched; count is how
-//                                                              many batches ago that step was, 0: this one)
+//                                                              many batches ago that step was, 0: this one) or
+//                                                              kModuleRecordLossScaler (4: a loss scaler is enabled
+//                                                              in the process; no frame, not watched) or
+//                                                              kModuleRecordBeside (5: a forward in a smaller root's
+//                                                              tree, a loss module's: begins no batch)
 //                   caller    a hash of the module's qualified name and class (its call site for near overflow)
 // rank, nranks, peer, redop and dtype are kUnknown, comm_id and site 0. The name and the rows are the engine's (the
 // frame reports); the record keeps the frames in one order with the job's collectives and launches.

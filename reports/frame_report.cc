@@ -404,7 +404,8 @@ std::string format_abort_after_batch(uint64_t batch_number) {
          ")\n";
 }
 
-std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label) {
+std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label,
+                                   std::string_view why) {
   std::string out = "trainscope: stopping: inf/nan detected during batch_number=" + std::to_string(batch_number);
   if (!frame_name.empty()) {
     out += " in ";
@@ -414,6 +415,7 @@ std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame
       out += label;
     }
   }
+  out += why;
   return out + " (" + kAbortOnNonfiniteVariable + ")\n";
 }
 

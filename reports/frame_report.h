@@ -133,9 +133,11 @@ std::string format_trace_frame(const Frame& frame);
 
 // "trainscope: stopping after batch_number=N (TRAINSCOPE_ABORT_AFTER_BATCH)\n"
 std::string format_abort_after_batch(uint64_t batch_number);
-// "trainscope: stopping: inf/nan detected during batch_number=N in <frame name> <row label>
-// (TRAINSCOPE_ON_NONFINITE=abort)\n"; the row part is left out when `label` is empty.
-std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label);
+// "trainscope: stopping: inf/nan detected during batch_number=N in <frame name> <row label><why>
+// (TRAINSCOPE_ON_NONFINITE=abort)\n"; the row part is left out when `label` is empty. `why`, under a loss scaler:
+// "; the loss scaler did not skip that batch's optimizer step".
+std::string format_nonfinite_abort(uint64_t batch_number, std::string_view frame_name, std::string_view label,
+                                   std::string_view why = {});
 
 // ---- Persistent overflow (DeepSpeed's "OVERFLOW! ... Attempted loss scale: 1, reducing to 1") --------------------
 

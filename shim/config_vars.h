@@ -72,7 +72,8 @@
     "every: every N collectives of the first communicator.")                                                           \
   X(ON_NONFINITE, kVarOnNonfinite, "report", "report|abort", parse_on_nonfinite, text_on_nonfinite,                    \
     "report writes the inf/nan report for the first detection and goes on (fp16 loss scaling meets inf on purpose); "  \
-    "abort stops the job once the reports are on disk.")                                                               \
+    "abort stops the job once the reports are on disk (with a loss scaler: at an inf/nan whose step it did not skip, " \
+    "or one it does not get past in TRAINSCOPE_OVERFLOW_STREAK batches).")                                             \
   X(OVERFLOW_STREAK, kVarOverflowStreak, "5", "an integer from 0 to 1000000 (0: off)", parse_overflow_streak,          \
     text_overflow_streak, "Consecutive batches with inf/nan that are reported as a persistent overflow.")              \
   X(NEAR_OVERFLOW, kVarNearOverflow, "0.9", "a fraction from 0 to 1, such as 0.9 (0: off)", parse_near_overflow,       \

@@ -26,6 +26,13 @@ inline constexpr int64_t kModuleFrameBackward = 2;
 // when given, is how many batches ago that step was (0: in the current one): a fused optimizer's skip is read from a
 // GPU's found-inf once it is back on the host, without waiting for it, maybe after the next batch began.
 inline constexpr int64_t kModuleFrameStepSkipped = 4;
+// flags: no frame, an event: a loss scaler (AMP's GradScaler) was made enabled in this process; zero rows. Said once,
+// before the gradients it scales: TRAINSCOPE_ON_NONFINITE=abort then waits for a batch's step before stopping on its
+// inf/nan.
+inline constexpr int64_t kModuleFrameLossScaler = 8;
+// flags: the forward of a module in a smaller root's tree than the model's (a loss module called beside the model):
+// a frame of the batch in progress, which it neither begins nor ends.
+inline constexpr int64_t kModuleFrameBeside = 16;
 inline constexpr int64_t kModuleRowHead = 7;  // words of a row before its sizes and strides
 inline constexpr int64_t kModuleMaxDims = 64;
 

@@ -38,6 +38,7 @@ void FrameWindow::change_batch(std::uint64_t batch, FrameUpdate* update) {
   }
   batch_first_nonfinite_.reset();
   batch_traced_started_ = false;
+  update->batch_began = batch;
   if (options_.abort_after_batch && !aborted_ && batch > *options_.abort_after_batch) {
     aborted_ = true;
     update->abort_now = true;
@@ -100,6 +101,10 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
       update.detection = std::move(detection);
     }
     if (!batch_first_nonfinite_) {
+      const FrameRow* row = frame.first_nonfinite_row();
+      update.nonfinite_batch =
+          NonfiniteBatch{frame.batch, frame.module ? reports::module_title(frame.name, frame.kind) : frame.name,
+                         row != nullptr ? row->label : ""};
       batch_first_nonfinite_ = frame;
       if (options_.streak_batches > 0 && !streak_reported_ && streak_.size() + 1 >= options_.streak_batches) {
         streak_reported_ = true;

@@ -15,6 +15,8 @@
 //     trace_batch_start, for the "*** Starting batch number=N ***" header); detection is off within them.
 //   - abort-after-batch N: abort_now is returned once, when batch N has ended (a batch > N starts or a frame of a
 //     later batch arrives).
+//   - every batch the window moves to (batch_began), and every batch's first frame with a non-finite value
+//     (nonfinite_batch, detection or not): what TRAINSCOPE_ON_NONFINITE=abort judges by under a loss scaler.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +75,13 @@ struct PersistentOverflow {
   std::vector<StreakBatch> batches;  // oldest first
 };
 
+// The first frame of a batch holding a non-finite value, the detection's or a later batch's.
+struct NonfiniteBatch {
+  std::uint64_t batch = 0;
+  std::string frame_name;
+  std::string label;  // its first non-finite row's
+};
+
 struct NearOverflow {
   std::string frame_name;
   std::string label;
@@ -93,6 +102,11 @@ struct FrameUpdate {
   // A loss scaler (AMP's GradScaler) skipped the optimizer step of this batch: its gradients held inf/nan, and the
   // job goes on with a lower scale (the frame feed's, from a module record; never the window's).
   std::optional<std::uint64_t> step_skipped_batch;
+  // A loss scaler is enabled in this process (the frame feed's, from a module record): TRAINSCOPE_ON_NONFINITE=abort
+  // then judges each batch with inf/nan by whether its step was skipped.
+  bool loss_scaler = false;
+  std::optional<std::uint64_t> batch_began;       // the window moved to this batch (its start, or its first frame)
+  std::optional<NonfiniteBatch> nonfinite_batch;  // this frame is its batch's first with inf/nan (not in trace batches)
 };
 
 class FrameWindow {

@@ -22,7 +22,8 @@ backward hooks are not used: they wrap the inputs in a custom autograd Function,
 in place, ReLU(inplace=True), then fails; views of the inputs would change the order in which a tensor's gradients
 are summed.) AMP's GradScaler skipping a step is told to the library, so that the inf/nan it skipped is not called a
 failure: the step GradScaler itself skips, and the one a fused optimizer (Adam(fused=True)) skips given GradScaler's
-found-inf tensor, which is read without waiting on the GPU (_FoundInfLater).
+found-inf tensor, which is read without waiting on the GPU (_FoundInfLater). An enabled GradScaler is told when it
+is made: TRAINSCOPE_ON_NONFINITE=abort then stops only on an inf/nan whose step was not skipped.
 """
 
 import array
@@ -35,7 +36,7 @@ import warnings
 import weakref
 
 _VERSION = 1
-_ROOT, _BACKWARD, _STEP_SKIPPED = 1, 2, 4
+_ROOT, _BACKWARD, _STEP_SKIPPED, _LOSS_SCALER, _BESIDE = 1, 2, 4, 8, 16
 _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
 # Where a fused optimizer's found-inf is read at once (host memory) and where it is copied back first (_FoundInfLater).
 # Another device's (XPU, MPS) is not read: its skips are not told.
@@ -162,6 +163,7 @@ class _Hooks:
         self._found_inf_later = []  # _FoundInfLater, oldest first
         self._exit_check_registered = False
         self._read_fused_found_inf = True
+        self._told_loss_scaler = False
         self._deferred = []  # backward frames waiting for the other hooks of their gradient (_defer)
         self._deferred_lock = threading.Lock()
         self._flush_queued = False
@@ -284,9 +286,15 @@ class _Hooks:
         scaler = getattr(getattr(getattr(self._torch, "amp", None), "grad_scaler", None), "GradScaler", None)
         original = scaler.__dict__.get("_maybe_opt_step") if scaler is not None else None
         original_step = scaler.__dict__.get("step") if scaler is not None else None
-        if original is None or not callable(original) or original_step is None or not callable(original_step):
+        original_init = scaler.__dict__.get("__init__") if scaler is not None else None
+        if not all(callable(f) for f in (original, original_step, original_init)):
             return  # another PyTorch: no step is told skipped (the frames are the same)
         hooks = self
+
+        def __init__(scaler_self, *args, **kwargs):
+            original_init(scaler_self, *args, **kwargs)
+            if getattr(scaler_self, "_enabled", False):
+                hooks._loss_scaler_made(type(scaler_self).__name__)
 
         def _maybe_opt_step(scaler_self, optimizer, optimizer_state, *args, **kwargs):
             try:
@@ -305,8 +313,8 @@ class _Hooks:
                 hooks._found_inf_of_fused_step(scaler_self, optimizer)
             return result
 
-        for attribute, wrapper, wrapped in (("_maybe_opt_step", _maybe_opt_step, original), ("step", step,
-                                                                                              original_step)):
+        for attribute, wrapper, wrapped in (("_maybe_opt_step", _maybe_opt_step, original),
+                                            ("step", step, original_step), ("__init__", __init__, original_init)):
             wrapper.__wrapped__ = wrapped
             wrapper.__doc__ = getattr(wrapped, "__doc__", None)
             wrapper.__name__ = wrapped.__name__
@@ -362,6 +370,18 @@ class _Hooks:
     def _found_inf_at_exit(self):
         if not self._stopped:
             self._check_found_inf_later()  # raises nothing: exit goes on, at worst without the last skips
+
+    def _loss_scaler_made(self, scaler_name):
+        """An enabled loss scaler exists in this process, told once, before the gradients it scales: with
+        TRAINSCOPE_ON_NONFINITE=abort the library then waits for a batch's step before stopping on its inf/nan."""
+        if self._told_loss_scaler:
+            return
+        self._told_loss_scaler = True
+        try:
+            if not self._stopped:
+                self._send(scaler_name, "loss scaler", array.array("q", (_VERSION, _LOSS_SCALER, 0)), [])
+        except Exception as error:
+            self._stop("telling a loss scaler failed (%r)" % (error,))
 
     def _step_skipped(self, scaler_name, batches_ago=0):
         try:
@@ -488,8 +508,10 @@ class _Hooks:
                 self._batch_root_size = len(running.names)
                 if self._batch_root() is not module:
                     self._batch_root = weakref.ref(module)
+            # A smaller root's tree (a loss module called beside the model) runs within the batch in progress.
+            beside = len(running.names) < self._batch_root_size
             if watched or batch_root:
-                self._frame(module, name, args, output, batch_root, watched)
+                self._frame(module, name, args, output, batch_root, watched, beside)
             if running.gradients is not None:
                 self._watch_outputs(running.gradients, output)
         except Exception as error:
@@ -617,13 +639,14 @@ class _Hooks:
 
     # ---- the frame ----------------------------------------------------------------------------------------------
 
-    def _frame(self, module, name, args, output, root, watched):
-        if self._after_root:  # this frame begins the engine's next batch
-            if self._found_inf_later:
-                self._check_found_inf_later()
-            self._batches_begun += 1
-        self._after_root = root
-        words = array.array("q", (_VERSION, _ROOT if root else 0, 0))
+    def _frame(self, module, name, args, output, root, watched, beside=False):
+        if not beside:
+            if self._after_root:  # this frame begins the engine's next batch
+                if self._found_inf_later:
+                    self._check_found_inf_later()
+                self._batches_begun += 1
+            self._after_root = root
+        words = array.array("q", (_VERSION, _ROOT if root else _BESIDE if beside else 0, 0))
         labels = []
         if watched:
             seen = set()

@@ -278,7 +278,7 @@ bool FrameFeed::pass(const recorder::FileHeader* header) {
 
 uint64_t FrameFeed::frames_waiting() const {
   uint64_t waiting = 0;
-  for (const Pending& p : backlog_) waiting += p.batch_start || p.step_skipped ? 0 : 1;
+  for (const Pending& p : backlog_) waiting += p.batch_start || p.event() ? 0 : 1;
   return waiting;
 }
 
@@ -339,6 +339,7 @@ void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
     module_batches_ = true;
     module_batch_ = tracker_.current_batch();
   }
+  // A frame beside the model (a loss module's) is of the batch in progress: it begins none.
   const bool forward = r.aux == recorder::kModuleRecordForward || r.aux == recorder::kModuleRecordRoot;
   if (module_batches_ && module_batch_ended_ && forward) {
     module_batch_ended_ = false;
@@ -346,6 +347,12 @@ void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
     backlog_.push_back({true, module_batch_, 0, position, true, {}});
   }
   const uint64_t batch = module_batches_ ? module_batch_ : tracker_.current_batch();
+  if (r.aux == recorder::kModuleRecordLossScaler) {
+    Pending scaler{false, batch, index, position, true, r};
+    scaler.loss_scaler = true;
+    backlog_.push_back(scaler);
+    return;
+  }
   if (r.aux == recorder::kModuleRecordStepSkipped) {
     // A skip read late (a fused optimizer's, from a GPU's found-inf) is put back in its step's batch; a batch of
     // TRAINSCOPE_STEP_MARKER's is not counted in module forwards: there it is the batch it was read in.
@@ -419,10 +426,11 @@ void FrameFeed::drain_backlog() {
       backlog_.pop_front();
       continue;
     }
-    if (front.step_skipped) {
+    if (front.event()) {
       release_held();  // the frames before it first
       frames::FrameUpdate update;
-      update.step_skipped_batch = front.batch;
+      if (front.step_skipped) update.step_skipped_batch = front.batch;
+      update.loss_scaler = front.loss_scaler;
       apply(update, nullptr);
       backlog_.pop_front();
       continue;

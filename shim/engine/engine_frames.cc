@@ -13,6 +13,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,6 +28,7 @@
 #include "base/wake_flag.h"
 #include "collectors/frames/batch_tracker.h"
 #include "collectors/frames/frame_window.h"
+#include "collectors/frames/held_nonfinite_stops.h"
 #include "reports/exchange_reports.h"
 #include "reports/frame_report.h"
 #include "reports/recorder_report.h"
@@ -375,16 +378,33 @@ class FrameThread {
   }
 
   void apply(const frames::FrameUpdate& update, const frames::Frame* frame) {
+    if (update.loss_scaler) loss_scaler_ = true;
+    if (update.batch_began && holds_stops()) {
+      if (const auto applied = held_stops_.batch_began(*update.batch_began))
+        stop_on_nonfinite(applied->batch, applied->frame_name, applied->label,
+                          "; the loss scaler did not skip that batch's optimizer step");
+    }
     if (update.trace_frame) trace(*update.trace_frame, update.trace_batch_start);
     for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
     if (update.detection) detected(*update.detection);
+    if (update.nonfinite_batch && holds_stops()) held_stops_.hold(*update.nonfinite_batch);
     if (update.persistent) persistent(*update.persistent);
     if (update.step_skipped_batch) step_skipped(*update.step_skipped_batch);
   }
 
+  // A frame as the reports name it: a module by its qualified name and class ("head.proj Linear (backward)").
+  static std::string title(const frames::Frame& frame) {
+    return frame.module ? reports::module_title(frame.name, frame.kind) : frame.name;
+  }
+
+  // TRAINSCOPE_ON_NONFINITE=abort with a loss scaler in the process: a batch's inf/nan stops the job only once its
+  // step was not skipped (collectors/frames/held_nonfinite_stops.h).
+  bool holds_stops() const { return loss_scaler_ && config_.on_nonfinite == NonfinitePolicy::kAbort; }
+
   // A loss scaler skipped a batch's optimizer step (TRAINSCOPE_WATCH=modules: the hooks saw AMP's GradScaler do it):
   // the inf/nan of that batch's gradients is what the scaler looks for, and the job goes on.
   void step_skipped(uint64_t batch) {
+    held_stops_.step_skipped(batch);
     skipped_batches_.push_back(batch);
     const std::string who = rank() >= 0 ? "rank " + std::to_string(rank()) : std::string("this process");
     const std::string line = who + ": the loss scaler skipped the optimizer step of batch " + std::to_string(batch) +
@@ -457,23 +477,31 @@ class FrameThread {
     // What the coordinator needs for the origin: the detecting frame, and whether this rank sent the value.
     const reports::FrameRow* row = last.first_nonfinite_row();
     const reports::FirstNonfinite first = first_nonfinite(detection, report.rank);
-    const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort;
+    const bool stop = config_.on_nonfinite == NonfinitePolicy::kAbort && !holds_stops();
+    first_ = first;
+    first_stack_id_ = stack_id;
     report_first_nonfinite(first, stack_id, stop);
-    if (!stop) return;
+    if (stop) stop_on_nonfinite(detection.batch, title(last), row != nullptr ? row->label : "", "");
+  }
 
-    const std::string message =
-        reports::format_nonfinite_abort(detection.batch, last.name, row != nullptr ? row->label : "");
-    write(run_files::per_process_name(run_files::ReportKind::kStop, report.rank, pid()), message,
+  // Stops the job (TRAINSCOPE_ON_NONFINITE=abort): the stop report, then the coordinator's verdict stops every rank;
+  // without one this rank stops on its own. Never returns.
+  [[noreturn]] void stop_on_nonfinite(uint64_t batch, const std::string& frame_name, const std::string& label,
+                                      std::string_view why) {
+    const std::string message = reports::format_nonfinite_abort(batch, frame_name, label, why);
+    write(run_files::per_process_name(run_files::ReportKind::kStop, rank(), pid()), message,
           {{"kind", "stop"},
-           {"rank", report.rank},
+           {"rank", rank()},
            {"reason", "nonfinite"},
-           {"batch_number", detection.batch},
+           {"batch_number", batch},
            {"message", message.substr(0, message.size() - 1)}});
     log(LogLevel::kError, message.substr(0, message.size() - 1).c_str());
+    // A held stop asks now: the coordinator took this rank's first inf/nan without a stop at its detection.
+    if (holds_stops() && first_) report_first_nonfinite(*first_, first_stack_id_, true);
     // The coordinator stops every rank, this one too, once the others' first frames had a moment to arrive: its
     // verdict ends the process while this thread waits. Without one, this rank stops on its own.
     if (exchange_running()) std::this_thread::sleep_for(kStopVerdictWait);
-    stop_rank(header_, recorder::StopReason::kNonfinite, detection.batch);
+    stop_rank(header_, recorder::StopReason::kNonfinite, batch);
   }
 
   void persistent(const frames::PersistentOverflow& overflow) {
@@ -481,12 +509,18 @@ class FrameThread {
     report.rank = rank();
     for (const frames::StreakBatch& b : overflow.batches) {
       const reports::FrameRow* row = b.first_nonfinite.first_nonfinite_row();
-      report.batches.push_back({b.batch, b.first_nonfinite.name, row != nullptr ? row->label : ""});
+      report.batches.push_back({b.batch, title(b.first_nonfinite), row != nullptr ? row->label : ""});
     }
     const std::string text = reports::format_overflow_streak_text(report);
     write(run_files::per_process_name(run_files::ReportKind::kOverflowStreak, report.rank, pid()), text,
           reports::overflow_streak_json(report));
     log(LogLevel::kError, text.substr(0, text.size() - 1).c_str());
+    if (holds_stops() && !report.batches.empty()) {
+      const auto& newest = report.batches.back();
+      stop_on_nonfinite(newest.batch_number, newest.first_frame, newest.first_label,
+                        "; the loss scaler did not get past inf/nan in " + std::to_string(report.batches.size()) +
+                            " batches in a row");
+    }
   }
 
   Config config_;
@@ -498,6 +532,10 @@ class FrameThread {
   nlohmann::json near_json_ = nlohmann::json::array();
   std::string skipped_text_;
   std::vector<uint64_t> skipped_batches_;
+  bool loss_scaler_ = false;  // a loss scaler is enabled in this process (the module hooks said so)
+  frames::HeldNonfiniteStops held_stops_;
+  std::optional<reports::FirstNonfinite> first_;  // this rank's first inf/nan, for a held stop's request
+  uint32_t first_stack_id_ = 0;
   std::unordered_set<std::string> write_failures_;  // "cannot write <path>" already said
   std::mutex mutex_;
   std::condition_variable wake_;

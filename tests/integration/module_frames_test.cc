@@ -530,6 +530,52 @@ TEST_P(ModuleBackwardFrames, AStepAFusedOptimizerSkippedIsToldInItsBatchEvenWhen
   EXPECT_EQ(first_digests, unwatched.out);
 }
 
+// TRAINSCOPE_ON_NONFINITE=abort in a job with a loss scaler: the overflow the scaler skips does not stop it; the
+// inf/nan of a step that was applied does, and so does an overflow the scaler never gets past.
+TEST_P(ModuleBackwardFrames, UnderALossScalerAbortStopsOnlyWhereTheStepWasNotSkipped) {
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string stop;  // the stop report's message ("": no stop)
+  };
+  // The last case calls its loss module (MSELoss) beside the model: its frame is of the batch in progress, so each
+  // step's skip is told in that step's batch (1, 2, 3), never the next, and only the streak stops it.
+  const std::vector<Case> cases = {
+      {{"--grad-scaler"}, 0, ""},
+      {{"--grad-scaler", "--fused", "--steps", "6", "--found-inf-read-late", "2"}, 0, ""},  // told a batch late
+      {{"--grad-scaler", "--scaler-bypassed", "--steps", "6"},
+       87,
+       "trainscope: stopping: inf/nan detected during batch_number=2 in head.proj Linear (backward) grad_input[0]; "
+       "the loss scaler did not skip that batch's optimizer step (TRAINSCOPE_ON_NONFINITE=abort)\n"},
+      {{"--grad-scaler", "--no-overflow", "--nan-weight-batch", "1", "--steps", "8"},
+       87,
+       "trainscope: stopping: inf/nan detected during batch_number=3 in head.proj Linear weight; the loss scaler did "
+       "not get past inf/nan in 3 batches in a row (TRAINSCOPE_ON_NONFINITE=abort)\n"},
+  };
+  for (const Case& c : cases) {
+    std::string job_args;
+    for (const std::string& arg : c.args) job_args += arg + " ";
+    SCOPED_TRACE(job_args);
+    testing::TempDir dir;
+    testing::ProcessOptions options = backward_options(dir);
+    options.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+    options.env["TRAINSCOPE_OVERFLOW_STREAK"] = "3";
+    const testing::ProcessResult watched = testing::run_process(backward_job(c.args), options);
+    EXPECT_EQ(watched.exit_code, c.exit_code) << watched.out << watched.err;
+    EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number="), std::string::npos);
+    if (c.stop.empty()) {
+      EXPECT_NE(watched.out.find("done"), std::string::npos) << watched.out << watched.err;
+      EXPECT_NE(report(dir, "step-skipped-").find("the loss scaler skipped the optimizer step of batch 2 ("),
+                std::string::npos);
+      int stops = 0;
+      report(dir, "stop-", &stops);
+      EXPECT_EQ(stops, 0);
+    } else {
+      EXPECT_EQ(report(dir, "stop-"), c.stop);
+    }
+  }
+}
+
 TEST_P(ModuleBackwardFrames, WithoutBackwardTheForwardSeesTheInfOnlyAStepLater) {
   testing::TempDir dir;
   testing::ProcessOptions options = torch_options(dir);  // modules only

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace {
@@ -186,3 +187,24 @@ TEST(FrameWindow, AbortAfterBatchFiresWhenBatchNEnds) {
 }
 
 }  // namespace
+
+// What TRAINSCOPE_ON_NONFINITE=abort judges by under a loss scaler: each batch the window moves to, and each batch's
+// first frame with inf/nan, the detection's and every later one's.
+TEST(FrameWindow, TellsEachBatchItMovesToAndEachBatchsFirstNonFiniteFrame) {
+  FrameWindow w;
+  EXPECT_EQ(w.on_batch_start(1).batch_began, std::optional<std::uint64_t>(1));
+  EXPECT_FALSE(w.on_batch_start(1).batch_began.has_value());  // not a move
+  const FrameUpdate first = w.add_frame(frame("a", 1, 1.0, true));
+  ASSERT_TRUE(first.nonfinite_batch.has_value());
+  EXPECT_EQ(first.nonfinite_batch->batch, 1u);
+  EXPECT_EQ(first.nonfinite_batch->frame_name, "a");
+  EXPECT_EQ(first.nonfinite_batch->label, "output");
+  EXPECT_TRUE(first.detection.has_value());
+  EXPECT_FALSE(w.add_frame(frame("b", 1, 1.0, true)).nonfinite_batch.has_value());  // not the batch's first
+  const FrameUpdate later = w.add_frame(frame("c", 2, 1.0, true));  // a frame of the next batch moves the window
+  EXPECT_EQ(later.batch_began, std::optional<std::uint64_t>(2));
+  ASSERT_TRUE(later.nonfinite_batch.has_value());
+  EXPECT_EQ(later.nonfinite_batch->batch, 2u);
+  EXPECT_EQ(later.nonfinite_batch->frame_name, "c");
+  EXPECT_FALSE(later.detection.has_value());  // the detection is once
+}

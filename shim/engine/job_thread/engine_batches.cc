@@ -97,7 +97,8 @@ void batch_gate_call(const recorder::Record& record) {
   BatchGate* gate = g_gate;
   const Op op = static_cast<Op>(record.op);
   if (gate != nullptr && op == Op::kModuleForward) {
-    // A module's gradients and a skipped step belong to the batch of the forward before them: they never stop it.
+    // A module's gradients, a skipped step and a frame beside the model (a loss module's) belong to the batch of the
+    // forward before them: they never stop it.
     if (record.aux != recorder::kModuleRecordForward && record.aux != recorder::kModuleRecordRoot) return;
     if (gate->on_module(record.aux == recorder::kModuleRecordRoot)) g_stop(gate->last_batch());
     return;

@@ -7,13 +7,16 @@ receives is finite and the one it passes back (grad_input = grad_output x weight
 module whose backward makes an inf. The body has a ReLU(inplace=True), which PyTorch's own full backward hooks refuse.
 
   module_backward_job.py [--steps N] [--overflow-batch B] [--grad-scaler] [--fused] [--found-inf-read-late N]
-                         [--digest] [--no-overflow] [--device cpu|cuda] [--sync-check]
+                         [--digest] [--no-overflow] [--device cpu|cuda] [--sync-check] [--scaler-bypassed]
+                         [--nan-weight-batch B]
 
 --grad-scaler trains through AMP's GradScaler (device "cpu", init_scale = --loss-scale), which skips the optimizer
 step of the batch whose gradients hold inf/nan. --fused uses SGD(fused=True), which takes GradScaler's found-inf and
 skips its update itself. --found-inf-read-late N stands in for a GPU behind the host: trainscope's hooks read the
 fused step's found-inf as they read a CUDA one (_FoundInfLater), and the copy is back at their Nth look (one look per
-batch start, one at exit). --digest prints a digest of every gradient and weight after each step: runs with and without
+batch start, one at exit). --scaler-bypassed makes the GradScaler but steps the optimizer itself (a job's bug: the
+overflowed gradients are applied). --nan-weight-batch B writes a nan into head.proj's weight before batch B's forward,
+for good: every later gradient holds nan and the scaler skips every step. --digest prints a digest of every gradient and weight after each step: runs with and without
 trainscope must print the same. --device cuda trains on the GPU (tests/gpu/module_frames_gpu.sh); --sync-check then
 runs every step after the first in PyTorch's sync debug mode "error", so that a hook that synchronised the host with
 the GPU would raise (with --fused: GradScaler's own check synchronises).
@@ -97,6 +100,8 @@ def main():
     parser.add_argument("--no-overflow", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sync-check", action="store_true")
+    parser.add_argument("--scaler-bypassed", action="store_true")
+    parser.add_argument("--nan-weight-batch", type=int, default=-1)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -114,12 +119,15 @@ def main():
         if step == args.overflow_batch and not args.no_overflow:
             with torch.no_grad():
                 model.head.proj.weight.mul_(args.weight_scale)
+        if step == args.nan_weight_batch:
+            with torch.no_grad():
+                model.head.proj.weight[0, 0] = float("nan")
         x = torch.randn(4, 8, generator=generator, device=args.device)
         target = torch.zeros(4, 4, device=args.device)
         optimizer.zero_grad()
         out = model(x)
         loss = criterion(out, target) if args.no_overflow else out.mean()
-        if scaler is not None:
+        if scaler is not None and not args.scaler_bypassed:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
