@@ -36,6 +36,7 @@ inline constexpr uint64_t kModuleRecordBackward = 2;
 inline constexpr uint64_t kModuleRecordStepSkipped = 3;
 inline constexpr uint64_t kModuleRecordLossScaler = 4;
 inline constexpr uint64_t kModuleRecordBeside = 5;
+inline constexpr uint64_t kModuleRecordStepApplied = 6;
 
 // Every intercepted NCCL entry point. Values are stable: they are stored in files.
 enum class Op : uint16_t {
@@ -204,7 +205,9 @@ enum RecordFlags : uint8_t {
 //                                                              kModuleRecordLossScaler (4: a loss scaler is enabled
 //                                                              in the process; no frame, not watched) or
 //                                                              kModuleRecordBeside (5: a forward in a smaller root's
-//                                                              tree, a loss module's: begins no batch)
+//                                                              tree, a loss module's: begins no batch) or
+//                                                              kModuleRecordStepApplied (6: the loss scaler's step
+//                                                              was applied; as kModuleRecordStepSkipped)
 //                   caller    a hash of the module's qualified name and class (its call site for near overflow)
 // rank, nranks, peer, redop and dtype are kUnknown, comm_id and site 0. The name and the rows are the engine's (the
 // frame reports); the record keeps the frames in one order with the job's collectives and launches.

@@ -33,6 +33,9 @@ inline constexpr int64_t kModuleFrameLossScaler = 8;
 // flags: the forward of a module in a smaller root's tree than the model's (a loss module called beside the model):
 // a frame of the batch in progress, which it neither begins nor ends.
 inline constexpr int64_t kModuleFrameBeside = 16;
+// flags: no frame, an event: a loss scaler's step was applied (its gradients were finite); zero rows, words[3] as for
+// kModuleFrameStepSkipped. Every step of the scaler is told, skipped or applied.
+inline constexpr int64_t kModuleFrameStepApplied = 32;
 inline constexpr int64_t kModuleRowHead = 7;  // words of a row before its sizes and strides
 inline constexpr int64_t kModuleMaxDims = 64;
 

@@ -120,22 +120,25 @@ extern "C" __attribute__((visibility("default"))) int trainscope_module_frame(co
   // aux: kModuleRecordRoot, kModuleRecordBackward, kModuleRecordStepSkipped, kModuleRecordLossScaler or
   // kModuleRecordBeside (flight_record_format.h).
   const int64_t flags = words[1];
-  // count: the frame's rows; for a skipped step, how many batches ago it was.
-  const int64_t count = (flags & kModuleFrameStepSkipped) != 0 ? (word_count > 3 ? words[3] : 0) : words[2];
+  // count: the frame's rows; for a loss scaler's step, how many batches ago it was.
+  const bool step = (flags & (kModuleFrameStepSkipped | kModuleFrameStepApplied)) != 0;
+  const int64_t count = step ? (word_count > 3 ? words[3] : 0) : words[2];
   record.count = static_cast<uint64_t>(count > 0 ? count : 0);
-  record.aux = (flags & kModuleFrameStepSkipped) != 0  ? recorder::kModuleRecordStepSkipped
-               : (flags & kModuleFrameLossScaler) != 0 ? recorder::kModuleRecordLossScaler
-               : (flags & kModuleFrameBackward) != 0   ? recorder::kModuleRecordBackward
-               : (flags & kModuleFrameRoot) != 0       ? recorder::kModuleRecordRoot
-               : (flags & kModuleFrameBeside) != 0     ? recorder::kModuleRecordBeside
-                                                       : recorder::kModuleRecordForward;
+  record.aux = (flags & kModuleFrameStepSkipped) != 0   ? recorder::kModuleRecordStepSkipped
+               : (flags & kModuleFrameStepApplied) != 0 ? recorder::kModuleRecordStepApplied
+               : (flags & kModuleFrameLossScaler) != 0  ? recorder::kModuleRecordLossScaler
+               : (flags & kModuleFrameBackward) != 0    ? recorder::kModuleRecordBackward
+               : (flags & kModuleFrameRoot) != 0        ? recorder::kModuleRecordRoot
+               : (flags & kModuleFrameBeside) != 0      ? recorder::kModuleRecordBeside
+                                                        : recorder::kModuleRecordForward;
   // A module's gradients are a call site of their own (near overflow is said once per site).
   record.caller = module_site(name, kind) ^ (record.aux == recorder::kModuleRecordBackward ? 0x9e3779b97f4a7c15ull : 0);
   record.rank = record.nranks = record.peer = record.redop = recorder::kUnknown;
   record.dtype = recorder::kUnknown;
-  // A skipped step and a loss scaler are events for the frame feed: no statistics, nothing on the watch board.
-  const bool event =
-      record.aux == recorder::kModuleRecordStepSkipped || record.aux == recorder::kModuleRecordLossScaler;
+  // A loss scaler and its steps are events for the frame feed: no statistics, nothing on the watch board.
+  const bool event = record.aux == recorder::kModuleRecordStepSkipped ||
+                     record.aux == recorder::kModuleRecordStepApplied ||
+                     record.aux == recorder::kModuleRecordLossScaler;
   record.flags = event ? 0 : recorder::kFlagWatched;
   const recorder::Pending pending = g_runtime.writer.append(record, 0, record.start_ns);
   // TRAINSCOPE_ABORT_AFTER_BATCH: the first module forward of batch N+1 stops the rank here (never returns).

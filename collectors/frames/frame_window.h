@@ -102,6 +102,7 @@ struct FrameUpdate {
   // A loss scaler (AMP's GradScaler) skipped the optimizer step of this batch: its gradients held inf/nan, and the
   // job goes on with a lower scale (the frame feed's, from a module record; never the window's).
   std::optional<std::uint64_t> step_skipped_batch;
+  std::optional<std::uint64_t> step_applied_batch;  // the loss scaler applied this batch's step (the feed's, too)
   // A loss scaler is enabled in this process (the frame feed's, from a module record): TRAINSCOPE_ON_NONFINITE=abort
   // then judges each batch with inf/nan by whether its step was skipped.
   bool loss_scaler = false;

@@ -36,7 +36,7 @@ import warnings
 import weakref
 
 _VERSION = 1
-_ROOT, _BACKWARD, _STEP_SKIPPED, _LOSS_SCALER, _BESIDE = 1, 2, 4, 8, 16
+_ROOT, _BACKWARD, _STEP_SKIPPED, _LOSS_SCALER, _BESIDE, _STEP_APPLIED = 1, 2, 4, 8, 16, 32
 _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
 # Where a fused optimizer's found-inf is read at once (host memory) and where it is copied back first (_FoundInfLater).
 # Another device's (XPU, MPS) is not read: its skips are not told.
@@ -302,8 +302,7 @@ class _Hooks:
             except Exception:
                 found = 0
             result = original(scaler_self, optimizer, optimizer_state, *args, **kwargs)
-            if found:
-                hooks._step_skipped(type(scaler_self).__name__)
+            hooks._step_taken(type(scaler_self).__name__, bool(found))
             return result
 
         def step(scaler_self, optimizer, *args, **kwargs):
@@ -330,11 +329,11 @@ class _Hooks:
             state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer))
             found = list(state["found_inf_per_device"].values()) if state else []
             host = [t for t in found if t.device.type in _READ_NOW]
-            if host and sum(t.item() for t in host):
-                self._step_skipped(type(scaler).__name__)
-                return
             device = [t for t in found if t.device.type in _READ_LATER]
-            if device:
+            host_found = bool(sum(t.item() for t in host))
+            if host_found or (host and not device):
+                self._step_taken(type(scaler).__name__, host_found)
+            elif device:
                 self._found_inf_later.append(_FoundInfLater(self._torch, device, type(scaler).__name__,
                                                             self._batches_begun))
                 del self._found_inf_later[:-64]  # a GPU 64 batches behind: those skips are not told
@@ -355,8 +354,7 @@ class _Hooks:
         try:
             while self._found_inf_later and self._found_inf_later[0].ready():
                 later = self._found_inf_later.pop(0)
-                if later.found():
-                    self._step_skipped(later.scaler_name, self._batches_begun - later.batches_begun)
+                self._step_taken(later.scaler_name, later.found(), self._batches_begun - later.batches_begun)
         except Exception as error:
             self._found_inf_unreadable(error)
 
@@ -383,14 +381,16 @@ class _Hooks:
         except Exception as error:
             self._stop("telling a loss scaler failed (%r)" % (error,))
 
-    def _step_skipped(self, scaler_name, batches_ago=0):
+    def _step_taken(self, scaler_name, skipped, batches_ago=0):
+        """The loss scaler's step: skipped (its gradients held inf/nan) or applied, batches_ago batches ago. Every step
+        is told: under TRAINSCOPE_ON_NONFINITE=abort an applied one over a batch with inf/nan stops the job."""
         try:
             if self._stopped:
                 return
-            words = array.array("q", (_VERSION, _STEP_SKIPPED, 0, batches_ago))
-            self._send(scaler_name, "step skipped", words, [])
+            words = array.array("q", (_VERSION, _STEP_SKIPPED if skipped else _STEP_APPLIED, 0, batches_ago))
+            self._send(scaler_name, "step skipped" if skipped else "step applied", words, [])
         except Exception as error:
-            self._stop("telling a skipped step failed (%r)" % (error,))
+            self._stop("telling a loss scaler's step failed (%r)" % (error,))
 
     # ---- which module, named how --------------------------------------------------------------------------------
 

@@ -353,13 +353,14 @@ void FrameFeed::on_module(uint64_t index, const Record& r, uint64_t position) {
     backlog_.push_back(scaler);
     return;
   }
-  if (r.aux == recorder::kModuleRecordStepSkipped) {
-    // A skip read late (a fused optimizer's, from a GPU's found-inf) is put back in its step's batch; a batch of
+  if (r.aux == recorder::kModuleRecordStepSkipped || r.aux == recorder::kModuleRecordStepApplied) {
+    // A step read late (a fused optimizer's, from a GPU's found-inf) is put back in its step's batch; a batch of
     // TRAINSCOPE_STEP_MARKER's is not counted in module forwards: there it is the batch it was read in.
     const uint64_t ago = module_batches_ ? std::min<uint64_t>(r.count, batch) : 0;
-    Pending skipped{false, batch - ago, index, position, true, r};
-    skipped.step_skipped = true;
-    backlog_.push_back(skipped);
+    Pending step{false, batch - ago, index, position, true, r};
+    step.step_skipped = r.aux == recorder::kModuleRecordStepSkipped;
+    step.step_applied = !step.step_skipped;
+    backlog_.push_back(step);
     return;
   }
   if ((r.flags & recorder::kFlagWatched) != 0) backlog_.push_back({false, batch, index, position, true, r});
@@ -430,6 +431,7 @@ void FrameFeed::drain_backlog() {
       release_held();  // the frames before it first
       frames::FrameUpdate update;
       if (front.step_skipped) update.step_skipped_batch = front.batch;
+      if (front.step_applied) update.step_applied_batch = front.batch;
       update.loss_scaler = front.loss_scaler;
       apply(update, nullptr);
       backlog_.pop_front();

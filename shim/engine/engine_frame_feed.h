@@ -74,8 +74,9 @@ class FrameFeed {
     bool settled = true;        // `batch` is the call's number (else its provisional number: auto, period not known)
     recorder::Record record{};  // a launch's record (grid, block, stream: the frame's launch object)
     bool step_skipped = false;  // not a frame: a loss scaler skipped batch `batch`'s optimizer step
+    bool step_applied = false;  // not a frame: a loss scaler applied batch `batch`'s optimizer step
     bool loss_scaler = false;   // not a frame: a loss scaler is enabled in this process
-    bool event() const { return step_skipped || loss_scaler; }
+    bool event() const { return step_skipped || step_applied || loss_scaler; }
   };
 
   void on_record(uint64_t index, const recorder::Record& r);

@@ -382,8 +382,9 @@ class FrameThread {
     if (update.batch_began && holds_stops()) {
       if (const auto applied = held_stops_.batch_began(*update.batch_began))
         stop_on_nonfinite(applied->batch, applied->frame_name, applied->label,
-                          "; the loss scaler did not skip that batch's optimizer step");
+                          "; the loss scaler did not skip the optimizer step after it");
     }
+    if (update.step_applied_batch) held_stops_.step_applied(*update.step_applied_batch);
     if (update.trace_frame) trace(*update.trace_frame, update.trace_batch_start);
     for (const frames::NearOverflow& near : update.near_overflow) near_overflow(near, frame);
     if (update.detection) detected(*update.detection);

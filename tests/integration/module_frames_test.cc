@@ -530,23 +530,23 @@ TEST_P(ModuleBackwardFrames, AStepAFusedOptimizerSkippedIsToldInItsBatchEvenWhen
   EXPECT_EQ(first_digests, unwatched.out);
 }
 
-// TRAINSCOPE_ON_NONFINITE=abort in a job with a loss scaler: the overflow the scaler skips does not stop it; the
-// inf/nan of a step that was applied does, and so does an overflow the scaler never gets past.
+// TRAINSCOPE_ON_NONFINITE=abort in a job with a loss scaler: the overflow the scaler skips does not stop it; an
+// inf/nan the scaler applies a step over does, and so does an overflow the scaler never gets past.
 TEST_P(ModuleBackwardFrames, UnderALossScalerAbortStopsOnlyWhereTheStepWasNotSkipped) {
   struct Case {
     std::vector<std::string> args;
     int exit_code;
     std::string stop;  // the stop report's message ("": no stop)
   };
-  // The last case calls its loss module (MSELoss) beside the model: its frame is of the batch in progress, so each
-  // step's skip is told in that step's batch (1, 2, 3), never the next, and only the streak stops it.
+  // The last two call their loss module (MSELoss) beside the model: its frame is of the batch in progress, so each
+  // step is told in its own batch, never the next (the last one's skips in 1, 2, 3: only the streak stops it).
   const std::vector<Case> cases = {
       {{"--grad-scaler"}, 0, ""},
       {{"--grad-scaler", "--fused", "--steps", "6", "--found-inf-read-late", "2"}, 0, ""},  // told a batch late
-      {{"--grad-scaler", "--scaler-bypassed", "--steps", "6"},
+      {{"--grad-scaler", "--no-overflow", "--inf-unused-batch", "2", "--steps", "5"},  // an inf the scaler never sees
        87,
-       "trainscope: stopping: inf/nan detected during batch_number=2 in head.proj Linear (backward) grad_input[0]; "
-       "the loss scaler did not skip that batch's optimizer step (TRAINSCOPE_ON_NONFINITE=abort)\n"},
+       "trainscope: stopping: inf/nan detected during batch_number=2 in head.proj Linear input[0]; the loss scaler "
+       "did not skip the optimizer step after it (TRAINSCOPE_ON_NONFINITE=abort)\n"},
       {{"--grad-scaler", "--no-overflow", "--nan-weight-batch", "1", "--steps", "8"},
        87,
        "trainscope: stopping: inf/nan detected during batch_number=3 in head.proj Linear weight; the loss scaler did "

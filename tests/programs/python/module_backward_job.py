@@ -7,15 +7,15 @@ receives is finite and the one it passes back (grad_input = grad_output x weight
 module whose backward makes an inf. The body has a ReLU(inplace=True), which PyTorch's own full backward hooks refuse.
 
   module_backward_job.py [--steps N] [--overflow-batch B] [--grad-scaler] [--fused] [--found-inf-read-late N]
-                         [--digest] [--no-overflow] [--device cpu|cuda] [--sync-check] [--scaler-bypassed]
+                         [--digest] [--no-overflow] [--device cpu|cuda] [--sync-check] [--inf-unused-batch B]
                          [--nan-weight-batch B]
 
 --grad-scaler trains through AMP's GradScaler (device "cpu", init_scale = --loss-scale), which skips the optimizer
 step of the batch whose gradients hold inf/nan. --fused uses SGD(fused=True), which takes GradScaler's found-inf and
 skips its update itself. --found-inf-read-late N stands in for a GPU behind the host: trainscope's hooks read the
 fused step's found-inf as they read a CUDA one (_FoundInfLater), and the copy is back at their Nth look (one look per
-batch start, one at exit). --scaler-bypassed makes the GradScaler but steps the optimizer itself (a job's bug: the
-overflowed gradients are applied). --nan-weight-batch B writes a nan into head.proj's weight before batch B's forward,
+batch start, one at exit). --inf-unused-batch B runs head.proj on an inf input before batch B's forward, under
+no_grad: an inf the gradients never see, so a loss scaler applies that step. --nan-weight-batch B writes a nan into head.proj's weight before batch B's forward,
 for good: every later gradient holds nan and the scaler skips every step. --digest prints a digest of every gradient and weight after each step: runs with and without
 trainscope must print the same. --device cuda trains on the GPU (tests/gpu/module_frames_gpu.sh); --sync-check then
 runs every step after the first in PyTorch's sync debug mode "error", so that a hook that synchronised the host with
@@ -100,7 +100,7 @@ def main():
     parser.add_argument("--no-overflow", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sync-check", action="store_true")
-    parser.add_argument("--scaler-bypassed", action="store_true")
+    parser.add_argument("--inf-unused-batch", type=int, default=-1)
     parser.add_argument("--nan-weight-batch", type=int, default=-1)
     args = parser.parse_args()
 
@@ -122,12 +122,15 @@ def main():
         if step == args.nan_weight_batch:
             with torch.no_grad():
                 model.head.proj.weight[0, 0] = float("nan")
+        if step == args.inf_unused_batch:
+            with torch.no_grad():
+                model.head(torch.full((4, 16), float("inf"), device=args.device))
         x = torch.randn(4, 8, generator=generator, device=args.device)
         target = torch.zeros(4, 4, device=args.device)
         optimizer.zero_grad()
         out = model(x)
         loss = criterion(out, target) if args.no_overflow else out.mean()
-        if scaler is not None and not args.scaler_bypassed:
+        if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
