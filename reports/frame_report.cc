@@ -300,6 +300,8 @@ std::string module_title(std::string_view name, std::string_view kind) {
   return name.empty() ? std::string(kind) : std::string(name) + ' ' + std::string(kind);
 }
 
+std::string frame_title(const Frame& frame) { return frame.module ? module_title(frame.name, frame.kind) : frame.name; }
+
 bool Frame::has_nonfinite() const { return first_nonfinite_row() != nullptr; }
 
 const FrameRow* Frame::first_nonfinite_row() const {

@@ -184,6 +184,8 @@ enum class NonfiniteKind : std::uint8_t { kInf = 0, kNan = 1 };
 inline constexpr std::string_view kModuleOpPrefix = "module ";
 // A module frame as its header names it: "<qualified name> <class>", the root (no name) by its class alone.
 std::string module_title(std::string_view name, std::string_view kind);
+// A frame as the reports name it: a module by module_title ("head.proj Linear (backward)"), any other by its name.
+std::string frame_title(const Frame& frame);
 
 struct FirstNonfinite {
   int32_t rank = -1;

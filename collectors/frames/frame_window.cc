@@ -103,8 +103,7 @@ FrameUpdate FrameWindow::add_frame(Frame frame) {
     if (!batch_first_nonfinite_) {
       const FrameRow* row = frame.first_nonfinite_row();
       update.nonfinite_batch =
-          NonfiniteBatch{frame.batch, frame.module ? reports::module_title(frame.name, frame.kind) : frame.name,
-                         row != nullptr ? row->label : ""};
+          NonfiniteBatch{frame.batch, reports::frame_title(frame), row != nullptr ? row->label : ""};
       batch_first_nonfinite_ = frame;
       if (options_.streak_batches > 0 && !streak_reported_ && streak_.size() + 1 >= options_.streak_batches) {
         streak_reported_ = true;

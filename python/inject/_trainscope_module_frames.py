@@ -11,7 +11,8 @@ it.
 Statistics are trainscope's, never torch's: each tensor goes to libtrainscope.so as its address, element count, type,
 sizes, strides, device and stream, in one call per frame (shim/module_frame_abi.h). A host tensor is read there, a
 CUDA tensor gets the statistics kernel on its current stream; nothing here synchronises, and a frame allocates no
-tensor and keeps none (only a fused optimizer's found-inf is copied back, 4 bytes a step: _FoundInfLater). A hook never raises into the job: what goes wrong is said once and the hooks stand down.
+tensor and keeps none (only a fused optimizer's found-inf is copied back, 4 bytes a step: _FoundInfLater). A hook
+never raises into the job: what goes wrong is said once and the hooks stand down.
 
 With TRAINSCOPE_WATCH=modules,backward a watched module's gradients are a frame of their own, after its backward:
 grad_output[i] (the gradient of the loss by its outputs), then grad_input[i] (by its positional inputs that require
@@ -300,9 +301,10 @@ class _Hooks:
             try:
                 found = sum(v.item() for v in optimizer_state["found_inf_per_device"].values())
             except Exception:
-                found = 0
+                found = None  # unreadable here: GradScaler decides alone, and nothing is told
             result = original(scaler_self, optimizer, optimizer_state, *args, **kwargs)
-            hooks._step_taken(type(scaler_self).__name__, bool(found))
+            if found is not None:
+                hooks._step_taken(type(scaler_self).__name__, bool(found))
             return result
 
         def step(scaler_self, optimizer, *args, **kwargs):

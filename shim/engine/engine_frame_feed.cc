@@ -223,7 +223,7 @@ reports::DetectionReport detection_report(const frames::Detection& detection, in
   for (const frames::Frame& f : detection.frames) report.frames.push_back(f);
   if (!detection.frames.empty()) {
     const frames::Frame& last = detection.frames.back();
-    report.first_nonfinite_frame = last.module ? reports::module_title(last.name, last.kind) : last.name;
+    report.first_nonfinite_frame = reports::frame_title(last);
   }
   return report;
 }

@@ -393,11 +393,6 @@ class FrameThread {
     if (update.step_skipped_batch) step_skipped(*update.step_skipped_batch);
   }
 
-  // A frame as the reports name it: a module by its qualified name and class ("head.proj Linear (backward)").
-  static std::string title(const frames::Frame& frame) {
-    return frame.module ? reports::module_title(frame.name, frame.kind) : frame.name;
-  }
-
   // TRAINSCOPE_ON_NONFINITE=abort with a loss scaler in the process: a batch's inf/nan stops the job only once its
   // step was not skipped (collectors/frames/held_nonfinite_stops.h).
   bool holds_stops() const { return loss_scaler_ && config_.on_nonfinite == NonfinitePolicy::kAbort; }
@@ -482,7 +477,7 @@ class FrameThread {
     first_ = first;
     first_stack_id_ = stack_id;
     report_first_nonfinite(first, stack_id, stop);
-    if (stop) stop_on_nonfinite(detection.batch, title(last), row != nullptr ? row->label : "", "");
+    if (stop) stop_on_nonfinite(detection.batch, reports::frame_title(last), row != nullptr ? row->label : "", "");
   }
 
   // Stops the job (TRAINSCOPE_ON_NONFINITE=abort): the stop report, then the coordinator's verdict stops every rank;
@@ -510,7 +505,7 @@ class FrameThread {
     report.rank = rank();
     for (const frames::StreakBatch& b : overflow.batches) {
       const reports::FrameRow* row = b.first_nonfinite.first_nonfinite_row();
-      report.batches.push_back({b.batch, title(b.first_nonfinite), row != nullptr ? row->label : ""});
+      report.batches.push_back({b.batch, reports::frame_title(b.first_nonfinite), row != nullptr ? row->label : ""});
     }
     const std::string text = reports::format_overflow_streak_text(report);
     write(run_files::per_process_name(run_files::ReportKind::kOverflowStreak, report.rank, pid()), text,
