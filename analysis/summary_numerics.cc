@@ -254,8 +254,8 @@ void skipped_steps_line(const RunSummary& summary, Analysis* a) {
   a->fields["skipped_steps"] = std::move(items);
   if (parts.empty()) return;
   a->lines.push_back("skipped steps: " + join_capped(parts, "; ") +
-                     " (the loss scaler found inf/nan in the gradients and skipped the optimizer step, then lowered "
-                     "its scale: how loss scaling works, not a failure)");
+                     " (the loss scaler found inf/nan in the gradients and skipped the optimizer step: how loss "
+                     "scaling works, not a failure)");
 }
 
 // "mismatch-3f2a9c-24", "mismatch-p2p-3f2a9c-2", "desync-3f2a9c-813-2" -> communicator and call number.

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Makes DEST a virtual environment with PyTorch and transformers from the package index, for the tests of module
-# frames (tests/integration/module_frames_test.cc): they run real models built from a config, on the CPU, with no
-# weights downloaded.
+# Makes DEST a virtual environment with PyTorch, transformers and DeepSpeed from the package index, for the tests of
+# module frames (tests/integration/module_frames_test.cc): they run real models built from a config, on the CPU, with
+# no weights downloaded, and DeepSpeed's loss-scaled training in one process.
 # Usage: torch_env.sh DEST [3.N]
 #   Without a version: the first of CPython 3.11, 3.12, 3.13, 3.10 this machine has (the test command's .torch, where
 #   every module-frame test runs). With one: that CPython (the test command's .torch-3.N, one for each version torch
 #   has a wheel for, where the module-frame tests run again).
 # Each CPython gets the newest torch with a wheel for it, pinned here: 3.11-3.14 torch 2.15, 3.10 torch 2.14 (torch 2.15
 # has no wheel for 3.10, and Ubuntu 22.04's Python is 3.10). 3.9 is past its end of life and its last torch is 2.8:
-# not tested.
+# not tested. DeepSpeed is pinned for all (0.19.8, pure Python: installed without compiling its ops).
 # Safe to run again: an environment already at the pinned versions is kept. The index's torch is its CUDA build; it
 # runs on a machine without a GPU, and its nvidia-* dependencies are what it needs to import (about 5 GB; installed by
 # uv, which links one unpacked copy of them into every venv: install_packages.sh).
@@ -54,15 +54,16 @@ case "$version" in
     exit 1
     ;;
 esac
-want="torch==$torch_version transformers==$transformers_version python$version"
+packages=("torch==$torch_version" "transformers==$transformers_version" "deepspeed==0.19.8")
+want="${packages[*]} python$version"
 stamp="$dest/TRAINSCOPE_PINS"
 if [ -x "$dest/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 rm -rf "$dest"
 "$python" -m venv "$dest"
-echo "torch_env: installing torch==$torch_version transformers==$transformers_version into $dest with $python"
-if ! install_packages "$dest/bin/python" "torch==$torch_version" "transformers==$transformers_version" >&2; then
+echo "torch_env: installing ${packages[*]} into $dest with $python"
+if ! install_packages "$dest/bin/python" "${packages[@]}" >&2; then
   echo "torch_env: could not install $want; its module-frame tests will skip" >&2
   rm -rf "$dest"
   exit 1

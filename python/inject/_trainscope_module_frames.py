@@ -23,8 +23,9 @@ backward hooks are not used: they wrap the inputs in a custom autograd Function,
 in place, ReLU(inplace=True), then fails; views of the inputs would change the order in which a tensor's gradients
 are summed.) AMP's GradScaler skipping a step is told to the library, so that the inf/nan it skipped is not called a
 failure: the step GradScaler itself skips, and the one a fused optimizer (Adam(fused=True)) skips given GradScaler's
-found-inf tensor, which is read without waiting on the GPU (_FoundInfLater). An enabled GradScaler is told when it
-is made: TRAINSCOPE_ON_NONFINITE=abort then stops only on an inf/nan whose step was not skipped.
+found-inf tensor, which is read without waiting on the GPU (_FoundInfLater); and so is the step DeepSpeed's own loss
+scaling skips (_DEEPSPEED_SKIPPING_OPTIMIZERS). An enabled loss scaler is told when it is made:
+TRAINSCOPE_ON_NONFINITE=abort then stops only on an inf/nan whose step was not skipped.
 """
 
 import array
@@ -42,6 +43,21 @@ _TENSOR, _NONE, _NOT_A_TENSOR, _UNREADABLE = 0, 1, 2, 3
 # Where a fused optimizer's found-inf is read at once (host memory) and where it is copied back first (_FoundInfLater).
 # Another device's (XPU, MPS) is not read: its skips are not told.
 _READ_NOW, _READ_LATER = ("cpu",), ("cuda",)
+# DeepSpeed's optimizers that check the gradients for inf/nan and skip the step where they find it, by the module
+# that defines each, with when one of them does (FP16_Optimizer: where it scales the loss, float16; ZeRO 1 and 2: fp16,
+# or bf16 with "check_grad_overflow"; ZeRO 3: fp16). Each tells its verdict to its own _update_scale(overflow) before
+# it steps or returns: that is where the hooks hear it (so from DeepSpeed 0.6 to 0.19; before 0.6, ZeRO's classes had
+# other names, and their skips are not told).
+_DEEPSPEED_SKIPPING_OPTIMIZERS = (
+    ("deepspeed.runtime.fp16.fused_optimizer", "FP16_Optimizer",
+     lambda optimizer, torch: getattr(getattr(optimizer, "loss_scale_config", None), "use_grad_scaling", True)),
+    ("deepspeed.runtime.fp16.unfused_optimizer", "FP16_UnfusedOptimizer",
+     lambda optimizer, torch: getattr(getattr(optimizer, "loss_scale_config", None), "use_grad_scaling", True)),
+    ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer",
+     lambda optimizer, torch: getattr(optimizer, "check_grad_overflow", True)),
+    ("deepspeed.runtime.zero.stage3", "DeepSpeedZeroOptimizer_Stage3",
+     lambda optimizer, torch: getattr(optimizer, "dtype", torch.float16) == torch.float16),
+)
 
 
 def _no_module():
@@ -197,6 +213,7 @@ class _Hooks:
             handle = module.register_module_forward_hook(self._after)
         self._handles.append(handle)
         self._watch_loss_scaler()
+        self._watch_deepspeed()
         self._watch_compiles()
 
     def _stop(self, why):
@@ -316,12 +333,62 @@ class _Hooks:
 
         for attribute, wrapper, wrapped in (("_maybe_opt_step", _maybe_opt_step, original),
                                             ("step", step, original_step), ("__init__", __init__, original_init)):
-            wrapper.__wrapped__ = wrapped
-            wrapper.__doc__ = getattr(wrapped, "__doc__", None)
-            wrapper.__name__ = wrapped.__name__
-            wrapper.__qualname__ = getattr(wrapped, "__qualname__", wrapped.__name__)
-            setattr(scaler, attribute, wrapper)
-            self._scaler_patched.append((scaler, attribute, wrapped))
+            self._patch(scaler, attribute, wrapper, wrapped)
+
+    def _patch(self, owner, attribute, wrapper, wrapped):
+        wrapper.__wrapped__ = wrapped
+        wrapper.__doc__ = getattr(wrapped, "__doc__", None)
+        wrapper.__name__ = wrapped.__name__
+        wrapper.__qualname__ = getattr(wrapped, "__qualname__", wrapped.__name__)
+        setattr(owner, attribute, wrapper)
+        self._scaler_patched.append((owner, attribute, wrapped))
+
+    def _watch_deepspeed(self):
+        """DeepSpeed's loss scaling (fp16, ZeRO) skips the step on inf/nan gradients by its own check, not GradScaler's:
+        each of its optimizers that does is wrapped once the job imports the module that defines it (never imported
+        by us), told when made and at every step as GradScaler is."""
+        for module_name, class_name, checks_overflow in _DEEPSPEED_SKIPPING_OPTIMIZERS:
+            def then(module, class_name=class_name, checks_overflow=checks_overflow):
+                self._watch_deepspeed_optimizer(module, class_name, checks_overflow)
+
+            if module_name in sys.modules:
+                then(sys.modules[module_name])
+            elif self._after_import is not None:
+                sys.meta_path.insert(0, self._after_import(module_name, then))
+
+    def _watch_deepspeed_optimizer(self, module, class_name, checks_overflow):
+        if self._stopped:
+            return
+        optimizer_class = getattr(module, class_name, None)
+        original_init = getattr(optimizer_class, "__dict__", {}).get("__init__")
+        original_update = getattr(optimizer_class, "__dict__", {}).get("_update_scale")
+        if not (callable(original_init) and callable(original_update)):
+            return  # another DeepSpeed: its skipped steps are not told (the frames are the same)
+        hooks = self
+        torch = self._torch
+
+        def __init__(optimizer, *args, **kwargs):
+            original_init(optimizer, *args, **kwargs)
+            try:
+                skips = bool(checks_overflow(optimizer, torch))
+            except Exception:
+                skips = False
+            if skips:
+                hooks._loss_scaler_made(class_name)
+
+        def _update_scale(optimizer, *args, **kwargs):
+            # _update_scale(overflow): ZeRO names it has_overflow, FP16_Optimizer skip; True: the step is skipped.
+            overflow = args[0] if args else next(iter(kwargs.values()), False)
+            result = original_update(optimizer, *args, **kwargs)
+            try:
+                skipped = bool(overflow)
+            except Exception:
+                return result  # unreadable here: DeepSpeed decides alone, and nothing is told
+            hooks._step_taken(class_name, skipped)
+            return result
+
+        self._patch(optimizer_class, "__init__", __init__, original_init)
+        self._patch(optimizer_class, "_update_scale", _update_scale, original_update)
 
     def _found_inf_of_fused_step(self, scaler, optimizer):
         """After a fused optimizer's step under GradScaler: GradScaler's found-inf of that optimizer (nonzero: the

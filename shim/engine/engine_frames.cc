@@ -397,18 +397,18 @@ class FrameThread {
   // step was not skipped (collectors/frames/held_nonfinite_stops.h).
   bool holds_stops() const { return loss_scaler_ && config_.on_nonfinite == NonfinitePolicy::kAbort; }
 
-  // A loss scaler skipped a batch's optimizer step (TRAINSCOPE_WATCH=modules: the hooks saw AMP's GradScaler do it):
-  // the inf/nan of that batch's gradients is what the scaler looks for, and the job goes on.
+  // A loss scaler skipped a batch's optimizer step (TRAINSCOPE_WATCH=modules: the hooks saw AMP's GradScaler or
+  // DeepSpeed do it): the inf/nan of that batch's gradients is what the scaler looks for, and the job goes on.
   void step_skipped(uint64_t batch) {
     held_stops_.step_skipped(batch);
     skipped_batches_.push_back(batch);
     const std::string who = rank() >= 0 ? "rank " + std::to_string(rank()) : std::string("this process");
     const std::string line = who + ": the loss scaler skipped the optimizer step of batch " + std::to_string(batch) +
-                             " (its gradients held inf/nan; the weights were not changed and the scale was lowered): "
+                             " (its gradients held inf/nan, so the weights were not changed): "
                              "expected with loss scaling, not a failure\n";
     skipped_text_ += line;
     write(run_files::per_process_name(run_files::ReportKind::kStepSkipped, rank(), pid()), skipped_text_,
-          {{"kind", "step_skipped"}, {"rank", rank()}, {"by", "GradScaler"}, {"batches", skipped_batches_}});
+          {{"kind", "step_skipped"}, {"rank", rank()}, {"by", "loss scaler"}, {"batches", skipped_batches_}});
     log(LogLevel::kWarn, line.substr(0, line.size() - 1).c_str());
   }
 

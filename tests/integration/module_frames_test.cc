@@ -754,6 +754,104 @@ INSTANTIATE_TEST_SUITE_P(Python, ModuleBackwardFrames,
                          ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
                          [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
 
+// ---- DeepSpeed's loss scaling: its own overflow check skips the step, not GradScaler's --------------------------
+
+// The lines of a DeepSpeed job's output that are its own ("step N digest ...", "done: ..."): DeepSpeed logs the rest.
+std::string job_lines(const std::string& out) {
+  std::string lines;
+  size_t start = 0;
+  while (start < out.size()) {
+    const size_t end = std::min(out.find('\n', start), out.size());
+    const std::string line = out.substr(start, end - start);
+    if (line.starts_with("step ") || line.starts_with("done: ")) lines += line + "\n";
+    start = end + 1;
+  }
+  return lines;
+}
+
+// A one-rank DeepSpeed job (module_deepspeed_job.py) on each CPython: the parameter is its minor version. DeepSpeed
+// comes with torch from scripts/torch_env.sh; ZeRO 1 to 3 in fp16 and ZeRO with bf16's check_grad_overflow skip the
+// step whose gradients hold inf/nan by their own check.
+class ModuleDeepSpeed : public ::testing::TestWithParam<int>, protected TorchTest {
+ protected:
+  void SetUp() override {
+    if (!set_up(GetParam())) GTEST_SKIP() << why_not_;
+    const testing::ProcessResult found = testing::run_process(
+        {python_, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"},
+        plain_python_options());
+    if (found.exit_code != 0)
+      GTEST_SKIP() << "no DeepSpeed beside torch in " << python_ << " (scripts/torch_env.sh installs it)";
+  }
+  std::vector<std::string> job(const std::vector<std::string>& args) const {
+    return with_args({python_, python_job("module_deepspeed_job.py")}, args);
+  }
+  static testing::ProcessOptions options(const testing::TempDir& dir) {
+    testing::ProcessOptions options = torch_options(dir);
+    options.env["TRAINSCOPE_WATCH"] = "modules,backward";
+    return options;
+  }
+  static void expect_the_skip_told(const testing::TempDir& dir) {
+    EXPECT_EQ(report(dir, "step-skipped-"),
+              "rank 0: the loss scaler skipped the optimizer step of batch 2 (its gradients held inf/nan, so the "
+              "weights were not changed): expected with loss scaling, not a failure\n");
+  }
+};
+
+// ZeRO 1 in fp16: the scaled gradient's inf is named by its module, DeepSpeed's skip of that step is told, and the
+// training is the same with and without trainscope.
+TEST_P(ModuleDeepSpeed, ItsLossScalersSkipIsToldAndTheTrainingIsUnchanged) {
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(job({"--zero", "1", "--digest"}), options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_NE(watched.out.find("done: 4 steps, 1 skipped"), std::string::npos) << watched.out;
+  expect_the_skip_told(dir);
+  const std::string text = report(dir, "nonfinite-");
+  EXPECT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text;
+  // The engine is the root: the model's modules are named under it, as DUO names them given the engine.
+  EXPECT_TRUE(
+      text.ends_with("                  module.head.proj Linear (backward)\n"
+                     "4.10e+03 4.10e+03 grad_output\n"
+                     "     inf      inf grad_input[0]\n"))
+      << text;
+  const testing::ProcessResult summary = testing::run_process({TS_TOOL, "report", run_dir(dir)});
+  EXPECT_NE(summary.out.find("first inf/nan: batch 2 on rank 0; rank 0 saw it in module.head.proj Linear (backward) "
+                             "grad_input[0]; the loss scaler skipped that batch's optimizer step"),
+            std::string::npos)
+      << summary.out;
+  EXPECT_NE(summary.out.find("skipped steps: rank 0, batch 2 (the loss scaler found inf/nan"), std::string::npos)
+      << summary.out;
+
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  const testing::ProcessResult unwatched = testing::run_process(job({"--zero", "1", "--digest"}), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  EXPECT_NE(job_lines(watched.out).find("step 4 digest "), std::string::npos) << watched.out;
+  EXPECT_EQ(job_lines(watched.out), job_lines(unwatched.out));
+}
+
+// TRAINSCOPE_ON_NONFINITE=abort: the overflow DeepSpeed's scaler skips does not stop the job, whichever optimizer of
+// DeepSpeed's checks it (ZeRO 3 in fp16, ZeRO 2 in bf16 with check_grad_overflow).
+TEST_P(ModuleDeepSpeed, UnderAbortItRunsThroughTheStepsItsLossScalerSkips) {
+  const std::vector<std::vector<std::string>> cases = {{"--zero", "3"}, {"--zero", "2", "--bf16"}};
+  for (const std::vector<std::string>& args : cases) {
+    SCOPED_TRACE(args[1] + (args.size() > 2 ? " " + args[2] : ""));
+    testing::TempDir dir;
+    testing::ProcessOptions abort = options(dir);
+    abort.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+    const testing::ProcessResult run = testing::run_process(job(args), abort);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    EXPECT_NE(run.out.find("done: 4 steps, 1 skipped"), std::string::npos) << run.out;
+    EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number=2\n"), std::string::npos);
+    expect_the_skip_told(dir);
+    int stops = 0;
+    report(dir, "stop-", &stops);
+    EXPECT_EQ(stops, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Python, ModuleDeepSpeed, ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
+                         [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
+
 // ---- The way in, on every CPython present (no torch needed) ---------------------------------------------------
 
 class ModuleHooksInjection : public EveryPython {};
