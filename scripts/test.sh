@@ -12,9 +12,9 @@ bash scripts/client_wrappers.sh .clients ||
 # keeps one core busy for one to two minutes on a fresh clone, and the build leaves room beside it); their output is
 # printed after the build.
 # - nccl4py and CuPy, whose compiled bindings tests/clients runs unchanged: a venv for each CPython 3.10-3.13 found.
-# - PyTorch and transformers for the module-frame tests (tests/integration/module_frames_test.cc): a venv kept in
-#   .torch between runs, and again in a .torch-3.N for each other CPython that torch has a wheel for; where one cannot
-#   be made (no package index, no such CPython), its tests skip and say why, naming the script.
+# - PyTorch, transformers and DeepSpeed for the module-frame tests (tests/integration/module_frames_test.cc): a venv
+#   kept in .torch between runs, and again in a .torch-3.N for each other CPython that torch has a wheel for; where one
+#   cannot be made (no package index, no such CPython), its tests skip and say why, naming the script.
 environments_log="$(mktemp)"
 {
   bash scripts/client_packages.sh .clients ||
