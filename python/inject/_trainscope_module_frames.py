@@ -357,8 +357,14 @@ class _Hooks:
                 sys.meta_path.insert(0, self._after_import(module_name, then))
 
     def _watch_deepspeed_optimizer(self, module, class_name, checks_overflow):
-        if self._stopped:
-            return
+        # Runs at the end of the job's import of DeepSpeed's module: nothing may raise into that import.
+        try:
+            if not self._stopped:
+                self._wrap_deepspeed_optimizer(module, class_name, checks_overflow)
+        except Exception as error:
+            _warn("watching DeepSpeed's %s failed (%r); the steps it skips are not told" % (class_name, error))
+
+    def _wrap_deepspeed_optimizer(self, module, class_name, checks_overflow):
         optimizer_class = getattr(module, class_name, None)
         original_init = getattr(optimizer_class, "__dict__", {}).get("__init__")
         original_update = getattr(optimizer_class, "__dict__", {}).get("_update_scale")

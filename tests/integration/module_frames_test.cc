@@ -759,13 +759,8 @@ INSTANTIATE_TEST_SUITE_P(Python, ModuleBackwardFrames,
 // The lines of a DeepSpeed job's output that are its own ("step N digest ...", "done: ..."): DeepSpeed logs the rest.
 std::string job_lines(const std::string& out) {
   std::string lines;
-  size_t start = 0;
-  while (start < out.size()) {
-    const size_t end = std::min(out.find('\n', start), out.size());
-    const std::string line = out.substr(start, end - start);
+  for (const std::string& line : testing::split_lines(out))
     if (line.starts_with("step ") || line.starts_with("done: ")) lines += line + "\n";
-    start = end + 1;
-  }
   return lines;
 }
 
