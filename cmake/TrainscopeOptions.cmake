@@ -50,6 +50,10 @@ if(TRAINSCOPE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
                       -Wno-maybe-uninitialized)
   add_link_options(-fsanitize=address,undefined)
+  # The test binaries' own code (GoogleTest's macros, the tests' helpers) without UBSan's checks and ASan's scope checks:
+  # with them a batch of test files took 79 s to compile on 2 cores, without them 40 s, and what they check there is
+  # not ours. The code under test keeps every check; ASan still checks each access the tests make.
+  target_compile_options(trainscope_test_code INTERFACE -fno-sanitize=undefined -fno-sanitize-address-use-after-scope)
 elseif(TRAINSCOPE_SANITIZE STREQUAL "thread")
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -Wno-maybe-uninitialized)
   add_link_options(-fsanitize=thread)

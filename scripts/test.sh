@@ -41,12 +41,24 @@ python3 scripts/check_layers.py
 echo "== $(date -u +%T) pipe check (no reader that leaves early under pipefail: scripts/check_pipes.py)"
 python3 scripts/check_pipes.py
 
+# Every build's compilations, the manylinux wheel's dependency builds, Zig's own cache, the tools' venv and the Debian 11
+# root are kept here between runs on the same machine (each keyed by what it is made of): a run on a fresh clone
+# compiles only what changed since the machine's last run; a first run makes them (see README, "Testing").
+export TS_BUILD_CACHE_DIR="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
+export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export CCACHE_DIR="$TS_BUILD_CACHE_DIR/ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_COMPILERCHECK=content \
+  CCACHE_MAXSIZE=6G
+mkdir -p "$CCACHE_DIR"
+
 # The test binaries' own code at -O0 with line tables (TRAINSCOPE_TEST_CODE_FLAGS): it is most of what each build
 # compiles, and at -O2 -g it takes three times as long; the code under test keeps its build type's flags.
 test_code_flags=(-DTRAINSCOPE_TEST_CODE_FLAGS="-O0 -g1")
-echo "== $(date -u +%T) build (RelWithDebInfo, -Werror)"
+# The code under test at -O2 with line tables only (-g1): what the tests' stacks and the benchmarks need, in two thirds of
+# the time full debug information takes to compile.
+echo "== $(date -u +%T) build (RelWithDebInfo at -O2 -g1, -Werror)"
 mkdir -p build-ci
-bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON "${test_code_flags[@]}"
+bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON "${test_code_flags[@]}" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 wait "$environments"
 echo "== $(date -u +%T) the Python environments of the tests (scripts/client_packages.sh, scripts/torch_env.sh)"
 cat "$environments_log"
@@ -54,17 +66,11 @@ rm -f "$environments_log"
 echo "== $(date -u +%T) tests"
 ctest --test-dir build-ci --output-on-failure -j "$jobs"
 
-# The manylinux wheel's dependency builds, Zig's own cache, the tools' venv and the Debian 11 root are kept here between
-# runs on the same machine (each keyed by what it is made of); a first run makes them (see README, "Testing").
-export TS_BUILD_CACHE_DIR="${TS_BUILD_CACHE_DIR:-/var/cache/trainscope}"
-# The wheel's compiler at a stable path (the tools' venv's ziglang, the version pyproject.toml pins, rather than pip's
-# new isolated environment each time) behind ccache: a run on a fresh clone compiles only what changed since the
-# machine's last run.
+# The manylinux wheel's compiler at a stable path (the tools' venv's ziglang, the version pyproject.toml pins, rather
+# than pip's new isolated environment each time), so that ccache finds its compilations again.
 tools="$(bash tests/integration/wheel_tools_venv.sh)"
 TS_BUILD_ZIG="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')"
-export TS_BUILD_ZIG CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-export CCACHE_DIR="$TS_BUILD_CACHE_DIR/ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_COMPILERCHECK=content \
-  CCACHE_MAXSIZE=2G
+export TS_BUILD_ZIG
 echo "== $(date -u +%T) the wheel: manylinux_2_28 by pip wheel (Zig), its policy (every ELF, auditwheel), installed into a fresh venv, a stand-in job run through it"
 bash tests/integration/wheel_test.sh build-ci
 echo "== $(date -u +%T) the wheel on Debian 11 (glibc 2.31): pip install in a bullseye chroot, a mismatched job, its report"
@@ -74,7 +80,6 @@ bash scripts/build.sh build-ci-standins -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/Manyl
   -DTRAINSCOPE_BUILD_TESTS=OFF -DTRAINSCOPE_BUILD_BENCH=OFF \
   -DTRAINSCOPE_BUILD_KERNELS=OFF -DTRAINSCOPE_BUILD_STANDINS=ON --target nccl_fake --target ts-launch
 bash tests/integration/old_userland_test.sh build-ci-wheel/dist/trainscope-*.whl build-ci-standins
-unset CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER
 
 echo "== $(date -u +%T) benchmarks (figures only)"
 bench_dir="$(mktemp -d)"
@@ -126,13 +131,13 @@ for sanitizer in address thread; do
   mkdir -p "build-ci-$sanitizer"
   # The code under test at -O1 with line tables only: half the time -O2 -g takes to compile under either sanitizer,
   # with the same findings and file:line in every stack (at -O0 under TSan the stand-in NCCL's every-type-every-op
-  # tests run past their deadlines). The tests' own code at -O0, as in the plain build. The kernels' fatbin is built
-  # (nvcc, about 20 s): the launcher loads it before it asks the driver anything, and the device path then runs on the
-  # stand-in GPU (tests/integration/device_stats_test.cc) under each sanitizer too.
+  # tests run past their deadlines). The tests' own code at -O0, as in the plain build. The kernels' fatbin is the plain
+  # build's (the device code is the same): the launcher loads it before it asks the driver anything, and the device
+  # path then runs on the stand-in GPU (tests/integration/device_stats_test.cc) under each sanitizer too.
   opt=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" "${opt[@]}" \
     "${test_code_flags[@]}" \
-    -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=ON \
+    -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=ON -DTRAINSCOPE_KERNELS_FATBIN="$PWD/build-ci/kernels/stats_kernels.fatbin" \
     --target trainscope_unit_tests --target trainscope_integration_tests --target fake_nccl_tests \
     --target trainscope_commcheck_tests --target trainscope_timeline_tests --target trainscope_html_tests
   echo "== $(date -u +%T) tests under the $sanitizer sanitizer"
