@@ -56,9 +56,8 @@ TEST_F(StandInGpu, TheGpuTestsOfTheStatisticsLauncherPass) {
   // type, pattern, size and view are left to the plain and ASan builds: two minutes of the replay on one thread there,
   // and what TSan checks, the launcher's threads and slots, the other four tests run.
   const bool under_tsan = std::string_view(TS_SANITIZER) == "thread";
-  const std::string filter =
-      under_tsan ? "--gtest_filter=-*TwoToTheThirtyOne*:*EveryTypeEveryPattern*:*StridedViews*"
-                 : "--gtest_filter=-*TwoToTheThirtyOne*";
+  const std::string filter = under_tsan ? "--gtest_filter=-*TwoToTheThirtyOne*:*EveryTypeEveryPattern*:*StridedViews*"
+                                        : "--gtest_filter=-*TwoToTheThirtyOne*";
   const testing::ProcessResult run = testing::run_process({TS_STATS_GPU_TESTS, filter}, options);
   EXPECT_EQ(run.exit_code, 0) << quoted(run.out) << run.err;
   EXPECT_NE(run.out.find(under_tsan ? "[  PASSED  ] 4 tests." : "[  PASSED  ] 6 tests."), std::string::npos)
