@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "analysis/run_summary.h"
 #include "base/flight_recorder_reader.h"

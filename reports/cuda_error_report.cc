@@ -1,6 +1,7 @@
 // The first CUDA error of a process, from its flight recorder, as text and JSON; and writing it to the run directory.
 #include "reports/cuda_error_report.h"
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 

@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "base/hex_text.h"

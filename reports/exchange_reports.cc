@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "base/hex_text.h"
 #include "base/private_files.h"

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "base/call_stack.h"
 #include "kernels/stats.h"

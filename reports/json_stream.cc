@@ -1,6 +1,7 @@
 // A JSON document written piece by piece, as nlohmann's pretty dump would print it whole (json_stream.h).
 #include "reports/json_stream.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace trainscope::reports {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 

@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "base/printable.h"
 

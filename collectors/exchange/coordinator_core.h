@@ -30,7 +30,7 @@
 #include <variant>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "base/fingerprint.h"
 #include "collectors/exchange/wire_protocol.h"

@@ -2,6 +2,7 @@
 // NCCL / CUDA / driver versions, old kernels): said once at the start, where a user looks before blaming the code.
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -17,6 +17,7 @@
 #include <set>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "collectors/exchange/accepted_sockets.h"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "base/clocks.h"
