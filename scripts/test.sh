@@ -53,8 +53,8 @@ mkdir -p "$CCACHE_DIR"
 # The test binaries' own code at -O0 with line tables (TRAINSCOPE_TEST_CODE_FLAGS): it is most of what each build
 # compiles, and at -O2 -g it takes three times as long; the code under test keeps its build type's flags.
 test_code_flags=(-DTRAINSCOPE_TEST_CODE_FLAGS="-O0 -g1")
-# The code under test at -O2 with line tables only (-g1): what the tests' stacks and the benchmarks need, in two thirds of
-# the time full debug information takes to compile.
+# The code under test at -O2 with line tables only (-g1): what the tests' stacks and the benchmarks need (one report file
+# compiled in 11 s of CPU so, 17 s with full debug information), and smaller objects in ccache's store.
 echo "== $(date -u +%T) build (RelWithDebInfo at -O2 -g1, -Werror)"
 mkdir -p build-ci
 bash scripts/build.sh build-ci -DTRAINSCOPE_WERROR=ON "${test_code_flags[@]}" \
@@ -143,9 +143,9 @@ for sanitizer in address thread; do
     fake=()
     labels='unit|integration'
   fi
-  # Every target's files compiled 16 at a time (CMake's unity build; the tests' are in every build): the ASan build's
-  # compilations took 17 minutes of CPU so and 23 file by file. The plain build compiles file by file, which proves that
-  # each file includes what it uses.
+  # Every target's files compiled 16 at a time (CMake's unity build; the tests' are in every build): with an empty
+  # ccache store the ASan build took 8.8 minutes so and 12.1 file by file, the TSan build 4.4 and 7.5. The plain build
+  # compiles file by file, which proves that each file includes what it uses.
   bash scripts/build.sh "build-ci-$sanitizer" -DTRAINSCOPE_WERROR=ON -DTRAINSCOPE_SANITIZE="$sanitizer" "${opt[@]}" \
     -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 \
     "${test_code_flags[@]}" -DTRAINSCOPE_BUILD_BENCH=OFF -DTRAINSCOPE_BUILD_KERNELS=ON \
