@@ -76,10 +76,12 @@ constexpr std::string_view kTorchTestsOnEveryPython[] = {
     "ItsLossScalersSkipIsToldAndTheTrainingIsUnchanged",
 };
 
-// The running test's name without its parameter: "ATracedBatchShowsDuosTraceFrames".
+// A parameterised test's name without its parameter: "ATracedBatchShowsDuosTraceFrames/Python3_12_t5" ->
+// "ATracedBatchShowsDuosTraceFrames".
+std::string_view without_parameter(std::string_view name) { return name.substr(0, name.find('/')); }
+
 std::string_view current_test_name() {
-  const std::string_view name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return name.substr(0, name.find('/'));
+  return without_parameter(::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
 // What a test of torch jobs on one CPython holds: that version's interpreter with torch, or why it skips (set_up).
@@ -879,10 +881,8 @@ TEST(TorchTestsOnEveryPython, NameTorchTestsOfThisFile) {
   for (const std::string_view wanted : kTorchTestsOnEveryPython) {
     bool found = false;
     for (int suite = 0; suite < tests.total_test_suite_count(); ++suite)
-      for (int test = 0; test < tests.GetTestSuite(suite)->total_test_count(); ++test) {
-        const std::string_view name = tests.GetTestSuite(suite)->GetTestInfo(test)->name();
-        found = found || name.substr(0, name.find('/')) == wanted;
-      }
+      for (int test = 0; test < tests.GetTestSuite(suite)->total_test_count(); ++test)
+        found = found || without_parameter(tests.GetTestSuite(suite)->GetTestInfo(test)->name()) == wanted;
     EXPECT_TRUE(found) << wanted;
   }
 }
