@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes DEST a virtual environment with PyTorch, transformers and DeepSpeed from the package index, for the tests of
 # module frames (tests/integration/module_frames_test.cc): they run real models built from a config, on the CPU, with
-# no weights downloaded, and DeepSpeed's loss-scaled training in one process.
+# no weights downloaded, and DeepSpeed's loss-scaled training in one process. The default one (.torch) has Megatron
+# Core too, for its loss-scaled training.
 # Usage: torch_env.sh DEST [3.N]
 #   Without a version: the first of CPython 3.11, 3.12, 3.13, 3.10 this machine has (the test command's .torch, where
 #   every module-frame test runs). With one: that CPython (the test command's .torch-3.N, one for each version torch
@@ -55,6 +56,9 @@ case "$version" in
     ;;
 esac
 packages=("torch==$torch_version" "transformers==$transformers_version" "deepspeed==0.19.8")
+if [ -z "$wanted" ]; then
+  packages+=("megatron-core==0.16.1") # its loss scaler's test runs in .torch only (wheels for CPython 3.10 to 3.13)
+fi
 want="${packages[*]} python$version"
 stamp="$dest/TRAINSCOPE_PINS"
 if [ -x "$dest/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

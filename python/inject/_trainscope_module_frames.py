@@ -24,7 +24,8 @@ in place, ReLU(inplace=True), then fails; views of the inputs would change the o
 are summed.) AMP's GradScaler skipping a step is told to the library, so that the inf/nan it skipped is not called a
 failure: the step GradScaler itself skips, and the one a fused optimizer (Adam(fused=True)) skips given GradScaler's
 found-inf tensor, which is read without waiting on the GPU (_FoundInfLater); and so is the step DeepSpeed's own loss
-scaling skips (_DEEPSPEED_SKIPPING_OPTIMIZERS). An enabled loss scaler is told when it is made:
+scaling skips (_DEEPSPEED_SKIPPING_OPTIMIZERS), and Megatron's (_MEGATRON_OPTIMIZER_MODULES). An enabled loss scaler
+is told when it is made:
 TRAINSCOPE_ON_NONFINITE=abort then stops only on an inf/nan whose step was not skipped.
 """
 
@@ -57,6 +58,18 @@ _DEEPSPEED_SKIPPING_OPTIMIZERS = (
      lambda optimizer, torch: getattr(optimizer, "check_grad_overflow", True)),
     ("deepspeed.runtime.zero.stage3", "DeepSpeedZeroOptimizer_Stage3",
      lambda optimizer, torch: getattr(optimizer, "dtype", torch.float16) == torch.float16),
+)
+
+# Megatron's optimizers (Megatron Core, and Megatron-LM's own before it moved them there), by the modules that define
+# them. With fp16 (or a bf16 loss scale) MixedPrecisionOptimizer holds a grad_scaler: its step() unscales, checks the
+# gradients for inf/nan across the model-parallel ranks, and returns (False, None, None) without updating when it
+# finds any; a ChainedOptimizer (several parameter groups) skips them all when one finds any. Every class of these
+# modules that defines step() is wrapped: the outermost step() of a thread is the training loop's, whose verdict is
+# told (a subclass's step() calls its base's, LayerWiseDistributedOptimizer's calls ChainedOptimizer's).
+_MEGATRON_OPTIMIZER_MODULES = (
+    "megatron.core.optimizer.optimizer", "megatron.core.optimizer.distrib_optimizer",
+    "megatron.core.optimizer.layer_wise_optimizer", "megatron.optimizer.optimizer",
+    "megatron.optimizer.distrib_optimizer",
 )
 
 
@@ -181,6 +194,7 @@ class _Hooks:
         self._exit_check_registered = False
         self._read_fused_found_inf = True
         self._told_loss_scaler = False
+        self._megatron_scales = False  # a Megatron optimizer with a loss scale was made (_wrap_megatron_optimizers)
         self._deferred = []  # backward frames waiting for the other hooks of their gradient (_defer)
         self._deferred_lock = threading.Lock()
         self._flush_queued = False
@@ -214,6 +228,7 @@ class _Hooks:
         self._handles.append(handle)
         self._watch_loss_scaler()
         self._watch_deepspeed()
+        self._watch_megatron()
         self._watch_compiles()
 
     def _stop(self, why):
@@ -395,6 +410,68 @@ class _Hooks:
 
         self._patch(optimizer_class, "__init__", __init__, original_init)
         self._patch(optimizer_class, "_update_scale", _update_scale, original_update)
+
+    def _watch_megatron(self):
+        """Megatron's loss scaling skips the step on inf/nan gradients by its own check (_MEGATRON_OPTIMIZER_MODULES):
+        its optimizers are wrapped once the job imports the modules that define them (never imported by us), told
+        when one with a loss scale is made and at every step from then on."""
+        for module_name in _MEGATRON_OPTIMIZER_MODULES:
+            if module_name in sys.modules:
+                self._watch_megatron_module(sys.modules[module_name])
+            elif self._after_import is not None:
+                sys.meta_path.insert(0, self._after_import(module_name, self._watch_megatron_module))
+
+    def _watch_megatron_module(self, module):
+        # Runs at the end of the job's import of Megatron's module: nothing may raise into that import.
+        try:
+            if not self._stopped:
+                self._wrap_megatron_optimizers(module)
+        except Exception as error:
+            _warn("watching Megatron's optimizers in %s failed (%r); the steps they skip are not told"
+                  % (getattr(module, "__name__", "?"), error))
+
+    def _wrap_megatron_optimizers(self, module):
+        for optimizer_class in list(vars(module).values()):
+            if not (isinstance(optimizer_class, type) and optimizer_class.__module__ == module.__name__ and
+                    any(base.__name__ == "MegatronOptimizer" for base in optimizer_class.__mro__[1:])):
+                continue  # imported from elsewhere (wrapped there), or not an optimizer
+            original_init = optimizer_class.__dict__.get("__init__")
+            if optimizer_class.__name__ == "MixedPrecisionOptimizer" and callable(original_init):
+                self._patch(optimizer_class, "__init__", self._megatron_init(original_init), original_init)
+            original_step = optimizer_class.__dict__.get("step")
+            if callable(original_step):
+                self._patch(optimizer_class, "step", self._megatron_step(original_step), original_step)
+
+    def _megatron_init(self, original_init):
+        hooks = self
+
+        def __init__(optimizer, *args, **kwargs):
+            original_init(optimizer, *args, **kwargs)
+            if getattr(optimizer, "grad_scaler", None):  # None: bf16 without a loss scale, which skips nothing
+                hooks._megatron_scales = True
+                hooks._loss_scaler_made(type(optimizer).__name__)
+
+        return __init__
+
+    def _megatron_step(self, original_step):
+        hooks = self
+
+        def step(optimizer, *args, **kwargs):
+            depth = getattr(hooks._thread, "megatron_steps", 0)
+            hooks._thread.megatron_steps = depth + 1
+            try:
+                result = original_step(optimizer, *args, **kwargs)
+            finally:
+                hooks._thread.megatron_steps = depth
+            if depth == 0 and hooks._megatron_scales:
+                try:
+                    skipped = not result[0]  # (update_successful, grad_norm, num_zeros_in_grad)
+                except Exception:
+                    return result  # another Megatron: it decides alone, and nothing is told
+                hooks._step_taken(type(optimizer).__name__, skipped)
+            return result
+
+        return step
 
     def _found_inf_of_fused_step(self, scaler, optimizer):
         """After a fused optimizer's step under GradScaler: GradScaler's found-inf of that optimizer (nonzero: the

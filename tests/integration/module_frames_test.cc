@@ -96,6 +96,14 @@ class TorchTest {
                  " only (kTorchTestsOnEveryPython in module_frames_test.cc names those that run on each CPython)";
     return why_not_.empty();
   }
+  // Whether python_ finds `module`: a package scripts/torch_env.sh installs beside torch.
+  bool finds(const std::string& module) const {
+    return testing::run_process(
+               {python_, "-c",
+                "import importlib.util, sys; sys.exit(importlib.util.find_spec('" + module + "') is None)"},
+               plain_python_options())
+               .exit_code == 0;
+  }
   std::string python_;
   std::string why_not_;
 };
@@ -107,6 +115,13 @@ testing::ProcessOptions torch_options(const testing::TempDir& dir) {
   options.env["TRANSFORMERS_OFFLINE"] = "1";
   options.env["HF_HUB_OFFLINE"] = "1";
   options.timeout_seconds = 240;
+  return options;
+}
+
+// The same with backward frames (TRAINSCOPE_WATCH=modules,backward).
+testing::ProcessOptions backward_torch_options(const testing::TempDir& dir) {
+  testing::ProcessOptions options = torch_options(dir);
+  options.env["TRAINSCOPE_WATCH"] = "modules,backward";
   return options;
 }
 
@@ -268,8 +283,7 @@ TEST_P(ModuleFrames, BackwardFramesLeaveTheTrainingBitwiseUnchanged) {
   ASSERT_EQ(digests(unwatched.out).size(), 4u) << unwatched.out;
 
   testing::TempDir dir;
-  testing::ProcessOptions options = torch_options(dir);
-  options.env["TRAINSCOPE_WATCH"] = "modules,backward";
+  testing::ProcessOptions options = backward_torch_options(dir);
   options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
   const testing::ProcessResult watched = testing::run_process(job(args), options);
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
@@ -438,11 +452,6 @@ class ModuleBackwardFrames : public ::testing::TestWithParam<int>, protected Tor
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
-  static testing::ProcessOptions backward_options(const testing::TempDir& dir) {
-    testing::ProcessOptions options = torch_options(dir);
-    options.env["TRAINSCOPE_WATCH"] = "modules,backward";
-    return options;
-  }
   // A 2-rank job on gloo, started by torchrun as users start it.
   std::vector<std::string> torchrun_job(const char* script) const {
     return {python_, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", python_job(script)};
@@ -461,7 +470,7 @@ class ModuleBackwardFrames : public ::testing::TestWithParam<int>, protected Tor
 
 TEST_P(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
   testing::TempDir dir;
-  const testing::ProcessResult watched = testing::run_process(backward_job({"--digest"}), backward_options(dir));
+  const testing::ProcessResult watched = testing::run_process(backward_job({"--digest"}), backward_torch_options(dir));
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   const std::string text = report(dir, "nonfinite-");
   ASSERT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text << watched.err;
@@ -489,7 +498,7 @@ TEST_P(ModuleBackwardFrames, TheModuleWhoseBackwardOverflowsIsNamed) {
 TEST_P(ModuleBackwardFrames, AStepTheGradScalerSkippedIsToldNotCalledBroken) {
   testing::TempDir dir;
   const testing::ProcessResult watched =
-      testing::run_process(backward_job({"--grad-scaler", "--digest"}), backward_options(dir));
+      testing::run_process(backward_job({"--grad-scaler", "--digest"}), backward_torch_options(dir));
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   EXPECT_NE(report(dir, "step-skipped-").find("the loss scaler skipped the optimizer step of batch 2"),
             std::string::npos);
@@ -538,7 +547,7 @@ TEST_P(ModuleBackwardFrames, AStepAFusedOptimizerSkippedIsToldInItsBatchEvenWhen
     for (const std::string& arg : c.args) job_args += arg + " ";
     SCOPED_TRACE(job_args);
     testing::TempDir dir;
-    const testing::ProcessResult watched = testing::run_process(backward_job(c.args), backward_options(dir));
+    const testing::ProcessResult watched = testing::run_process(backward_job(c.args), backward_torch_options(dir));
     ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
     if (first_digests.empty()) first_digests = watched.out;
     const std::string skipped = report(dir, "step-skipped-");
@@ -585,7 +594,7 @@ TEST_P(ModuleBackwardFrames, UnderALossScalerAbortStopsOnlyWhereTheStepWasNotSki
     for (const std::string& arg : c.args) job_args += arg + " ";
     SCOPED_TRACE(job_args);
     testing::TempDir dir;
-    testing::ProcessOptions options = backward_options(dir);
+    testing::ProcessOptions options = backward_torch_options(dir);
     options.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
     options.env["TRAINSCOPE_OVERFLOW_STREAK"] = "3";
     const testing::ProcessResult watched = testing::run_process(backward_job(c.args), options);
@@ -623,7 +632,7 @@ TEST_P(ModuleBackwardFrames, ATorchCompiledModelRunsAsWithoutTrainscopeAndIsTold
   // loads what that run compiled (a third of the time of compiling it again), so its digest is also a check that
   // what was compiled under trainscope computes what torch computes.
   const std::string inductor_cache = dir.path() + "/inductor";
-  testing::ProcessOptions options = backward_options(dir);
+  testing::ProcessOptions options = backward_torch_options(dir);
   options.env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache;
   options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
   options.timeout_seconds = 300;
@@ -658,13 +667,13 @@ TEST_P(ModuleBackwardFrames, EveryWayOfCompilingIsToldAndTorchdynamoDisableGives
     testing::TempDir dir;
     const testing::ProcessResult watched = testing::run_process(
         {python_, "-W", "error::UserWarning", python_job("module_compile_job.py"), "--way", way, "--backend", "eager"},
-        backward_options(dir));
+        backward_torch_options(dir));
     ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
     digests.push_back(watched.out);
     expect_told_once_what_compiles(watched, what);
   }
   testing::TempDir dir;
-  testing::ProcessOptions options = backward_options(dir);
+  testing::ProcessOptions options = backward_torch_options(dir);
   options.env["TORCHDYNAMO_DISABLE"] = "1";
   options.env["TRAINSCOPE_TRACE_BATCHES"] = "1";
   const testing::ProcessResult uncompiled = testing::run_process(
@@ -699,7 +708,7 @@ TEST_P(ModuleBackwardFrames, ADataLoaderWithWorkerProcessesRunsAsWithoutTrainsco
     ASSERT_NE(unwatched.out.find("job: done\n"), std::string::npos) << unwatched.out;
 
     testing::TempDir dir;
-    testing::ProcessOptions options = backward_options(dir);
+    testing::ProcessOptions options = backward_torch_options(dir);
     options.timeout_seconds = 120;
     const testing::ProcessResult watched = testing::run_process(argv, options);
     EXPECT_FALSE(watched.timed_out);
@@ -753,7 +762,7 @@ TEST_P(ModuleBackwardFrames, AnFsdp2JobIsNamedLikeTheModelAndTrainsAsWithoutTrai
   ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
   ASSERT_NE(unwatched.out.find("rank 1 digest "), std::string::npos) << unwatched.out;
 
-  const testing::ProcessResult run = under_trainscope_run(dir, backward_options(dir), job);
+  const testing::ProcessResult run = under_trainscope_run(dir, backward_torch_options(dir), job);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   // The ranks share torchrun's stdout, in no fixed order.
   EXPECT_EQ(sorted_lines(run.out), sorted_lines(unwatched.out)) << run.err;
@@ -792,6 +801,13 @@ std::string job_lines(const std::string& out) {
   return lines;
 }
 
+// What rank 0 of a one-rank job whose loss scaler skipped the step of batch 2 writes.
+void expect_the_skip_told(const testing::TempDir& dir) {
+  EXPECT_EQ(report(dir, "step-skipped-"),
+            "rank 0: the loss scaler skipped the optimizer step of batch 2 (its gradients held inf/nan, so the "
+            "weights were not changed): expected with loss scaling, not a failure\n");
+}
+
 // A one-rank DeepSpeed job (module_deepspeed_job.py) on each CPython: the parameter is its minor version. DeepSpeed
 // comes with torch from scripts/torch_env.sh; ZeRO 1 to 3 in fp16 and ZeRO with bf16's check_grad_overflow skip the
 // step whose gradients hold inf/nan by their own check.
@@ -799,24 +815,11 @@ class ModuleDeepSpeed : public ::testing::TestWithParam<int>, protected TorchTes
  protected:
   void SetUp() override {
     if (!set_up(GetParam())) GTEST_SKIP() << why_not_;
-    const testing::ProcessResult found = testing::run_process(
-        {python_, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"},
-        plain_python_options());
-    if (found.exit_code != 0)
+    if (!finds("deepspeed"))
       GTEST_SKIP() << "no DeepSpeed beside torch in " << python_ << " (scripts/torch_env.sh installs it)";
   }
   std::vector<std::string> job(const std::vector<std::string>& args) const {
     return with_args({python_, python_job("module_deepspeed_job.py")}, args);
-  }
-  static testing::ProcessOptions options(const testing::TempDir& dir) {
-    testing::ProcessOptions options = torch_options(dir);
-    options.env["TRAINSCOPE_WATCH"] = "modules,backward";
-    return options;
-  }
-  static void expect_the_skip_told(const testing::TempDir& dir) {
-    EXPECT_EQ(report(dir, "step-skipped-"),
-              "rank 0: the loss scaler skipped the optimizer step of batch 2 (its gradients held inf/nan, so the "
-              "weights were not changed): expected with loss scaling, not a failure\n");
   }
 };
 
@@ -824,7 +827,8 @@ class ModuleDeepSpeed : public ::testing::TestWithParam<int>, protected TorchTes
 // training is the same with and without trainscope.
 TEST_P(ModuleDeepSpeed, ItsLossScalersSkipIsToldAndTheTrainingIsUnchanged) {
   testing::TempDir dir;
-  const testing::ProcessResult watched = testing::run_process(job({"--zero", "1", "--digest"}), options(dir));
+  const testing::ProcessResult watched =
+      testing::run_process(job({"--zero", "1", "--digest"}), backward_torch_options(dir));
   ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
   EXPECT_NE(watched.out.find("done: 4 steps, 1 skipped"), std::string::npos) << watched.out;
   expect_the_skip_told(dir);
@@ -859,7 +863,7 @@ TEST_P(ModuleDeepSpeed, UnderAbortItRunsThroughTheStepsItsLossScalerSkips) {
   for (const std::vector<std::string>& args : cases) {
     SCOPED_TRACE(args[1] + (args.size() > 2 ? " " + args[2] : ""));
     testing::TempDir dir;
-    testing::ProcessOptions abort = options(dir);
+    testing::ProcessOptions abort = backward_torch_options(dir);
     abort.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
     const testing::ProcessResult run = testing::run_process(job(args), abort);
     EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
@@ -874,6 +878,64 @@ TEST_P(ModuleDeepSpeed, UnderAbortItRunsThroughTheStepsItsLossScalerSkips) {
 
 INSTANTIATE_TEST_SUITE_P(Python, ModuleDeepSpeed, ::testing::Range(kFirstTorchPythonMinor, kLastTorchPythonMinor + 1),
                          [](const ::testing::TestParamInfo<int>& param_info) { return python_name(param_info.param); });
+
+// ---- Megatron's loss scaling: its optimizer's own overflow check skips the step ----------------------------------
+
+// A one-rank job trained by Megatron Core's float16 optimizer (module_megatron_job.py), on .torch's CPython:
+// scripts/torch_env.sh installs Megatron Core there only. The import hooks are DeepSpeed's, tested on every CPython.
+class ModuleMegatron : public ::testing::Test, protected TorchTest {
+ protected:
+  void SetUp() override {
+    if (!set_up(main_torch_minor())) GTEST_SKIP() << why_not_;
+    if (!finds("megatron.core"))
+      GTEST_SKIP() << "no Megatron Core beside torch in " << python_ << " (scripts/torch_env.sh installs it in .torch)";
+  }
+  std::vector<std::string> job(const std::vector<std::string>& args) const {
+    return with_args({python_, python_job("module_megatron_job.py")}, args);
+  }
+};
+
+// The scaled gradient's inf is named by its module, the step Megatron's optimizer skipped is told as skipped, and the
+// training is the same with and without trainscope.
+TEST_F(ModuleMegatron, ItsOptimizersSkipIsToldAndTheTrainingIsUnchanged) {
+  testing::TempDir dir;
+  const testing::ProcessResult watched = testing::run_process(job({"--digest"}), backward_torch_options(dir));
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_NE(watched.out.find("done: 4 steps, 1 skipped"), std::string::npos) << watched.out;
+  expect_the_skip_told(dir);
+  const std::string text = report(dir, "nonfinite-");
+  EXPECT_NE(text.find("Detected inf/nan during batch_number=2\n"), std::string::npos) << text;
+  EXPECT_TRUE(
+      text.ends_with("                  head.proj Linear (backward)\n"
+                     "4.10e+03 4.10e+03 grad_output\n"
+                     "     inf      inf grad_input[0]\n"))
+      << text;
+
+  testing::ProcessOptions plain = plain_python_options();
+  plain.env["OMP_NUM_THREADS"] = "1";
+  const testing::ProcessResult unwatched = testing::run_process(job({"--digest"}), plain);
+  ASSERT_EQ(unwatched.exit_code, 0) << unwatched.out << unwatched.err;
+  EXPECT_NE(job_lines(watched.out).find("step 4 digest "), std::string::npos) << watched.out;
+  EXPECT_EQ(job_lines(watched.out), job_lines(unwatched.out));
+}
+
+// TRAINSCOPE_ON_NONFINITE=abort: a ChainedOptimizer whose head optimizer finds the inf skips the whole step, and the
+// job runs on. Its body optimizer found none: what is told is the chain's verdict, once per step.
+TEST_F(ModuleMegatron, UnderAbortAChainOfOptimizersRunsThroughTheStepItSkips) {
+  testing::TempDir dir;
+  testing::ProcessOptions abort = backward_torch_options(dir);
+  abort.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+  const testing::ProcessResult run = testing::run_process(job({"--chained"}), abort);
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("done: 4 steps, 1 skipped"), std::string::npos) << run.out;
+  EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number=2\n"), std::string::npos);
+  int skips = 0;
+  report(dir, "step-skipped-", &skips);
+  EXPECT_EQ(skips, 1);
+  int stops = 0;
+  report(dir, "stop-", &stops);
+  EXPECT_EQ(stops, 0);
+}
 
 // A name in kTorchTestsOnEveryPython that no longer names a torch test would quietly leave that test to one CPython.
 TEST(TorchTestsOnEveryPython, NameTorchTestsOfThisFile) {
