@@ -919,22 +919,25 @@ TEST_F(ModuleMegatron, ItsOptimizersSkipIsToldAndTheTrainingIsUnchanged) {
   EXPECT_EQ(job_lines(watched.out), job_lines(unwatched.out));
 }
 
-// TRAINSCOPE_ON_NONFINITE=abort: a ChainedOptimizer whose head optimizer finds the inf skips the whole step, and the
-// job runs on. Its body optimizer found none: what is told is the chain's verdict, once per step.
+// TRAINSCOPE_ON_NONFINITE=abort: a chain of two optimizers whose head optimizer finds the inf skips the whole step,
+// and the job runs on. The body's found none: what is told is the chain's verdict, once per step, also where the
+// chain's step() is called by a subclass's (LayerWiseDistributedOptimizer's).
 TEST_F(ModuleMegatron, UnderAbortAChainOfOptimizersRunsThroughTheStepItSkips) {
-  testing::TempDir dir;
-  testing::ProcessOptions abort = backward_torch_options(dir);
-  abort.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
-  const testing::ProcessResult run = testing::run_process(job({"--chained"}), abort);
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
-  EXPECT_NE(run.out.find("done: 4 steps, 1 skipped"), std::string::npos) << run.out;
-  EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number=2\n"), std::string::npos);
-  int skips = 0;
-  report(dir, "step-skipped-", &skips);
-  EXPECT_EQ(skips, 1);
-  int stops = 0;
-  report(dir, "stop-", &stops);
-  EXPECT_EQ(stops, 0);
+  for (const char* chain : {"--chained", "--layer-wise"}) {
+    SCOPED_TRACE(chain);
+    testing::TempDir dir;
+    testing::ProcessOptions abort = backward_torch_options(dir);
+    abort.env["TRAINSCOPE_ON_NONFINITE"] = "abort";
+    const testing::ProcessResult run = testing::run_process(job({chain}), abort);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    EXPECT_NE(run.out.find("done: 4 steps, 1 skipped"), std::string::npos) << run.out;
+    EXPECT_NE(report(dir, "nonfinite-").find("Detected inf/nan during batch_number=2\n"), std::string::npos);
+    expect_the_skip_told(dir);
+    EXPECT_EQ(count(run.err, "the loss scaler skipped the optimizer step of batch 2"), 1u) << run.err;
+    int stops = 0;
+    report(dir, "stop-", &stops);
+    EXPECT_EQ(stops, 0);
+  }
 }
 
 // A name in kTorchTestsOnEveryPython that no longer names a torch test would quietly leave that test to one CPython.

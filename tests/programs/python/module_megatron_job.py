@@ -4,11 +4,11 @@ whose scaled gradient overflows in one named module at batch --overflow-batch: M
 inf/nan and skips that step. For the loss scalers of TRAINSCOPE_WATCH=modules,backward other than GradScaler
 (tests/integration/module_frames_test.cc).
 
-  module_megatron_job.py [--chained] [--steps N] [--overflow-batch B] [--digest]
+  module_megatron_job.py [--chained | --layer-wise] [--steps N] [--overflow-batch B] [--digest]
 
 --chained puts the model's parameters in two optimizers (body, head) under Megatron's ChainedOptimizer, as Megatron
 does for parameter groups of their own (a mixture of experts' expert weights): the head's finds the inf, and the
-chain skips both.
+chain skips both. --layer-wise chains them in a LayerWiseDistributedOptimizer, whose step() calls ChainedOptimizer's.
 
 Megatron's optimizer keeps its loss scale and found-inf on the GPU, named "cuda" in its code: here a torch function
 mode (CudaOnTheCpu) puts them on the CPU, as a stand-in for the GPU a real job trains on (the arithmetic is the same).
@@ -32,6 +32,7 @@ def free_port():
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--chained", action="store_true")
+    parser.add_argument("--layer-wise", action="store_true")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--overflow-batch", type=int, default=2)
     parser.add_argument("--digest", action="store_true")
@@ -47,8 +48,10 @@ def main():
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.optimizer.grad_scaler import DynamicGradScaler
+    from megatron.core.optimizer.layer_wise_optimizer import LayerWiseDistributedOptimizer
     from megatron.core.optimizer.optimizer import ChainedOptimizer, Float16OptimizerWithFloat16Params
     from megatron.core.optimizer.optimizer_config import OptimizerConfig
+    from megatron.core.process_groups_config import ProcessGroupCollection
     from torch.overrides import TorchFunctionMode
 
     from module_backward_job import Net  # the same small model: head.proj is where the gradient overflows
@@ -81,9 +84,13 @@ def main():
             None)
 
     with CudaOnTheCpu():
-        if args.chained:
-            optimizer = ChainedOptimizer([fp16_optimizer(model.body.parameters()),
-                                          fp16_optimizer(model.head.parameters())])
+        if args.chained or args.layer_wise:
+            optimizers = [fp16_optimizer(model.body.parameters()), fp16_optimizer(model.head.parameters())]
+            if args.layer_wise:
+                optimizer = LayerWiseDistributedOptimizer(optimizers, OptimizerConfig(fp16=True, lr=1e-3),
+                                                          ProcessGroupCollection.use_mpu_process_groups())
+            else:
+                optimizer = ChainedOptimizer(optimizers)
         else:
             optimizer = fp16_optimizer(model.parameters())
 
