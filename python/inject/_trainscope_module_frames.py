@@ -447,7 +447,11 @@ class _Hooks:
 
         def __init__(optimizer, *args, **kwargs):
             original_init(optimizer, *args, **kwargs)
-            if getattr(optimizer, "grad_scaler", None):  # None: bf16 without a loss scale, which skips nothing
+            try:
+                scales = bool(getattr(optimizer, "grad_scaler", None))  # None: bf16 without a loss scale skips nothing
+            except Exception:
+                return  # another Megatron: nothing is told, and the job's optimizer is made as without us
+            if scales:
                 hooks._megatron_scales = True
                 hooks._loss_scaler_made(type(optimizer).__name__)
 
