@@ -194,7 +194,6 @@ class _Hooks:
         self._exit_check_registered = False
         self._read_fused_found_inf = True
         self._told_loss_scaler = False
-        self._megatron_scales = False  # a Megatron optimizer with a loss scale was made (_wrap_megatron_optimizers)
         self._deferred = []  # backward frames waiting for the other hooks of their gradient (_defer)
         self._deferred_lock = threading.Lock()
         self._flush_queued = False
@@ -452,7 +451,6 @@ class _Hooks:
             except Exception:
                 return  # another Megatron: nothing is told, and the job's optimizer is made as without us
             if scales:
-                hooks._megatron_scales = True
                 hooks._loss_scaler_made(type(optimizer).__name__)
 
         return __init__
@@ -467,7 +465,7 @@ class _Hooks:
                 result = original_step(optimizer, *args, **kwargs)
             finally:
                 hooks._thread.megatron_steps = depth
-            if depth == 0 and hooks._megatron_scales:
+            if depth == 0 and hooks._told_loss_scaler:  # without a loss scaler no step is held for its verdict
                 try:
                     skipped = not result[0]  # (update_successful, grad_norm, num_zeros_in_grad)
                 except Exception:
