@@ -22,21 +22,8 @@ import argparse
 import contextlib
 import hashlib
 import os
-import socket
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def one_rank_environment():
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
-                       ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+from one_rank import torchrun_environment
 
 
 def main():
@@ -47,7 +34,8 @@ def main():
     parser.add_argument("--overflow-batch", type=int, default=2)
     parser.add_argument("--digest", action="store_true")
     args = parser.parse_args()
-    one_rank_environment()
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    torchrun_environment()
 
     import deepspeed
     import torch

@@ -19,14 +19,8 @@ scaler's backoff and the step it skips.
 
 import argparse
 import hashlib
-import os
-import socket
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from one_rank import torchrun_environment
 
 
 def main():
@@ -65,10 +59,7 @@ def main():
                 return func(*args).replace("torch.", "torch.cuda.", 1)  # Megatron accepts only CUDA parameters
             return func(*args, **kwargs)
 
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
-                       ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(key, value)  # as torchrun sets them
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    torchrun_environment()
     dist.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel()  # one rank: tensor and pipeline parallel sizes 1
     torch.manual_seed(0)
