@@ -35,9 +35,9 @@ endfunction()
 
 # CMAKE_UNITY_BUILD=ON batches every target's files the same way (CI's sanitizer builds: under ASan a library file took
 # 10 to 47 s of CPU to compile, 4 to 7 s of it parsing the headers every file parses again; batched, the ASan build took
-# 8.8 minutes on 2 cores instead of 12.1, json_fwd.hpp's change included). A type of a .cc file that holds a member of its anonymous namespace is then
-# in an included file, which GCC warns of (-Wsubobject-linkage) though the batch is one translation unit, as the file
-# alone was.
+# 8.8 minutes on 2 cores instead of 12.1, json_fwd.hpp's change included). A type of a .cc file that holds a member of
+# its anonymous namespace is then in an included file, which GCC warns of (-Wsubobject-linkage) though the batch is one
+# translation unit, as the file alone was.
 if(CMAKE_UNITY_BUILD)
   target_compile_options(trainscope_warnings INTERFACE -Wno-subobject-linkage)
 endif()
@@ -59,10 +59,11 @@ if(TRAINSCOPE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
                       -Wno-maybe-uninitialized)
   add_link_options(-fsanitize=address,undefined)
-  # The test binaries' own code (GoogleTest's macros, the tests' helpers) without UBSan's checks and ASan's scope checks:
-  # with them a batch of test files took 79 s to compile on 2 cores, without them 40 s, and what they check there is
-  # not ours. The libraries' own files keep every check (an inline function of their headers that a test file also
-  # compiles may be linked from the test's copy, without UBSan's checks); ASan still checks each access the tests make.
+  # The test binaries' own code (GoogleTest's macros, the tests' helpers) without UBSan's checks and ASan's scope
+  # checks: with them a batch of test files took 79 s to compile on 2 cores, without them 40 s, and what they check
+  # there is not ours. The libraries' own files keep every check (an inline function of their headers that a test file
+  # also compiles may be linked from the test's copy, without UBSan's checks); ASan still checks each access the tests
+  # make.
   target_compile_options(trainscope_test_code INTERFACE -fno-sanitize=undefined -fno-sanitize-address-use-after-scope)
 elseif(TRAINSCOPE_SANITIZE STREQUAL "thread")
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -Wno-maybe-uninitialized)
